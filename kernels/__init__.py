@@ -1,0 +1,1 @@
+"""Bundled kernel sources: Triton kernels (``triton/``) and the C++/CUDA extension (``csrc/``)."""

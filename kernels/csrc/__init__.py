@@ -1,0 +1,1 @@
+"""C++/CUDA sources of the fused pre-processing extension (hipify-clean), with a CPU variant."""

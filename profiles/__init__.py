@@ -1,0 +1,1 @@
+"""Bundled YAML profiles, one per hardware/software family."""

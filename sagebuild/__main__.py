@@ -1,0 +1,6 @@
+"""``python -m sagebuild``."""
+
+from sagebuild.cli.app import main
+
+if __name__ == "__main__":
+    main()

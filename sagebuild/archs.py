@@ -1,0 +1,145 @@
+"""The one home of GPU architecture facts: names, families, decoding and kernel dispatch.
+
+Everything that needs to know what an arch is (the probe, the profiles, the build's arch
+lists, the attention dispatch, the ahead-of-time compile checks) reads this table. Adding a
+GPU means adding one row here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One GPU architecture as the tool sees it."""
+
+    name: str  # canonical: "gfx1201", "sm90"
+    vendor: str  # "rocm" | "cuda"
+    family: str  # "RDNA4", "Hopper", ...
+    products: str
+    pv: str | None  # dispatch: "fp16" | "fp8" | None (no int8 matrix units: unsupported)
+    fp8_dtype: str | None  # torch dtype name of the fp8 format the arch's matrix units take
+    warp_size: int
+    int8_mma: str  # regex the compiled assembly must contain for the INT8 Q·Kᵀ dot
+    fp8_mma: str | None  # regex for the FP8 P·V dot (None: the arch's fp8 path is not used)
+    note: str = ""
+
+    @property
+    def triton_target(self) -> tuple[str, int | str, int]:
+        """(backend, arch, warp_size) as ``triton.backends.compiler.GPUTarget`` takes them."""
+        if self.vendor == "cuda":
+            return ("cuda", int(self.name[2:]), 32)
+        return ("hip", self.name, self.warp_size)
+
+    @property
+    def cuda_arch_list_entry(self) -> str | None:
+        """The ``TORCH_CUDA_ARCH_LIST`` spelling ("9.0") of a CUDA arch; None for AMD."""
+        if self.vendor != "cuda":
+            return None
+        cc = self.name[2:]
+        return f"{cc[:-1]}.{cc[-1]}"
+
+
+_WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
+_MFMA_I8 = r"v_mfma_i32_\w+i8"
+_MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32"
+_MMA_E4M3 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32"
+_WGMMA_S8 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.s32\.s8\.s8"
+_WGMMA_E4M3 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.e4m3\.e4m3"
+
+_ROWS = [
+    # AMD: RDNA (wave32) and CDNA (wave64)
+    Arch("gfx1201", "rocm", "RDNA4", "RX 9070 XT / 9070 / 9070 GRE, Radeon AI PRO R9700",
+         "fp16", "float8_e4m3fn", 32, _WMMA_I8, None),
+    Arch("gfx1200", "rocm", "RDNA4", "RX 9060 XT / 9060", "fp16", "float8_e4m3fn", 32, _WMMA_I8, None),
+    Arch("gfx1100", "rocm", "RDNA3", "RX 7900 XTX / XT / GRE, Radeon PRO W7900",
+         "fp16", None, 32, _WMMA_I8, None, "no FP8 matrix units: FP8 would be emulated"),
+    Arch("gfx1101", "rocm", "RDNA3", "RX 7800 XT / 7700 XT", "fp16", None, 32, _WMMA_I8, None),
+    Arch("gfx1102", "rocm", "RDNA3", "RX 7600", "fp16", None, 32, _WMMA_I8, None),
+    Arch("gfx1030", "rocm", "RDNA2", "RX 6800 / 6900", None, None, 32, "", None,
+         "no WMMA: no int8 matrix units"),
+    Arch("gfx1031", "rocm", "RDNA2", "RX 6700 XT", None, None, 32, "", None, "no WMMA: no int8 matrix units"),
+    Arch("gfx1032", "rocm", "RDNA2", "RX 6600", None, None, 32, "", None, "no WMMA: no int8 matrix units"),
+    Arch("gfx90a", "rocm", "CDNA2", "Instinct MI210 / MI250 / MI250X", "fp16", None, 64, _MFMA_I8, None),
+    Arch("gfx942", "rocm", "CDNA3", "Instinct MI300X / MI300A / MI325X",
+         "fp8", "float8_e4m3fnuz", 64, _MFMA_I8, r"v_mfma_f32_\w+fp8_fp8"),
+    Arch("gfx950", "rocm", "CDNA4", "Instinct MI350X / MI355X",
+         "fp8", "float8_e4m3fn", 64, _MFMA_I8, r"v_mfma_f32_\w+f8f6f4|v_mfma_f32_\w+fp8_fp8"),
+    # NVIDIA
+    Arch("sm70", "cuda", "Volta", "V100", None, None, 32, "", None, "no INT8 tensor cores"),
+    Arch("sm75", "cuda", "Turing", "T4, RTX 20xx", None, None, 32, "", None,
+         "Triton lacks bf16 on sm75; not supported"),
+    Arch("sm80", "cuda", "Ampere", "A100 / A30", "fp16", None, 32, _MMA_S8, None),
+    Arch("sm86", "cuda", "Ampere", "RTX 30xx / A6000 / A40", "fp16", None, 32, _MMA_S8, None),
+    Arch("sm89", "cuda", "Ada", "RTX 40xx / L4 / L20 / L40", "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
+    Arch("sm90", "cuda", "Hopper", "H100 / H200 / H20", "fp8", "float8_e4m3fn", 32, _WGMMA_S8, _WGMMA_E4M3),
+    Arch("sm100", "cuda", "Blackwell", "B200 / GB200", "fp8", "float8_e4m3fn", 32, r"\.s8", r"e4m3"),
+    Arch("sm120", "cuda", "Blackwell", "RTX 50xx / RTX PRO 6000", "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
+]
+
+ARCHS: dict[str, Arch] = {a.name: a for a in _ROWS}
+
+
+class UnknownArchError(ValueError):
+    """An arch name the table does not know."""
+
+
+def normalize(name: str) -> str:
+    """Canonical arch name: ``gfx942:sramecc+:xnack-`` → ``gfx942``; ``9.0``/``sm_90``/``90`` → ``sm90``."""
+    s = name.strip().lower()
+    if s.startswith("gfx"):
+        return s.split(":", 1)[0]
+    s = s.replace("sm_", "sm").replace("+ptx", "").removesuffix("a")
+    if s.startswith("sm"):
+        return s
+    if re.fullmatch(r"\d+\.\d", s):
+        major, minor = s.split(".")
+        return f"sm{major}{minor}"
+    if re.fullmatch(r"\d{2,3}", s):
+        return f"sm{s}"
+    return s
+
+
+def get(name: str) -> Arch:
+    """The table row for ``name`` (any accepted spelling) or a clear error listing what is known."""
+    key = normalize(name)
+    if key not in ARCHS:
+        raise UnknownArchError(
+            f"unknown GPU arch {name!r}; known: {', '.join(ARCHS)}"
+        )
+    return ARCHS[key]
+
+
+def cuda_arch(major: int, minor: int) -> str:
+    """Compute capability → canonical name (9, 0 → ``sm90``)."""
+    return f"sm{major}{minor}"
+
+
+def decode_gfx_target_version(value: int) -> str | None:
+    """KFD ``gfx_target_version`` → ``gfxNNNN`` (stepping in hex); None for a CPU node (0)."""
+    if value <= 0:
+        return None
+    major = value // 10000 % 100
+    minor = value // 100 % 100
+    stepping = value % 100
+    return f"gfx{major}{minor}{stepping:x}"
+
+
+def pv_path(name: str) -> str:
+    """The P·V variant the dispatch table names for an arch, or an error naming the nearest path."""
+    arch = get(name)
+    if arch.pv is None:
+        raise UnknownArchError(
+            f"{arch.name} ({arch.family}: {arch.note or 'no int8 matrix units'}) is not supported by the "
+            f"quantized kernels; the nearest supported paths are "
+            f"{'gfx1100 (RDNA3, fp16 P·V)' if arch.vendor == 'rocm' else 'sm80 (Ampere, fp16 P·V)'}; "
+            f"use torch.nn.functional.scaled_dot_product_attention on this GPU"
+        )
+    return arch.pv
+
+
+def family_archs(family: str) -> list[str]:
+    """All arch names of one family (``RDNA4`` → gfx1201, gfx1200)."""
+    return [a.name for a in _ROWS if a.family.lower() == family.lower()]

@@ -1,0 +1,53 @@
+"""The ``sagebuild`` typer application.
+
+Each command lives in its own module exposing ``register(app)``; this file only composes
+them. Command modules import torch inside their functions, never at module level, so
+``sagebuild --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Annotated, Optional
+
+import typer
+
+from sagebuild._version import __version__
+
+COMMAND_MODULES = ("doctor", "profiles", "compile", "verify", "bench", "accept", "lock", "explain")
+
+app = typer.Typer(
+    name="sagebuild",
+    help="Quantized attention (INT8 Q·Kᵀ, FP16/FP8 P·V) on any AMD or NVIDIA machine: "
+    "doctor → compile → verify → bench, ending in a report and a frozen lockfile.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sagebuild {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        Optional[bool],
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """Quantized attention that builds, verifies and benchmarks itself."""
+
+
+for _name in COMMAND_MODULES:
+    # TEMPORARY during parallel development: skip command modules not written yet.
+    if importlib.util.find_spec(f"sagebuild.cli.{_name}_cmd") is not None:
+        importlib.import_module(f"sagebuild.cli.{_name}_cmd").register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,73 @@
+"""Shared CLI plumbing: option types, the stderr console, JSON output, error → exit-code mapping.
+
+Diagnostics go to stderr; stdout carries data only (the ``--json`` document). Nothing here
+imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional, TypeVar
+
+import typer
+from rich.console import Console
+
+from sagebuild.errors import Exit, SagebuildError
+
+JSON_SCHEMA_VERSION = 1
+
+console = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
+ProfileOpt = Annotated[
+    str,
+    typer.Option("--profile", "-p", help="Bundled profile name, a path to a YAML file, or 'auto'."),
+]
+RootOpt = Annotated[
+    Path,
+    typer.Option("--root", help="Probe this directory as the system root (a system image, chroot or test fixture)."),
+]
+PythonOpt = Annotated[
+    Optional[str],
+    typer.Option("--python", help="Probe this interpreter's torch/triton (default: the one running sagebuild)."),
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """Write ``doc`` (with the schema version) as the only thing on stdout."""
+    doc = {"schema_version": JSON_SCHEMA_VERSION, **doc}
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def report_error(err: SagebuildError) -> None:
+    console.print(f"[bold red]error:[/] {err.message}", highlight=False)
+    if err.fix:
+        console.print(f"[bold]fix:[/] {err.fix}", highlight=False)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn a ``SagebuildError`` into a message, its fix and the mapped exit code: no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SagebuildError as err:
+            report_error(err)
+            raise typer.Exit(int(err.code)) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def exit_with(code: Exit | int) -> None:
+    if int(code) != 0:
+        raise typer.Exit(int(code))

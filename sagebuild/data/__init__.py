@@ -1,0 +1,1 @@
+"""Data files: the failure-signature database and JSON schemas."""

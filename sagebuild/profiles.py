@@ -1,0 +1,299 @@
+"""YAML profiles: the one schema, loading with clear errors, and matching a probed machine.
+
+A profile names one hardware/software family: vendor, GPU archs, the version ranges that are
+known to work, build settings, the kernel variants to build and verify, bench defaults and
+pass thresholds. Bundled ones live in ``profiles/*.yaml`` (package ``sagebuild.profiles_data``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagebuild import archs
+from sagebuild.errors import Exit, SagebuildError
+
+VENDORS = ("rocm", "cuda", "cpu")
+VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")
+
+
+class ProfileError(SagebuildError):
+    """A profile file that does not match the schema: names the file, the key and what was expected."""
+
+    def __init__(self, source: str, key: str, expected: str, got: Any = None) -> None:
+        got_s = "" if got is None else f", got {got!r}"
+        super().__init__(
+            f"profile {source}: key '{key}': expected {expected}{got_s}",
+            fix=f"edit {source} (see docs/profiles.md for the schema) or pick a bundled profile: "
+            "sagebuild profiles",
+            code=Exit.USAGE,
+        )
+
+
+@dataclass(frozen=True)
+class Versions:
+    """PEP 440 specifiers ("" = any) for the interpreter and the GPU stack."""
+
+    python: str = ""
+    torch: str = ""
+    triton: str = ""
+    hip: str = ""
+    cuda: str = ""
+
+
+@dataclass(frozen=True)
+class Build:
+    arch_env: str | None  # "PYTORCH_ROCM_ARCH" | "TORCH_CUDA_ARCH_LIST" | None (cpu)
+    mem_per_job_gb: float
+    max_jobs: int
+    min_free_disk_gb: float
+    min_mem_gb: float
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    cos_min: float
+    rel_l1_max: float
+
+
+@dataclass(frozen=True)
+class Bench:
+    batch: int
+    heads: int
+    seq: tuple[int, ...]
+    head_dim: int
+    dtype: str
+    causal: bool
+    min_speedup: float  # sage time must be ≤ SDPA time / min_speedup; 0 disables the gate
+    warmup: int
+    reps: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    vendor: str
+    archs: tuple[str, ...]
+    versions: Versions
+    build: Build
+    kernels: tuple[str, ...]
+    accuracy: dict[str, Accuracy]
+    bench: Bench
+    torch_install: str  # the exact pip line that installs the right torch build
+    source: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["archs"] = list(self.archs)
+        d["kernels"] = list(self.kernels)
+        d["bench"]["seq"] = list(self.bench.seq)
+        return d
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], src: str, path: str) -> Any:
+    full = f"{path}{key}"
+    if key not in d:
+        raise ProfileError(src, full, f"a value of type {_tname(typ)} (missing)")
+    val = d[key]
+    if typ is float and isinstance(val, int) and not isinstance(val, bool):
+        val = float(val)
+    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+        raise ProfileError(src, full, f"a {_tname(typ)}", val)
+    return val
+
+
+def _tname(typ: type | tuple[type, ...]) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+            "dict": "mapping", "list": "list"}.get(typ.__name__, typ.__name__)
+
+
+def _spec(d: dict[str, Any], key: str, src: str) -> str:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    val = d.get(key, "")
+    if val is None:
+        return ""
+    if not isinstance(val, str):
+        raise ProfileError(src, f"versions.{key}", "a version specifier string such as '>=2.5,<2.15'", val)
+    try:
+        SpecifierSet(val)
+    except InvalidSpecifier:
+        raise ProfileError(src, f"versions.{key}", "a valid PEP 440 specifier such as '>=2.5,<2.15'", val) from None
+    return val
+
+
+_TOP_KEYS = {"name", "description", "vendor", "archs", "versions", "build", "kernels", "accuracy",
+             "bench", "torch_install"}
+
+
+def parse(data: Any, source: str) -> Profile:
+    """Validate a loaded YAML document against the schema and build a ``Profile``."""
+    if not isinstance(data, dict):
+        raise ProfileError(source, "(top level)", "a mapping of profile keys", type(data).__name__)
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ProfileError(source, unknown[0], f"one of {', '.join(sorted(_TOP_KEYS))} (unknown key)")
+    name = _req(data, "name", str, source, "")
+    vendor = _req(data, "vendor", str, source, "")
+    if vendor not in VENDORS:
+        raise ProfileError(source, "vendor", f"one of {', '.join(VENDORS)}", vendor)
+    arch_list = data.get("archs", [])
+    if not isinstance(arch_list, list) or not all(isinstance(a, str) for a in arch_list):
+        raise ProfileError(source, "archs", "a list of arch names such as [gfx1201, gfx1200]", arch_list)
+    norm_archs = []
+    for a in arch_list:
+        try:
+            arch = archs.get(a)
+        except archs.UnknownArchError:
+            raise ProfileError(source, "archs", f"known arch names ({', '.join(archs.ARCHS)})", a) from None
+        if arch.vendor != vendor:
+            raise ProfileError(source, "archs", f"{vendor} archs only", a)
+        norm_archs.append(arch.name)
+    if vendor != "cpu" and not norm_archs:
+        raise ProfileError(source, "archs", "at least one arch for a GPU profile", arch_list)
+
+    v = data.get("versions", {}) or {}
+    if not isinstance(v, dict):
+        raise ProfileError(source, "versions", "a mapping (python/torch/triton/hip/cuda)", v)
+    versions = Versions(**{k: _spec(v, k, source) for k in ("python", "torch", "triton", "hip", "cuda")})
+
+    b = _req(data, "build", dict, source, "")
+    arch_env = b.get("arch_env")
+    expected_env = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST", "cpu": None}[vendor]
+    if arch_env != expected_env:
+        raise ProfileError(source, "build.arch_env", f"{expected_env!r} for vendor {vendor}", arch_env)
+    build = Build(
+        arch_env=arch_env,
+        mem_per_job_gb=_req(b, "mem_per_job_gb", float, source, "build."),
+        max_jobs=_req(b, "max_jobs", int, source, "build."),
+        min_free_disk_gb=_req(b, "min_free_disk_gb", float, source, "build."),
+        min_mem_gb=_req(b, "min_mem_gb", float, source, "build."),
+    )
+    if build.mem_per_job_gb <= 0 or build.max_jobs < 1:
+        raise ProfileError(source, "build", "mem_per_job_gb > 0 and max_jobs ≥ 1", b)
+
+    kernels = _req(data, "kernels", list, source, "")
+    for k in kernels:
+        if k not in VARIANTS:
+            raise ProfileError(source, "kernels", f"variants from {', '.join(VARIANTS)}", k)
+
+    acc_raw = _req(data, "accuracy", dict, source, "")
+    accuracy = {}
+    for k in kernels:
+        if k not in acc_raw or not isinstance(acc_raw[k], dict):
+            raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
+        accuracy[k] = Accuracy(
+            cos_min=_req(acc_raw[k], "cos_min", float, source, f"accuracy.{k}."),
+            rel_l1_max=_req(acc_raw[k], "rel_l1_max", float, source, f"accuracy.{k}."),
+        )
+
+    bn = _req(data, "bench", dict, source, "")
+    seq = bn.get("seq", 1024)
+    seq_t = tuple(seq) if isinstance(seq, list) else (seq,)
+    if not seq_t or not all(isinstance(s, int) and s > 0 for s in seq_t):
+        raise ProfileError(source, "bench.seq", "a positive integer or a list of them", seq)
+    dtype = bn.get("dtype", "float16")
+    if dtype not in ("float16", "bfloat16"):
+        raise ProfileError(source, "bench.dtype", "float16 or bfloat16", dtype)
+    bench = Bench(
+        batch=_req(bn, "batch", int, source, "bench."),
+        heads=_req(bn, "heads", int, source, "bench."),
+        seq=seq_t,
+        head_dim=_req(bn, "head_dim", int, source, "bench."),
+        dtype=dtype,
+        causal=bool(bn.get("causal", False)),
+        min_speedup=float(bn.get("min_speedup", 0.0)),
+        warmup=int(bn.get("warmup", 10)),
+        reps=int(bn.get("reps", 50)),
+    )
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        vendor=vendor,
+        archs=tuple(norm_archs),
+        versions=versions,
+        build=build,
+        kernels=tuple(kernels),
+        accuracy=accuracy,
+        bench=bench,
+        torch_install=_req(data, "torch_install", str, source, ""),
+        source=source,
+    )
+
+
+# ---- loading --------------------------------------------------------------------------------
+
+def _bundled_dir() -> Any:
+    return resources.files("sagebuild.profiles_data")
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.name[:-5] for p in _bundled_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_file(path: Path | str) -> Profile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SagebuildError(f"cannot read profile {path}: {e.strerror}",
+                             fix="pass an existing YAML file or a bundled name (sagebuild profiles)") from None
+    return _parse_text(text, str(path))
+
+
+def _parse_text(text: str, source: str) -> Profile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SagebuildError(f"profile {source} is not valid YAML{where}: {getattr(e, 'problem', e)}",
+                             fix=f"fix the YAML syntax in {source}") from None
+    return parse(data, source)
+
+
+def load_bundled(name: str) -> Profile:
+    ref = _bundled_dir() / f"{name}.yaml"
+    if not ref.is_file():
+        raise SagebuildError(
+            f"no bundled profile named {name!r}",
+            fix=f"use one of: {', '.join(bundled_names())}, 'auto', or a path to a YAML file",
+        )
+    return _parse_text(ref.read_text(encoding="utf-8"), f"profiles/{name}.yaml")
+
+
+def load_all() -> list[Profile]:
+    return [load_bundled(n) for n in bundled_names()]
+
+
+def resolve(spec: str, detected_archs: list[str] | None = None) -> tuple[Profile, str]:
+    """``--profile`` value → (profile, why). ``auto`` matches the probed archs (or picks ``cpu``)."""
+    if spec in ("", "auto"):
+        return match(detected_archs or [])
+    if spec.endswith((".yaml", ".yml")) or "/" in spec or Path(spec).is_file():
+        return load_file(spec), f"loaded from {spec}"
+    return load_bundled(spec), "named on the command line"
+
+
+def match(detected_archs: list[str]) -> tuple[Profile, str]:
+    """The bundled profile covering the first detected arch that one covers; else ``cpu``."""
+    profiles = load_all()
+    for a in detected_archs:
+        name = archs.normalize(a)
+        for p in profiles:
+            if name in p.archs:
+                return p, f"auto: GPU arch {name} is covered by profile {p.name}"
+    cpu = next(p for p in profiles if p.vendor == "cpu")
+    if detected_archs:
+        return cpu, (f"auto: no bundled profile covers {', '.join(detected_archs)}; using {cpu.name} "
+                     "(golden model only)")
+    return cpu, f"auto: no GPU detected; using {cpu.name}"
