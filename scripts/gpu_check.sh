@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
+# acceptance pipeline, print a short table last. Stages can be picked:
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [accept] [example] [tune]   (default: all but tune)
+# Carry `.whl` (sageattention 1.0.6 wheel, for the comparison) when calling through the device tool.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/sagebuild-gpu-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+stages="${*:-ceilings tests ext bench accept example}"
+has() { [[ " $stages " == *" $1 "* ]]; }
+summary="$OUT/summary.txt"; : > "$summary"
+
+$PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+# sageattention 1.0.6 goes to its own dir, used by the benchmark only (the doctor would warn about it).
+if ls .whl/sageattention-*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-deps --no-index --target /tmp/sage106 .whl/sageattention-*.whl >/dev/null 2>&1
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$summary"
+$PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$summary"
+
+if has ceilings; then
+  $PY scripts/gpu_ceilings.py 2>&1 | tee "$OUT/ceilings.txt" | grep ceiling >> "$summary"
+fi
+if has tests; then
+  $PY -m pytest -q -m gpu tests -x -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
+  echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
+fi
+if has ext; then
+  t0=$(date +%s)
+  $PY -m sagebuild compile --profile hopper-cu12 --json --log "$OUT/build.log" > "$OUT/compile.json" 2> "$OUT/compile.err"
+  rc=$?; echo "compile: rc=$rc in $(( $(date +%s) - t0 )) s" >> "$summary"; tail -n 15 "$OUT/compile.err"
+fi
+if has bench; then
+  PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py 2>&1 | tee "$OUT/bench.txt" | tail -n 40
+fi
+if has tune; then
+  $PY scripts/tune_attention.py 2>&1 | tee "$OUT/tune.txt" | tail -n 60
+fi
+if has accept; then
+  $PY -m sagebuild accept --profile hopper-cu12 --out "$OUT/accept" --json > "$OUT/accept.json" 2> "$OUT/accept.err"
+  echo "accept: rc=$?" >> "$summary"; tail -n 20 "$OUT/accept.err"
+  cp "$OUT/accept/report.md" "$OUT/accept_report.md" 2>/dev/null
+fi
+if has example; then
+  $PY examples/hf_llama_patch.py --device cuda 2>&1 | tee "$OUT/example.txt" | tail -n 15
+fi
+echo; echo "==== summary ===="; cat "$summary"
