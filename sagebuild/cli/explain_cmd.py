@@ -1,0 +1,54 @@
+"""``sagebuild explain FILE|-``: name the known failure in a build or run log and print the fix.
+
+Exit status: 0 whether or not something matched — "no known failure matched" is an answer, not
+an error, and the command is used inside pipelines (``cmd 2>&1 | sagebuild explain -``) whose own
+status should decide; ``--json`` carries ``matched: true|false`` for scripts. 2 when the file
+cannot be read.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors
+
+
+@handle_errors
+def explain_command(
+    log: Annotated[
+        str, typer.Argument(metavar="FILE|-", help="Build or run log to explain; '-' reads stdin.")
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """Match a build or run log against known failures and print cause and fix."""
+    from sagebuild.explain import explain, explain_file
+
+    if log == "-":
+        name, matches = "<stdin>", explain(sys.stdin.read())
+    else:
+        name, matches = log, explain_file(Path(log))
+    if json_out:
+        emit_json({"log": name, "matched": bool(matches), "matches": [m.to_dict() for m in matches]})
+        return
+    if not matches:
+        console.print(f"no known failure matched in {escape(name)}", highlight=False)
+        console.print(
+            "see docs/troubleshooting.md, or run `sagebuild doctor` to check this machine", highlight=False
+        )
+        return
+    for i, m in enumerate(matches, 1):
+        if i > 1:
+            console.print()
+        console.print(f"[bold red]{i}. {escape(m.title)}[/]  [dim]({m.id})[/]", highlight=False)
+        console.print(f"   [dim]line {m.line_number}:[/] {escape(m.matched_line)}", highlight=False)
+        console.print(f"   [bold]cause:[/] {escape(m.cause)}", highlight=False)
+        console.print(f"   [bold green]fix:[/] {escape(m.fix)}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain_command)
