@@ -1,0 +1,91 @@
+"""Where the built extension lives: every path of the build lifecycle, in one module.
+
+Layout under the extension directory (one per Python tag × torch version+build, because a
+compiled torch extension only loads into the torch it was built against)::
+
+    <ext_dir>/current -> builds/<id>     the verified build in use (a symlink, swapped atomically)
+    <ext_dir>/builds/<id>/sagebuild_ext.so + build_info.json
+    <ext_dir>/tree/                      ninja's incremental build tree (objects, build.ninja)
+    <ext_dir>/staging-<id>/              a build being verified; never loaded by the runtime
+    <ext_dir>/logs/compile-<time>.log    full compiler logs
+
+``SAGEBUILD_EXT_DIR`` overrides ``<ext_dir>``; ``SAGEBUILD_CACHE_DIR`` overrides the
+``~/.cache/sagebuild`` root (``XDG_CACHE_HOME`` is honoured).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, Optional
+
+EXT_NAME = "sagebuild_ext"
+LIB_FILE = f"{EXT_NAME}.so"
+INFO_FILE = "build_info.json"
+ENV_EXT_DIR = "SAGEBUILD_EXT_DIR"
+ENV_CACHE_DIR = "SAGEBUILD_CACHE_DIR"
+
+
+def csrc_dir() -> Path:
+    """The bundled C++/CUDA sources (package ``sagebuild.kernels.csrc``)."""
+    import sagebuild.kernels.csrc as csrc
+
+    return Path(csrc.__file__).resolve().parent
+
+
+def cache_root(env: Optional[Mapping[str, str]] = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get(ENV_CACHE_DIR):
+        return Path(env[ENV_CACHE_DIR]).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "sagebuild"
+
+
+def python_tag(version: Optional[str] = None) -> str:
+    """``cp312`` for the running interpreter, or for a ``3.12.4`` style version string."""
+    if version:
+        major, minor = version.split(".")[:2]
+        return f"cp{major}{minor}"
+    return f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def ext_dir(torch_version: str, py_version: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None) -> Path:
+    """The extension directory for one interpreter + torch build (``cp311-torch2.13.0+cpu``)."""
+    env = os.environ if env is None else env
+    if env.get(ENV_EXT_DIR):
+        return Path(env[ENV_EXT_DIR]).expanduser()
+    return cache_root(env) / "ext" / f"{python_tag(py_version)}-torch{torch_version}"
+
+
+def current_dir(base: Path) -> Path:
+    return base / "current"
+
+
+def current_lib(base: Path) -> Path:
+    return current_dir(base) / LIB_FILE
+
+
+def current_info(base: Path) -> Path:
+    return current_dir(base) / INFO_FILE
+
+
+def builds_dir(base: Path) -> Path:
+    return base / "builds"
+
+
+def tree_dir(base: Path) -> Path:
+    return base / "tree"
+
+
+def logs_dir(base: Path) -> Path:
+    return base / "logs"
+
+
+def running_ext_dir() -> Path:
+    """The extension directory of the running interpreter and its torch (imports torch)."""
+    import torch
+
+    return ext_dir(torch.__version__)

@@ -1,0 +1,302 @@
+"""The build plan: how many jobs, which archs, which env, which commands, where the output goes.
+
+Planning reads only facts (``sagebuild.probe`` output, or any object with the same fields) and
+the profile, so a plan can be made for a system image (``--root``) and tested with fake
+machines. Nothing is built here; ``sagebuild.build.run.compile`` executes a plan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from sagebuild import archs
+from sagebuild.build import paths
+from sagebuild.errors import SagebuildError
+
+# Sources of the bundled extension: CPU ops always, the CUDA/HIP file on GPU builds.
+CPU_SOURCES = ("ops_cpu.cpp",)
+GPU_SOURCES = ("ops_cuda.cu",)
+EXPECTED_OPS = ("k_mean", "quant_per_block_int8", "quant_v_fp8_per_channel")
+_HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+
+
+@dataclass
+class BuildPlan:
+    """Everything a build needs, decided up front and printable as-is (``--dry-run``)."""
+
+    profile: str
+    vendor: str  # "rocm" | "cuda" | "cpu"
+    mode: str  # "bundled" | "source"
+    jobs: int
+    jobs_reason: str
+    archs: list[str]
+    arch_reason: str
+    arch_env: Optional[str]  # PYTORCH_ROCM_ARCH | TORCH_CUDA_ARCH_LIST | None
+    env: dict[str, str]  # set on top of os.environ for the build subprocess
+    with_gpu: bool  # compile the CUDA/HIP sources too
+    python: str
+    ext_dir: str
+    build_dir: str  # ninja tree (bundled) or the external source dir
+    output: str  # the verified artefact's final path (bundled) or the source dir (source)
+    sources: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    cwd: Optional[str] = None
+    aot: list[tuple[str, str]] = field(default_factory=list)  # (variant, arch) to compile ahead of time
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # blockers: compile() refuses to start
+    torch_version: Optional[str] = None
+    torch_build: Optional[str] = None
+
+    def commands(self) -> list[str]:
+        """Human-readable commands of the plan (shell-quoted build command plus the AOT step)."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
+        lines = [f"{cd}{env} {shlex.join(self.command)}".strip()]
+        for variant, arch in self.aot:
+            lines.append(f"sagebuild.attention.aot.compile_variant({variant!r}, {arch!r})")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["aot"] = [{"variant": v, "arch": a} for v, a in self.aot]
+        d["commands"] = self.commands()
+        return d
+
+
+# ---- jobs -------------------------------------------------------------------------------------
+
+def _available_mem_gb(facts: Any) -> tuple[Optional[float], str]:
+    mem = getattr(getattr(facts, "system", None), "mem_available_gb", None)
+    if mem is not None:
+        return float(mem), "probe"
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / 2**30, "psutil"
+    except Exception:  # psutil is a dependency, but a broken /proc must not stop planning
+        return None, "unknown"
+
+
+def _cores(facts: Any) -> int:
+    n = getattr(getattr(facts, "system", None), "cpu_count", None)
+    return int(n) if n else (os.cpu_count() or 1)
+
+
+def plan_jobs(profile: Any, facts: Any, jobs: Optional[int] = None,
+              env: Optional[Mapping[str, str]] = None) -> tuple[int, str]:
+    """``MAX_JOBS`` and why: ``--jobs`` > ``MAX_JOBS`` env > min(memory/per-job, cores, profile cap)."""
+    env = os.environ if env is None else env
+    if jobs is not None:
+        if jobs < 1:
+            raise SagebuildError(f"--jobs must be at least 1, got {jobs}", fix="pass --jobs 1 or more")
+        return jobs, f"--jobs {jobs} given on the command line"
+    if env.get("MAX_JOBS"):
+        raw = env["MAX_JOBS"]
+        if not raw.isdigit() or int(raw) < 1:
+            raise SagebuildError(f"MAX_JOBS={raw!r} is not a positive integer",
+                                 fix="export MAX_JOBS=2 (or unset it to let sagebuild choose)")
+        return int(raw), f"MAX_JOBS={raw} set in the environment"
+    per_job = profile.build.mem_per_job_gb
+    cap = profile.build.max_jobs
+    cores = _cores(facts)
+    mem, src = _available_mem_gb(facts)
+    if mem is None:
+        n = max(1, min(2, cores, cap))
+        return n, f"available memory unknown: {n} job(s) to stay safe ({cores} cores, profile cap {cap})"
+    by_mem = max(1, math.floor(mem / per_job))
+    n = max(1, min(by_mem, cores, cap))
+    limit = "memory" if n == by_mem else ("cores" if n == cores else "the profile cap")
+    reason = (f"{mem:.1f} GiB available ({src}) / {per_job:g} GiB per job = {by_mem}, {cores} cores, "
+              f"profile cap {cap} → {n} (limited by {limit})")
+    if mem < per_job:
+        reason += f"; less than one job's {per_job:g} GiB is free: the build may be killed for memory"
+    return n, reason
+
+
+# ---- archs ------------------------------------------------------------------------------------
+
+def parse_arch_list(text: str, vendor: str) -> list[str]:
+    """``--arch`` value ("gfx1201,gfx1100" / "9.0;8.9" / "sm90") → canonical, de-duplicated names."""
+    out: list[str] = []
+    for tok in re.split(r"[,;\s]+", text.strip()):
+        if not tok:
+            continue
+        try:
+            arch = archs.get(tok)
+        except archs.UnknownArchError as e:
+            raise SagebuildError(str(e), fix="pass arch names such as gfx1201, gfx1100, sm90 or 9.0") from None
+        if vendor != "cpu" and arch.vendor != vendor:
+            raise SagebuildError(f"--arch {tok} is a {arch.vendor} arch but the profile is for {vendor}",
+                                 fix=f"pass {vendor} archs or pick a {arch.vendor} profile")
+        if arch.name not in out:
+            out.append(arch.name)
+    if not out:
+        raise SagebuildError(f"--arch {text!r} names no arch", fix="pass e.g. --arch gfx1201 or --arch 9.0")
+    return out
+
+
+def decode_hsa_override(value: str) -> Optional[str]:
+    """``11.0.0`` → ``gfx1100``; ``9.0.10`` → ``gfx90a``; None when the value is malformed."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
+    if not m:
+        return None
+    major, minor, step = (int(x) for x in m.groups())
+    return f"gfx{major}{minor}{step:x}"
+
+
+def _dedup(names: list[str], vendor: str) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if not n:
+            continue
+        name = archs.normalize(n)
+        known = archs.ARCHS.get(name)
+        if known is not None and known.vendor != vendor:
+            continue
+        if known is None and not name.startswith("gfx" if vendor == "rocm" else "sm"):
+            continue
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _torch_archs(facts: Any) -> list[str]:
+    t = getattr(facts, "torch", None)
+    return [d.arch for d in (getattr(t, "devices", None) or []) if getattr(d, "arch", None)]
+
+
+def plan_archs(profile: Any, facts: Any, arch: Optional[str] = None,
+               env: Optional[Mapping[str, str]] = None) -> tuple[list[str], str, list[str]]:
+    """(arch list, why, warnings) for the profile's vendor."""
+    vendor = profile.vendor
+    warnings: list[str] = []
+    if vendor == "cpu":
+        if arch:
+            warnings.append(f"--arch {arch} ignored: profile {profile.name} builds the CPU variant only")
+        return [], f"profile {profile.name} is CPU-only: no GPU code is compiled", warnings
+    if arch:
+        return parse_arch_list(arch, vendor), "--arch given on the command line", warnings
+
+    fenv = dict(getattr(facts, "env", None) or {})
+    override = fenv.get(_HSA_OVERRIDE) or (env or {}).get(_HSA_OVERRIDE)
+    candidates: list[tuple[str, list[str]]]
+    if vendor == "rocm":
+        candidates = [
+            ("the visible devices' gcnArchName (torch)", _torch_archs(facts)),
+            ("KFD sysfs gfx_target_version", list(getattr(facts, "kfd_archs", []) or [])),
+            ("rocminfo", list(getattr(facts, "rocminfo_archs", []) or [])),
+        ]
+    else:
+        candidates = [
+            ("the devices' compute capability (torch)", _torch_archs(facts)),
+            ("nvidia-smi", list(getattr(facts, "nvidia_smi_archs", []) or [])),
+        ]
+    found, source = [], ""
+    for src, names in candidates:
+        found = _dedup(names, vendor)
+        if found:
+            source = src
+            break
+
+    if vendor == "rocm" and override:
+        shown = decode_hsa_override(override)
+        real = _dedup(list(getattr(facts, "kfd_archs", []) or []), vendor)
+        msg = (f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports "
+               f"{shown or 'a different arch'} instead of the GPU's real arch")
+        if real:
+            msg += f" ({', '.join(real)}, from KFD sysfs)"
+        msg += ("; kernels are built for the arch the runtime reports. Unset it if your ROCm supports "
+                "the card natively (RDNA4 needs ROCm ≥ 6.4), then rebuild")
+        warnings.append(msg)
+        if shown and source != candidates[0][0]:
+            # Without torch's view, the runtime's arch under the override is the override itself.
+            found, source = [shown], f"{_HSA_OVERRIDE}={override}"
+
+    if found:
+        unknown = [a for a in found if a not in archs.ARCHS]
+        if unknown:
+            warnings.append(f"arch(s) {', '.join(unknown)} are not in sagebuild's arch table: "
+                            "the build targets them, but no kernel path is known to work there")
+        reason = f"from {source}" + (" (several different GPUs)" if len(found) > 1 else "")
+        return found, reason, warnings
+    return list(profile.archs), f"no GPU detected: profile {profile.name}'s arch list", warnings
+
+
+def arch_env_value(vendor: str, names: list[str]) -> str:
+    """The value of ``PYTORCH_ROCM_ARCH`` (``gfx1201;gfx1100``) or ``TORCH_CUDA_ARCH_LIST`` (``9.0;8.9``)."""
+    if vendor == "cuda":
+        out = []
+        for n in names:
+            arch = archs.ARCHS.get(n)
+            entry = arch.cuda_arch_list_entry if arch else f"{n[2:-1]}.{n[-1]}"
+            out.append(entry or n)
+        return ";".join(out)
+    return ";".join(names)
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+
+def _torch_facts(facts: Any) -> tuple[Optional[str], Optional[str], bool]:
+    t = getattr(facts, "torch", None)
+    return getattr(t, "version", None), getattr(t, "build", None), bool(getattr(t, "importable", False))
+
+
+def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Optional[str] = None,
+              source: Optional[Path | str] = None, env: Optional[Mapping[str, str]] = None) -> BuildPlan:
+    """Decide jobs, archs, env, command and paths for the profile on the probed machine."""
+    env = os.environ if env is None else env
+    n_jobs, jobs_reason = plan_jobs(profile, facts, jobs, env)
+    arch_list, arch_reason, warnings = plan_archs(profile, facts, arch, env)
+    problems: list[str] = []
+
+    torch_version, torch_build, importable = _torch_facts(facts)
+    if not importable:
+        problems.append("torch is not importable in the target interpreter: the extension needs it to build "
+                        f"(install it: {profile.torch_install})")
+    elif profile.vendor != "cpu" and torch_build and torch_build != profile.vendor:
+        problems.append(f"profile {profile.name} builds {profile.vendor} code but this torch is a "
+                        f"{torch_build} build ({torch_version}); install the matching torch: "
+                        f"{profile.torch_install}")
+
+    build_env: dict[str, str] = {"MAX_JOBS": str(n_jobs)}
+    arch_env = profile.build.arch_env if profile.vendor != "cpu" else None
+    if arch_env and arch_list:
+        build_env[arch_env] = arch_env_value(profile.vendor, arch_list)
+
+    py = getattr(getattr(facts, "python", None), "executable", None) or sys.executable
+    py_version = getattr(getattr(facts, "python", None), "version", None)
+    base = paths.ext_dir(torch_version or "unknown", py_version, env)
+
+    if source is not None:
+        src = Path(source).expanduser().resolve()
+        if not (src / "setup.py").is_file():
+            raise SagebuildError(f"--source {src}: no setup.py there",
+                                 fix="point --source at a torch-extension source tree with a setup.py "
+                                     "(e.g. a SageAttention checkout)")
+        return BuildPlan(
+            profile=profile.name, vendor=profile.vendor, mode="source", jobs=n_jobs, jobs_reason=jobs_reason,
+            archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env,
+            with_gpu=profile.vendor != "cpu", python=py, ext_dir=str(base), build_dir=str(src),
+            output=str(src), command=[py, "setup.py", "build_ext", "--inplace"], cwd=str(src),
+            warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
+        )
+
+    with_gpu = profile.vendor != "cpu"
+    csrc = paths.csrc_dir()
+    sources = [str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())]
+    aot = [(v, a) for v in profile.kernels for a in arch_list] if with_gpu else []
+    return BuildPlan(
+        profile=profile.name, vendor=profile.vendor, mode="bundled", jobs=n_jobs, jobs_reason=jobs_reason,
+        archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env, with_gpu=with_gpu,
+        python=py, ext_dir=str(base), build_dir=str(paths.tree_dir(base)), output=str(paths.current_lib(base)),
+        sources=sources, command=[py, "-m", "sagebuild.build.ext_builder", "<spec.json>"],
+        aot=aot, warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
+    )
