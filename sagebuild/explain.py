@@ -178,7 +178,7 @@ def explain_file(path: Path) -> list[Match]:
     except IsADirectoryError:
         raise SagebuildError(f"{path} is a directory, not a log file", fix=hint) from None
     except PermissionError:
-        raise SagebuildError(f"cannot read {path}: permission denied", fix="check the file's permissions") from None
+        raise SagebuildError(f"cannot read {path}: permission denied", fix="check its permissions") from None
     return explain(text)
 
 
