@@ -1,0 +1,61 @@
+"""``sagebuild lock``: write the frozen lockfile, or ``--check`` the environment against one (exit 50)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sagebuild.cli.common import JsonOpt, console, emit_json, exit_with, handle_errors
+from sagebuild.errors import Exit
+
+_OUT_HELP = "Where to write the lockfile (a pip requirements export is written beside it)."
+_CHECK_HELP = "Compare the environment with this lockfile instead of writing one; exit 50 on drift."
+_PROFILE_HELP = "Bundled profile name, YAML path or 'auto' (with --check the default is the lock's profile)."
+
+
+def lock(
+    out: Annotated[Path, typer.Option("--out", "-o", help=_OUT_HELP)] = Path("sagebuild.lock"),
+    check: Annotated[Optional[Path], typer.Option("--check", help=_CHECK_HELP)] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help=_PROFILE_HELP)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Freeze this environment (versions, torch build, GPU archs, artefact hashes) or check it for drift."""
+    from sagebuild import lock as lk
+    from sagebuild import profiles
+
+    locked = lk.load(check) if check is not None else None  # a bad file fails fast, before probing
+    facts = lk.probe_facts()
+    archs = facts.gpu_archs() if facts is not None else []
+    if check is not None and locked is not None:
+        spec = profile or lk.locked_profile_name(locked) or "auto"
+        try:
+            prof, _ = profiles.resolve(spec, archs)
+        except Exception:  # noqa: BLE001 - a locked custom profile that is gone is itself drift
+            prof = None
+        drifts = lk.diff(locked, lk.current(prof, facts))
+        if json_out:
+            emit_json({"command": "lock", "check": str(check), "drift": [d.to_dict() for d in drifts],
+                       "ok": not drifts})
+        elif drifts:
+            console.print(f"[bold red]{len(drifts)} drift(s)[/] from {check}:", highlight=False)
+            for d in drifts:
+                console.print(f"  - {d}", highlight=False, markup=False)
+        else:
+            console.print(f"[green]no drift[/]: the environment matches {check}", highlight=False)
+        exit_with(Exit.LOCK_DRIFT if drifts else Exit.OK)
+        return
+    prof, why = profiles.resolve(profile or "auto", archs)
+    doc = lk.current(prof, facts)
+    path, req = lk.write(doc, out)
+    if json_out:
+        emit_json({"command": "lock", "lockfile": str(path), "requirements": str(req), "profile": prof.name,
+                   "distributions": len(doc["distributions"])})
+    else:
+        console.print(f"wrote {path} ({len(doc['distributions'])} distributions, profile {prof.name}: {why})"
+                      f"\nwrote {req} (pip install -r {req} reinstalls the same versions)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lock")(handle_errors(lock))

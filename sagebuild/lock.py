@@ -1,0 +1,407 @@
+"""The frozen lockfile: what a working environment was, byte-for-byte reproducible, and drift checks.
+
+``snapshot`` reads the environment into a plain dict (no timestamps, no paths that differ
+between identical environments, everything sorted), ``render`` turns it into canonical JSON
+(same environment → same bytes), ``requirements`` exports a pip file that reinstalls the same
+versions, and ``diff`` lists every difference between a lock and the environment now.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from sagebuild.errors import Exit, SagebuildError
+from sagebuild.report.atomic import write_text_atomic
+
+LOCK_KIND = "sagebuild-lock"
+LOCK_VERSION = 1
+DEFAULT_LOCK = "sagebuild.lock"
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+# ---- facts ----------------------------------------------------------------------------------
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def torch_index_url(version: str | None) -> str | None:
+    """The PyTorch wheel index a torch local tag implies: ``+cu130`` → ``…/whl/cu130``; None without a tag."""
+    if not version or "+" not in version:
+        return None
+    tag = version.split("+", 1)[1]
+    if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag):
+        return f"{TORCH_INDEX}/{tag}"
+    return None
+
+
+def installed_distributions() -> dict[str, dict[str, Any]]:
+    """Every distribution visible to this interpreter (first on ``sys.path`` wins), sorted by name.
+
+    Each entry holds the version and, for packages not installed from an index, how they were
+    installed (editable / url) — a pip ``name==version`` line could not reinstall those.
+    """
+    from importlib import metadata
+
+    found: dict[str, dict[str, Any]] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if not name:
+            continue
+        key = canonical_name(name)
+        if key in found:
+            continue
+        entry: dict[str, Any] = {"version": dist.version}
+        try:
+            direct = dist.read_text("direct_url.json")
+        except OSError:
+            direct = None
+        if direct:
+            try:
+                info = json.loads(direct)
+            except ValueError:
+                info = {}
+            if info.get("dir_info", {}).get("editable"):
+                entry["source"] = "editable"
+            elif "vcs_info" in info or "archive_info" in info or "dir_info" in info:
+                entry["source"] = "url"
+                entry["url"] = info.get("url", "")
+        found[key] = entry
+    return dict(sorted(found.items()))
+
+
+def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    t = facts.get("torch") or {}
+    version = t.get("version")
+    triton = t.get("triton") or {}
+    return {
+        "torch": {
+            "version": version,
+            "build": t.get("build"),
+            "hip": t.get("hip"),
+            "cuda": t.get("cuda"),
+            "index_url": torch_index_url(version),
+        },
+        "triton": {"distribution": triton.get("distribution"),
+                   "version": triton.get("distribution_version") or triton.get("version")},
+    }
+
+
+def _torch_in_process() -> dict[str, Any]:
+    """Torch/Triton facts read from this interpreter (used when no probe facts are given)."""
+    from importlib import metadata
+
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - any import failure means "no usable torch"
+        torch = None
+    version = getattr(torch, "__version__", None) if torch else None
+    hip = getattr(torch.version, "hip", None) if torch else None
+    cuda = getattr(torch.version, "cuda", None) if torch else None
+    build = None if torch is None else ("rocm" if hip else "cuda" if cuda else "cpu")
+    tri_dist = tri_ver = None
+    providers = metadata.packages_distributions().get("triton") or []
+    if providers:
+        tri_dist = sorted(providers)[0]
+        try:
+            tri_ver = metadata.version(tri_dist)
+        except metadata.PackageNotFoundError:
+            tri_ver = None
+    return {
+        "torch": {"version": str(version) if version else None, "build": build, "hip": hip, "cuda": cuda,
+                  "index_url": torch_index_url(str(version) if version else None)},
+        "triton": {"distribution": tri_dist, "version": tri_ver},
+    }
+
+
+def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    torch_devs = (facts.get("torch") or {}).get("devices") or []
+    archs: list[str] = list(facts.get("gpu_archs") or [])
+    if not archs:
+        for a in [d.get("arch") for d in torch_devs] + list(facts.get("kfd_archs") or []) + list(
+            facts.get("rocminfo_archs") or []
+        ):
+            if a and a not in archs:
+                archs.append(a)
+    names = sorted({d.get("name") for d in torch_devs if d.get("name")})
+    tools = facts.get("tools") or {}
+    driver = facts.get("driver")
+    if driver is None:
+        smi = tools.get("nvidia-smi") or {}
+        driver = smi.get("version") if smi.get("present") else None
+    return {"archs": archs, "names": names, "driver": driver}
+
+
+def _compilers_from_facts(facts: Mapping[str, Any]) -> dict[str, str | None]:
+    tools = facts.get("tools") or {}
+    out: dict[str, str | None] = {}
+    for name in ("c++", "ninja", "nvcc", "hipcc"):
+        t = tools.get(name) or {}
+        out[name] = t.get("version") if t.get("present") else None
+    return out
+
+
+def _artefacts(build_info: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The built extension as recorded by the build (C's ``ext.build_info()``), hash re-read from disk."""
+    if not build_info:
+        return []
+    import hashlib
+
+    info = {k: v for k, v in sorted(build_info.items())}
+    path = None
+    for key in ("artefact", "artifact", "path", "so_path", "library"):
+        if isinstance(info.get(key), str):
+            path = Path(info[key])
+            break
+    sha = info.get("sha256")
+    if path is not None and path.is_file():
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    name = path.name if path is not None else str(info.get("name", "sagebuild ext"))
+    # The absolute path is where the file lives, not what it is: keep only the name in the lock.
+    meta = {k: v for k, v in info.items() if k not in ("artefact", "artifact", "path", "so_path", "library")}
+    return [{"name": name, "sha256": sha, "build": meta}]
+
+
+def snapshot(
+    facts: Mapping[str, Any] | None = None,
+    profile: Any | None = None,
+    build_info: Mapping[str, Any] | None = None,
+    distributions: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The lock document for this environment. ``facts`` is ``probe.collect().to_dict()``.
+
+    All parameters can be passed in (tests, a probe of another interpreter); the defaults read
+    the running interpreter.
+    """
+    facts = dict(facts or {})
+    stack = _torch_from_facts(facts) if facts.get("torch") else _torch_in_process()
+    py = facts.get("python") or {}
+    system = facts.get("system") or {}
+    doc: dict[str, Any] = {
+        "lock": LOCK_KIND,
+        "version": LOCK_VERSION,
+        "python": {
+            "version": py.get("version") or platform.python_version(),
+            "implementation": platform.python_implementation(),
+        },
+        "platform": {
+            "os": system.get("os") or platform.system(),
+            "machine": platform.machine(),
+            "kernel": system.get("kernel") or platform.release(),
+            "wsl": system.get("wsl", "none"),
+            "libc": "-".join(x for x in platform.libc_ver() if x) or None,
+        },
+        **stack,
+        "gpu": _gpu_from_facts(facts),
+        "compilers": _compilers_from_facts(facts),
+        "distributions": dict(sorted((distributions or installed_distributions()).items())),
+        "artefacts": _artefacts(build_info),
+        "profile": _profile_dict(profile),
+    }
+    return doc
+
+
+def _profile_dict(profile: Any | None) -> dict[str, Any] | None:
+    if profile is None:
+        return None
+    d = profile.to_dict() if hasattr(profile, "to_dict") else dict(profile)
+    d.pop("source", None)
+    return d
+
+
+def render(lock: Mapping[str, Any]) -> str:
+    """Canonical JSON: sorted keys, fixed indent, ``\\n`` at the end — same dict → same bytes."""
+    return json.dumps(lock, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def requirements(lock: Mapping[str, Any]) -> str:
+    """A pip requirements file that reinstalls the locked versions (torch from its own index)."""
+    lines = [
+        "# Generated by `sagebuild lock`: reinstalls the locked versions.",
+        f"# python {lock['python']['version']} on {lock['platform']['os']} {lock['platform']['machine']}",
+    ]
+    index = (lock.get("torch") or {}).get("index_url")
+    if index:
+        lines.append(f"--extra-index-url {index}")
+    for name, entry in lock["distributions"].items():
+        source = entry.get("source")
+        if name == "sagebuild" or source == "editable":
+            lines.append(f"# {name}=={entry['version']}: source/editable install: pip install -e <checkout>")
+        elif source == "url" and entry.get("url"):
+            lines.append(f"{name} @ {entry['url']}")
+        else:
+            lines.append(f"{name}=={entry['version']}")
+    return "\n".join(lines) + "\n"
+
+
+def requirements_path(lock_path: Path) -> Path:
+    return lock_path.with_name(lock_path.name + ".requirements.txt")
+
+
+def write(lock: Mapping[str, Any], path: Path | str) -> tuple[Path, Path]:
+    """Write the lock and its requirements export atomically; returns both paths."""
+    path = Path(path)
+    write_text_atomic(path, render(lock))
+    req = write_text_atomic(requirements_path(path), requirements(lock))
+    return path, req
+
+
+# ---- reading and checking -------------------------------------------------------------------
+
+def _bad(path: Path, what: str) -> SagebuildError:
+    return SagebuildError(
+        f"{path} is not a usable sagebuild lockfile: {what}",
+        fix="pass a file written by `sagebuild lock --out FILE`, or write a new one with `sagebuild lock`",
+        code=Exit.USAGE,
+    )
+
+
+def load(path: Path | str) -> dict[str, Any]:
+    """Read a lockfile, with a clear error (exit 2) for a missing, malformed, foreign or newer file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SagebuildError(f"cannot read lockfile {path}: {e.strerror or e}",
+                             fix="check the path; write one with `sagebuild lock --out FILE`") from None
+    except UnicodeDecodeError:
+        raise _bad(path, "it is not UTF-8 text") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        line = getattr(e, "lineno", None)
+        raise _bad(path, f"invalid JSON{f' at line {line}' if line else ''}") from None
+    if not isinstance(doc, dict) or doc.get("lock") != LOCK_KIND:
+        raise _bad(path, f"no \"lock\": \"{LOCK_KIND}\" marker (a different kind of file?)")
+    ver = doc.get("version")
+    if not isinstance(ver, int):
+        raise _bad(path, "its \"version\" is missing or not an integer")
+    if ver > LOCK_VERSION:
+        raise SagebuildError(
+            f"{path} is lockfile version {ver}; this sagebuild reads up to version {LOCK_VERSION}",
+            fix="upgrade sagebuild (pip install -U sagebuild) to check this lockfile", code=Exit.USAGE)
+    for key, typ in (("python", dict), ("platform", dict), ("torch", dict), ("triton", dict), ("gpu", dict),
+                     ("compilers", dict), ("distributions", dict), ("artefacts", list)):
+        if not isinstance(doc.get(key), typ):
+            raise _bad(path, f"section \"{key}\" is missing or not a {'list' if typ is list else 'mapping'}")
+    for name, entry in doc["distributions"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
+            raise _bad(path, f"distribution {name!r} has no version string")
+    return doc
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One difference between the lock and the environment now."""
+
+    kind: str  # package | python | platform | torch | triton | gpu | compiler | artefact | profile
+    key: str
+    locked: Any
+    current: Any
+
+    @property
+    def change(self) -> str:
+        if self.locked is None:
+            return "added"
+        if self.current is None:
+            return "removed"
+        return "changed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "key": self.key, "change": self.change,
+                "locked": self.locked, "current": self.current}
+
+    def __str__(self) -> str:
+        if self.change == "added":
+            return f"{self.kind} {self.key}: added ({_fmt(self.current)})"
+        if self.change == "removed":
+            return f"{self.kind} {self.key}: removed (was {_fmt(self.locked)})"
+        return f"{self.kind} {self.key}: {_fmt(self.locked)} → {_fmt(self.current)}"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
+    out = []
+    for key in sorted(set(locked) | set(current)):
+        a, b = locked.get(key), current.get(key)
+        if a != b:
+            out.append(Drift(kind, key, a, b))
+    return out
+
+
+def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
+    """Every drift, grouped by kind in a fixed order (package lines name the distribution)."""
+    drifts: list[Drift] = []
+    for kind, section in (("python", "python"), ("platform", "platform"), ("torch", "torch"),
+                          ("triton", "triton"), ("gpu", "gpu"), ("compiler", "compilers")):
+        drifts += _flat(kind, locked.get(section) or {}, current.get(section) or {})
+    la, ca = locked["distributions"], current["distributions"]
+    for name in sorted(set(la) | set(ca)):
+        a = la.get(name, {}).get("version") if name in la else None
+        b = ca.get(name, {}).get("version") if name in ca else None
+        if a != b:
+            drifts.append(Drift("package", name, a, b))
+    lart = {a.get("name"): a for a in locked.get("artefacts") or []}
+    cart = {a.get("name"): a for a in current.get("artefacts") or []}
+    for name in sorted(set(lart) | set(cart), key=str):
+        a, b = lart.get(name), cart.get(name)
+        if a is None or b is None:
+            drifts.append(Drift("artefact", str(name), a and a.get("sha256"), b and b.get("sha256")))
+            continue
+        if a.get("sha256") != b.get("sha256"):
+            drifts.append(Drift("artefact", f"{name} sha256", a.get("sha256"), b.get("sha256")))
+        drifts += [Drift("artefact", f"{name} {d.key}", d.locked, d.current)
+                   for d in _flat("artefact", a.get("build") or {}, b.get("build") or {})]
+    lp, cp = locked.get("profile"), current.get("profile")
+    if lp != cp:
+        if lp and cp and lp.get("name") == cp.get("name"):
+            drifts += [Drift("profile", f"{lp['name']}.{d.key}", d.locked, d.current)
+                       for d in _flat("profile", lp, cp)]
+        else:
+            drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
+    return drifts
+
+
+def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
+    p = lock.get("profile")
+    return p.get("name") if isinstance(p, dict) else None
+
+
+# ---- the environment now ---------------------------------------------------------------------
+
+def probe_facts(python: str | None = None) -> Any | None:
+    """A's probe of this machine (a ``Facts``), or None while the probe is unavailable."""
+    try:
+        from sagebuild.probe import collect
+    except ImportError:
+        return None
+    return collect(python=python)
+
+
+def ext_build_info() -> dict[str, Any] | None:
+    """C's record of the built extension, or None when nothing was built (or the module is absent)."""
+    try:
+        from sagebuild import ext
+    except ImportError:
+        return None
+    info = ext.build_info()
+    return dict(info) if info else None
+
+
+def current(profile: Any | None, facts: Any | None = None) -> dict[str, Any]:
+    """Snapshot of the environment now: probe facts, installed distributions, built artefacts."""
+    if facts is None:
+        facts = probe_facts()
+    fd = facts.to_dict() if hasattr(facts, "to_dict") else facts
+    return snapshot(fd, profile, ext_build_info())

@@ -1,0 +1,122 @@
+"""The lockfile: same environment → same bytes, round trip, drift named and exit 50, bad files exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sagebuild import lock as lk
+from sagebuild.cli.app import app
+from sagebuild.errors import SagebuildError
+from sagebuild.profiles import load_bundled
+
+runner = CliRunner()
+
+
+def _env(**over):
+    facts = {
+        "python": {"version": "3.11.7"},
+        "system": {"os": "Linux", "kernel": "6.8.0", "wsl": "none"},
+        "torch": {"version": "2.11.0+cu130", "build": "cuda", "hip": None, "cuda": "13.0",
+                  "devices": [{"index": 0, "name": "NVIDIA H200", "arch": "sm90"}],
+                  "triton": {"distribution": "triton", "version": "3.6.0"}},
+        "gpu_archs": ["sm90"],
+        "tools": {"nvcc": {"present": True, "version": "13.0"}, "c++": {"present": True, "version": "13.3"},
+                  "nvidia-smi": {"present": True, "version": "580.65"}},
+    }
+    facts.update(over)
+    dists = {"numpy": {"version": "2.1.0"}, "torch": {"version": "2.11.0+cu130"},
+             "sagebuild": {"version": "0.1.0", "source": "editable"}}
+    info = {"torch": "2.11.0+cu130", "archs": ["sm90"], "sha256": "ab" * 32}
+    return lk.snapshot(facts, load_bundled("hopper-cu12"), info, dists)
+
+
+def test_torch_index_url_from_local_tag():
+    assert lk.torch_index_url("2.11.0+cu130") == "https://download.pytorch.org/whl/cu130"
+    assert lk.torch_index_url("2.9.1+rocm6.4") == "https://download.pytorch.org/whl/rocm6.4"
+    assert lk.torch_index_url("2.13.0+cpu") == "https://download.pytorch.org/whl/cpu"
+    assert lk.torch_index_url("2.13.0") is None
+    assert lk.torch_index_url("2.13.0+gitabc123") is None
+
+
+def test_render_is_canonical_and_round_trips(tmp_path: Path):
+    a, b = _env(), _env()
+    assert lk.render(a) == lk.render(b)
+    path, req = lk.write(a, tmp_path / "x.lock")
+    assert lk.load(path) == json.loads(lk.render(a))
+    assert lk.diff(lk.load(path), a) == []
+    text = req.read_text()
+    assert "--extra-index-url https://download.pytorch.org/whl/cu130" in text
+    assert "numpy==2.1.0\n" in text and "torch==2.11.0+cu130\n" in text
+    assert "\nsagebuild==" not in text  # an editable install cannot be reinstalled from an index
+
+
+def test_diff_names_every_kind_of_drift():
+    locked = _env()
+    now = _env(torch={"version": "2.11.0+rocm6.4", "build": "rocm", "hip": "6.4", "cuda": None,
+                      "devices": [{"index": 0, "name": "MI300X", "arch": "gfx942"}],
+                      "triton": {"distribution": "pytorch-triton-rocm", "version": "3.6.0"}},
+               gpu_archs=["gfx942"])
+    now["distributions"]["numpy"] = {"version": "2.2.0"}
+    del now["distributions"]["torch"]
+    now["distributions"]["scipy"] = {"version": "1.14"}
+    now["artefacts"][0]["sha256"] = "cd" * 32
+    text = [str(d) for d in lk.diff(locked, now)]
+    assert "package numpy: 2.1.0 → 2.2.0" in text
+    assert "package torch: removed (was 2.11.0+cu130)" in text
+    assert "package scipy: added (1.14)" in text
+    assert "torch build: cuda → rocm" in text
+    assert "triton distribution: triton → pytorch-triton-rocm" in text
+    assert any(t.startswith("gpu archs:") and "gfx942" in t for t in text)
+    assert any(t.startswith("artefact ") and "sha256" in t for t in text)
+
+
+def test_cli_lock_deterministic_check_and_drift(tmp_path: Path):
+    one, two = tmp_path / "one.lock", tmp_path / "two.lock"
+    r1 = runner.invoke(app, ["lock", "--out", str(one), "--profile", "cpu"])
+    r2 = runner.invoke(app, ["lock", "--out", str(two), "--profile", "cpu"])
+    assert r1.exit_code == 0, r1.output
+    assert r2.exit_code == 0, r2.output
+    assert one.read_bytes() == two.read_bytes()
+    assert (tmp_path / "one.lock.requirements.txt").is_file()
+
+    ok = runner.invoke(app, ["lock", "--check", str(one)])
+    assert ok.exit_code == 0, ok.output
+    assert "no drift" in ok.output
+
+    doc = json.loads(one.read_text())
+    doc["distributions"]["pyyaml"]["version"] = "0.0.1"
+    one.write_text(json.dumps(doc))
+    bad = runner.invoke(app, ["lock", "--check", str(one), "--json"])
+    assert bad.exit_code == 50, bad.output
+    drift = json.loads(bad.stdout)["drift"]
+    assert [d["key"] for d in drift] == ["pyyaml"]
+    assert drift[0]["locked"] == "0.0.1" and drift[0]["change"] == "changed"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{not json", "invalid JSON"),
+        ('{"name": "some-package", "version": "1.0"}', "marker"),
+        ('[1, 2, 3]', "marker"),
+        (json.dumps({"lock": "sagebuild-lock", "version": 99}), "version 99"),
+        (json.dumps({"lock": "sagebuild-lock", "version": 1, "python": {}}), "section"),
+    ],
+)
+def test_malformed_or_foreign_lockfile_is_a_clear_error(tmp_path: Path, content: str, needle: str):
+    f = tmp_path / "bad.lock"
+    f.write_text(content)
+    with pytest.raises(SagebuildError, match=needle):
+        lk.load(f)
+    r = runner.invoke(app, ["lock", "--check", str(f)])
+    assert r.exit_code == 2
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_missing_lockfile_exit_2(tmp_path: Path):
+    r = runner.invoke(app, ["lock", "--check", str(tmp_path / "nope.lock")])
+    assert r.exit_code == 2 and "cannot read lockfile" in r.output
