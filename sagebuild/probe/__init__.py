@@ -1,1 +1,148 @@
-"""probe"""
+"""The topology probe: reads a machine (or a system image under ``root``) into plain ``Facts``.
+
+Checks read the facts and never the system, so every check can be tested on hand-made facts
+and every fact can be tested on a fake root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+from sagebuild.probe import system, tools, torch_probe
+from sagebuild.probe.facts import (
+    ConflictFacts,
+    DeviceFacts,
+    DeviceInfo,
+    Facts,
+    PythonFacts,
+    ShadowFact,
+    SystemFacts,
+    ToolFact,
+    TorchFacts,
+    TritonFacts,
+)
+
+__all__ = [
+    "ConflictFacts",
+    "DeviceFacts",
+    "DeviceInfo",
+    "Facts",
+    "PythonFacts",
+    "ShadowFact",
+    "SystemFacts",
+    "ToolFact",
+    "TorchFacts",
+    "TritonFacts",
+    "collect",
+    "SHADOW_NAMES",
+]
+
+# Packages a same-named source folder in the working directory would shadow.
+SHADOW_NAMES = ("sageattention", "sagebuild")
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def _under_mnt(path: Optional[str]) -> bool:
+    return bool(path) and (path.startswith("/mnt/") or bool(_WINDOWS_PATH.match(path)))  # type: ignore[union-attr]
+
+
+def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
+    shadows = []
+    for name in SHADOW_NAMES:
+        folder = cwd / name
+        if not (folder / "__init__.py").is_file():
+            continue
+        origin = raw_py.get(f"{name}_origin")
+        installed = (
+            Path(origin).parent
+            if origin and origin.endswith("__init__.py")
+            else (Path(origin) if origin else None)
+        )
+        if installed is not None and installed.resolve() == folder.resolve():
+            continue  # the installed package *is* this folder (an editable install): no shadowing
+        shadows.append(
+            ShadowFact(name=name, path=str(folder), installed_at=str(installed) if installed else None)
+        )
+    return ConflictFacts(
+        sageattention=raw_py.get("sageattention"),
+        sageattention_location=raw_py.get("sageattention_origin"),
+        shadowing=shadows,
+    )
+
+
+def _this_python() -> PythonFacts:
+    import platform
+
+    return PythonFacts(
+        version=platform.python_version(),
+        executable=sys.executable,
+        platform=sys.platform,
+        in_venv=sys.prefix != sys.base_prefix or bool(os.environ.get("CONDA_PREFIX")),
+    )
+
+
+def collect(
+    root: Path | str = Path("/"),
+    python: Optional[str] = None,
+    timeout: float = 60.0,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    cwd: Optional[Path] = None,
+    torch: Optional[TorchFacts] = None,
+    python_facts: Optional[PythonFacts] = None,
+    probe_torch: bool = True,
+) -> Facts:
+    """Probe everything under ``root`` and the ``python`` interpreter's torch/Triton.
+
+    ``env`` (default ``os.environ``) is the environment read and passed to the tools. ``torch``
+    injects torch facts instead of running the subprocess probe (tests); ``probe_torch=False``
+    skips torch entirely (fast listings that need only the device facts).
+    """
+    env = dict(os.environ if env is None else env)
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    rt = system.Root(root)
+    target = python or sys.executable
+    extra_path = [str(Path(target).parent)] if python else []  # a venv's own bin/ (its ninja)
+
+    raw_py: dict = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tools_future = pool.submit(tools.probe_tools, rt, env, [rt.unroot(p) for p in extra_path])
+        if torch is None and probe_torch:
+            py_facts, torch_facts, raw_py = torch_probe.probe(target, env, timeout)
+        else:
+            torch_facts = torch if torch is not None else TorchFacts(error="not probed")
+            py_facts = python_facts or (_this_python() if python is None else PythonFacts(executable=python))
+        tool_facts, rocm_archs, smi_archs = tools_future.result()
+    if python_facts is not None:
+        py_facts = python_facts
+
+    requested = rt.unroot(python) if python else None
+    py_facts.under_mnt = (
+        py_facts.under_mnt
+        or _under_mnt(requested)
+        or _under_mnt(py_facts.executable)
+        or py_facts.platform == "win32"
+    )
+    found = tools.find(rt, ("python3", "python"), env)
+    py_facts.path_python = rt.unroot(found) if found else None
+
+    return Facts(
+        root=str(root),
+        cwd=str(cwd),
+        system=system.system_facts(rt, env),
+        python=py_facts,
+        devices=system.device_facts(rt),
+        kfd_archs=system.kfd_archs(rt),
+        rocminfo_archs=rocm_archs,
+        nvidia_smi_archs=smi_archs,
+        env=system.relevant_env(env),
+        tools=tool_facts,
+        torch=torch_facts,
+        conflicts=_conflicts(raw_py, cwd),
+    )

@@ -1,0 +1,201 @@
+"""File-system facts read under a root directory: OS, WSL, resources, device nodes, KFD topology.
+
+Every path is taken relative to ``root`` so that a system image, a chroot or a test fixture
+can be probed exactly like the running machine (``root=/``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Optional
+
+from sagebuild import archs
+from sagebuild.probe.facts import DeviceFacts, SystemFacts
+
+KFD_NODES = "sys/devices/virtual/kfd/kfd/topology/nodes"
+
+# Env vars whose values change what gets built or which GPU is used.
+ENV_VARS = (
+    "PYTORCH_ROCM_ARCH",
+    "TORCH_CUDA_ARCH_LIST",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "MAX_JOBS",
+    "HSA_ENABLE_DXG_DETECTION",
+    "ROCM_HOME",
+    "ROCM_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CXX",
+    "WSL_DISTRO_NAME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+)
+# Further vars of the GPU stack worth showing in a dump (values of secret-looking ones redacted).
+ENV_PREFIXES = ("HSA_", "HIP_", "ROCM", "ROCR_", "CUDA", "TORCH", "PYTORCH_", "TRITON_", "NVIDIA_")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "***"
+
+
+class Root:
+    """Paths of one system root: ``Root("/tmp/x").path("/dev/kfd")`` → ``/tmp/x/dev/kfd``."""
+
+    def __init__(self, root: Path | str = "/") -> None:
+        self.base = Path(root)
+
+    @property
+    def is_host(self) -> bool:
+        return self.base.resolve() == Path("/")
+
+    def path(self, p: str | Path) -> Path:
+        return self.base / str(p).lstrip("/")
+
+    def read(self, p: str | Path) -> Optional[str]:
+        try:
+            return self.path(p).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def exists(self, p: str | Path) -> bool:
+        return os.path.lexists(self.path(p))
+
+    def unroot(self, p: str | Path) -> str:
+        """A host path inside the root, written as the root sees it (``/tmp/x/mnt/c`` → ``/mnt/c``)."""
+        path = Path(p)
+        if self.is_host:
+            return str(path)
+        try:
+            return "/" + str(path.absolute().relative_to(self.base.absolute()))
+        except ValueError:
+            return str(path)
+
+
+def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The env vars that matter, secret-looking values redacted."""
+    out = {}
+    for name in sorted(env):
+        if name in ENV_VARS or name.startswith(ENV_PREFIXES):
+            out[name] = REDACTED if _SECRET.search(name) else env[name]
+    return out
+
+
+def wsl_kind(root: Root, env: Mapping[str, str]) -> str:
+    """``"2"`` for a WSL2 kernel (``microsoft-standard``), ``"1"`` for WSL1, ``"none"`` otherwise."""
+    text = " ".join(t for t in (root.read("proc/version"), root.read("proc/sys/kernel/osrelease")) if t)
+    low = text.lower()
+    if "microsoft" not in low and "wsl" not in low:
+        # WSL_DISTRO_NAME leaks into containers and ssh sessions; the kernel string decides.
+        return "none"
+    if "microsoft-standard" in low or "wsl2" in low:
+        return "2"
+    return "1"
+
+
+def _meminfo(root: Root) -> tuple[Optional[float], Optional[float]]:
+    text = root.read("proc/meminfo")
+    if text is not None:
+        vals = {}
+        for line in text.splitlines():
+            m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
+            if m:
+                vals[m.group(1)] = int(m.group(2)) / 2**20
+        total = vals.get("MemTotal")
+        avail = vals.get("MemAvailable", vals.get("MemFree"))
+        return (round(total, 2) if total else None, round(avail, 2) if avail is not None else None)
+    if root.is_host:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return round(vm.total / 2**30, 2), round(vm.available / 2**30, 2)
+    return None, None
+
+
+def _cpu_count(root: Root) -> Optional[int]:
+    if root.is_host:
+        try:
+            return len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return os.cpu_count()
+    text = root.read("proc/cpuinfo")
+    if text is None:
+        return None
+    n = sum(1 for line in text.splitlines() if re.match(r"processor\s*:", line))
+    return n or None
+
+
+def _distro(root: Root) -> Optional[str]:
+    text = root.read("etc/os-release")
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+def system_facts(root: Root, env: Mapping[str, str]) -> SystemFacts:
+    kernel = (root.read("proc/sys/kernel/osrelease") or "").strip() or None
+    if kernel is None and root.is_host:
+        kernel = platform.release()
+    total, avail = _meminfo(root)
+    try:
+        free = round(shutil.disk_usage(root.base).free / 2**30, 2)
+    except OSError:
+        free = None
+    return SystemFacts(
+        os=platform.system() if root.is_host else "Linux",
+        distro=_distro(root),
+        kernel=kernel,
+        wsl=wsl_kind(root, env),
+        cpu_count=_cpu_count(root),
+        mem_total_gb=total,
+        mem_available_gb=avail,
+        disk_free_gb=free,
+        disk_path=str(root.base),
+    )
+
+
+def device_facts(root: Root) -> DeviceFacts:
+    def names(pattern: str) -> list[str]:
+        parent, _, glob = pattern.rpartition("/")
+        d = root.path(parent)
+        return sorted(f"/{parent}/{p.name}" for p in d.glob(glob)) if d.is_dir() else []
+
+    return DeviceFacts(
+        kfd=root.exists("dev/kfd"),
+        render_nodes=names("dev/dri/renderD*"),
+        dxg=root.exists("dev/dxg"),
+        nvidia=names("dev/nvidia*"),
+        wsl_libcuda=root.exists("usr/lib/wsl/lib/libcuda.so") or root.exists("usr/lib/wsl/lib/libcuda.so.1"),
+    )
+
+
+def kfd_archs(root: Root) -> list[str]:
+    """GPU archs from KFD topology ``gfx_target_version`` (CPU nodes, value 0, are skipped)."""
+    nodes = root.path(KFD_NODES)
+    if not nodes.is_dir():
+        return []
+    found: list[str] = []
+
+    def order(p: Path) -> tuple[int, str]:
+        return (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
+
+    for node in sorted(nodes.iterdir(), key=order):
+        try:
+            text = (node / "properties").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.MULTILINE)
+        if not m:
+            continue
+        name = archs.decode_gfx_target_version(int(m.group(1)))
+        if name and name not in found:
+            found.append(name)
+    return found

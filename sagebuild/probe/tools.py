@@ -1,0 +1,172 @@
+"""Compilers and GPU tools: found on PATH (under the probed root), their versions, and GPU archs.
+
+Each tool runs with a short timeout; a tool that hangs or fails becomes a fact with an error,
+never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from sagebuild import archs
+from sagebuild.probe.facts import ToolFact
+from sagebuild.probe.system import Root
+
+TOOL_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """How to find one tool and read its version."""
+
+    name: str
+    candidates: tuple[str, ...]  # executable names tried in order
+    args: tuple[str, ...]  # arguments that print the version
+    version_re: Optional[str]  # first group = version; None: first output line
+    extra_dirs: Callable[[Mapping[str, str]], list[str]] = lambda env: []
+
+
+def _home_bins(*names: str, defaults: Sequence[str] = ()) -> Callable[[Mapping[str, str]], list[str]]:
+    def dirs(env: Mapping[str, str]) -> list[str]:
+        out = [f"{env[n]}/bin" for n in names if env.get(n)]
+        return out + list(defaults)
+
+    return dirs
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("c++", ("c++", "g++", "clang++"), ("--version",), None),
+    ToolSpec("ninja", ("ninja",), ("--version",), r"^(\d+(?:\.\d+)+)"),
+    ToolSpec(
+        "nvcc",
+        ("nvcc",),
+        ("--version",),
+        r"release (\d+\.\d+)",
+        _home_bins("CUDA_HOME", "CUDA_PATH", defaults=("/usr/local/cuda/bin",)),
+    ),
+    ToolSpec(
+        "hipcc",
+        ("hipcc",),
+        ("--version",),
+        r"HIP version:\s*(\S+)",
+        _home_bins("ROCM_HOME", "ROCM_PATH", defaults=("/opt/rocm/bin",)),
+    ),
+    ToolSpec(
+        "rocminfo",
+        ("rocminfo",),
+        (),
+        r"Runtime Version:\s*(\S+)",
+        _home_bins("ROCM_HOME", "ROCM_PATH", defaults=("/opt/rocm/bin",)),
+    ),
+    ToolSpec(
+        "nvidia-smi",
+        ("nvidia-smi",),
+        ("--query-gpu=driver_version,compute_cap", "--format=csv,noheader"),
+        r"^\s*([\d.]+)\s*,",
+        _home_bins(defaults=("/usr/lib/wsl/lib",)),
+    ),
+)
+
+
+def find(
+    root: Root, names: Sequence[str], env: Mapping[str, str], extra_dirs: Sequence[str] = ()
+) -> Optional[str]:
+    """First executable among ``names`` on PATH (then ``extra_dirs``), as a host path under ``root``."""
+    dirs = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d] + list(extra_dirs)
+    for name in names:
+        for d in dirs:
+            p = root.path(d) / name
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+    return None
+
+
+def run_tool(
+    argv: Sequence[str], env: Mapping[str, str], timeout: float = TOOL_TIMEOUT
+) -> tuple[Optional[str], Optional[str]]:
+    """(combined output, error) of one tool run; the error names a timeout or a failing exit."""
+    try:
+        p = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"{os.path.basename(argv[0])} did not answer within {timeout:.0f} s"
+    except OSError as e:
+        return None, f"cannot run {argv[0]}: {e.strerror or e}"
+    out = (p.stdout or "") + (p.stderr or "")
+    if p.returncode != 0:
+        return out, f"exit code {p.returncode}: {_first_line(out) or 'no output'}"
+    return out, None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _first_line(text: str) -> str:
+    text = _ANSI.sub("", text)
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def parse_version(text: str, pattern: Optional[str]) -> Optional[str]:
+    if pattern is None:
+        return _first_line(text) or None
+    m = re.search(pattern, text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def rocminfo_archs(text: str) -> list[str]:
+    """``Name: gfx1201`` lines of rocminfo output, canonical and de-duplicated."""
+    out: list[str] = []
+    for m in re.finditer(r"^\s*Name:\s*(gfx[0-9a-f]+)", text, re.MULTILINE):
+        a = archs.normalize(m.group(1))
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def nvidia_smi_archs(text: str) -> list[str]:
+    """Compute capabilities (``driver, 9.0`` lines) → ``sm90``."""
+    out: list[str] = []
+    for m in re.finditer(r",\s*(\d+)\.(\d+)\s*$", text, re.MULTILINE):
+        a = archs.cuda_arch(int(m.group(1)), int(m.group(2)))
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def probe_tool(
+    spec: ToolSpec, root: Root, env: Mapping[str, str], extra_path: Sequence[str] = ()
+) -> tuple[ToolFact, str]:
+    """The fact for one tool and its raw output (rocminfo/nvidia-smi output carries archs)."""
+    names = spec.candidates
+    if spec.name == "c++" and env.get("CXX"):
+        names = (os.path.basename(env["CXX"].split()[0]), *names)
+    path = find(root, names, env, [*extra_path, *spec.extra_dirs(env)])
+    if path is None:
+        return ToolFact(present=False), ""
+    out, err = run_tool([path, *spec.args], env)
+    version = parse_version(out or "", spec.version_re) if out else None
+    return ToolFact(present=True, path=root.unroot(path), version=version, error=err), out or ""
+
+
+def probe_tools(
+    root: Root, env: Mapping[str, str], extra_path: Sequence[str] = ()
+) -> tuple[dict[str, ToolFact], list[str], list[str]]:
+    """All tools in parallel → (facts by name, rocminfo archs, nvidia-smi archs)."""
+    with ThreadPoolExecutor(max_workers=len(TOOLS)) as pool:
+        results = list(pool.map(lambda s: probe_tool(s, root, env, extra_path), TOOLS))
+    facts = {spec.name: fact for spec, (fact, _) in zip(TOOLS, results)}
+    raw = {spec.name: out for spec, (_, out) in zip(TOOLS, results)}
+    return facts, rocminfo_archs(raw["rocminfo"]), nvidia_smi_archs(raw["nvidia-smi"])

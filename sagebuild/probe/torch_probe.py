@@ -1,0 +1,337 @@
+"""torch/Triton facts read in a subprocess of the target interpreter, under a timeout.
+
+A broken ROCm install can segfault or hang inside ``import torch``; in a subprocess that is a
+failed fact (naming the signal or the timeout), never a dead doctor. The script prints tagged
+JSON lines: the interpreter's facts first (so they survive a crash in ``import torch``), then
+torch's. Requirement markers are evaluated here, in the parent, with the target's marker
+environment, so the target needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from sagebuild import archs
+from sagebuild.probe.facts import DeviceInfo, PythonFacts, TorchFacts, TritonFacts
+
+PY_TAG = "SAGEBUILD_PROBE_PYTHON "
+TORCH_TAG = "SAGEBUILD_PROBE_TORCH "
+
+# Runs in the target interpreter (Python >= 3.9, standard library only). Kept self-contained.
+SCRIPT = r"""
+import json, os, platform, sys
+
+def emit(tag, obj):
+    sys.stdout.write(tag + json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+def dists_providing(name):
+    import importlib.metadata as md
+    try:
+        return sorted(set(md.packages_distributions().get(name, [])))
+    except AttributeError:  # Python 3.9
+        found = set()
+        for d in md.distributions():
+            top = d.read_text("top_level.txt") or ""
+            files = [str(f).split("/")[0] for f in (d.files or [])]
+            if name in top.split() or name in files:
+                found.add(d.metadata["Name"])
+        return sorted(found)
+
+def dist_version(name):
+    import importlib.metadata as md
+    try:
+        return md.version(name)
+    except Exception:
+        return None
+
+def origin(name):
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        return None
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("namespace", "built-in"):
+        return spec.origin
+    locs = list(spec.submodule_search_locations or [])
+    return locs[0] if locs else None
+
+marker_env = {
+    "implementation_name": sys.implementation.name,
+    "implementation_version": "%d.%d.%d" % sys.implementation.version[:3],
+    "os_name": os.name,
+    "platform_machine": platform.machine(),
+    "platform_python_implementation": platform.python_implementation(),
+    "platform_release": platform.release(),
+    "platform_system": platform.system(),
+    "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]),
+    "sys_platform": sys.platform,
+}
+emit("@PY@", {
+    "version": platform.python_version(),
+    "executable": sys.executable,
+    "platform": sys.platform,
+    "in_venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX")),
+    "marker_env": marker_env,
+    "sageattention": dist_version("sageattention"),
+    "sageattention_origin": origin("sageattention"),
+    "sagebuild_origin": origin("sagebuild"),
+})
+
+out = {"importable": False}
+try:
+    import torch
+except BaseException as e:
+    out["error"] = "%s: %s" % (type(e).__name__, e)
+else:
+    out["importable"] = True
+    v = torch.version
+    out["version"] = str(torch.__version__)
+    out["hip"] = getattr(v, "hip", None)
+    out["cuda"] = getattr(v, "cuda", None)
+    out["build"] = "rocm" if out["hip"] else ("cuda" if out["cuda"] else "cpu")
+    try:
+        out["cuda_available"] = bool(torch.cuda.is_available())
+        out["device_count"] = int(torch.cuda.device_count()) if out["cuda_available"] else 0
+    except Exception as e:
+        out["cuda_available"] = False
+        out["device_count"] = 0
+        out["device_error"] = "%s: %s" % (type(e).__name__, e)
+    devices = []
+    for i in range(out["device_count"]):
+        try:
+            p = torch.cuda.get_device_properties(i)
+            raw = getattr(p, "gcnArchName", None) if out["hip"] else "%d.%d" % (p.major, p.minor)
+            devices.append({"index": i, "name": p.name, "raw_arch": raw,
+                            "total_mem_gb": round(p.total_memory / 2**30, 2)})
+        except Exception as e:
+            devices.append({"index": i, "name": "error: %s" % e, "raw_arch": None})
+    out["devices"] = devices
+    try:
+        for line in torch._C._show_config().splitlines():
+            s = line.strip()
+            if s.startswith("HIP Runtime"):
+                out["hip_runtime"] = s.split()[-1]
+            elif s.startswith("MIOpen"):
+                out["miopen"] = s.split()[-1]
+    except Exception:
+        pass
+    try:
+        c = torch.backends.cudnn.version() if out["cuda"] else None
+        out["cudnn"] = str(c) if c else None
+    except Exception:
+        pass
+    try:
+        import importlib.metadata as md
+        out["torch_requires"] = md.requires("torch") or []
+    except Exception:
+        out["torch_requires"] = []
+
+tri = {"importable": False, "distributions": dists_providing("triton")}
+tri["distribution_versions"] = {d: dist_version(d) for d in tri["distributions"]}
+try:
+    import triton
+    tri["importable"] = True
+    tri["version"] = getattr(triton, "__version__", None)
+except BaseException as e:
+    tri["error"] = "%s: %s" % (type(e).__name__, e)
+out["triton"] = tri
+emit("@TORCH@", out)
+""".replace("@PY@", PY_TAG).replace("@TORCH@", TORCH_TAG)
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _tagged(stdout: str, tag: str) -> Optional[dict[str, Any]]:
+    for line in stdout.splitlines():
+        if line.startswith(tag):
+            try:
+                return json.loads(line[len(tag) :])
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def run_script(
+    python: str, env: Mapping[str, str], timeout: float
+) -> tuple[Optional[dict], Optional[dict], Optional[str], float]:
+    """Run the probe → (python dict, torch dict, error, seconds). Never raises."""
+    start = time.monotonic()
+    # A neutral working directory: a ./torch or ./sageattention folder must not break the probe.
+    argv = [python, "-c", SCRIPT]
+    try:
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env),
+            cwd=tempfile.gettempdir(),
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return (
+            _tagged(out, PY_TAG),
+            None,
+            f"the torch probe did not finish within {timeout:.0f} s (import torch hangs?)",
+            time.monotonic() - start,
+        )
+    except OSError as e:
+        return None, None, f"cannot run {python}: {e.strerror or e}", time.monotonic() - start
+    seconds = time.monotonic() - start
+    py, tor = _tagged(p.stdout, PY_TAG), _tagged(p.stdout, TORCH_TAG)
+    if p.returncode < 0:
+        return (
+            py,
+            None,
+            (
+                f"the interpreter was killed by {_signal_name(p.returncode)} while importing "
+                f"torch/triton (a broken GPU library install?)"
+            ),
+            seconds,
+        )
+    if tor is None:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        return py, None, f"the torch probe failed (exit code {p.returncode}): {tail[0]}", seconds
+    return py, tor, None, seconds
+
+
+def python_facts(py: Optional[dict], python: str) -> PythonFacts:
+    if py is None:
+        return PythonFacts(executable=python)
+    return PythonFacts(
+        version=py.get("version"),
+        executable=py.get("executable") or python,
+        platform=py.get("platform"),
+        in_venv=bool(py.get("in_venv")),
+    )
+
+
+def _triton_requirement(
+    requires: list[str], providers: list[str], marker_env: Optional[dict]
+) -> tuple[Optional[str], Optional[bool], Optional[Any]]:
+    """torch's requirement on a Triton distribution → (text, markers hold, Requirement)."""
+    from packaging.markers import UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted = {canonicalize_name(p) for p in providers}
+    candidates = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        if name in wanted or "triton" in name:
+            applies: Optional[bool] = True
+            if req.marker is not None:
+                try:
+                    applies = req.marker.evaluate({**(marker_env or {}), "extra": ""}) if marker_env else None
+                except UndefinedEnvironmentName:
+                    applies = None
+            candidates.append((text, applies, req))
+    # Prefer the one whose markers hold for the target, then one naming an installed provider.
+    candidates.sort(key=lambda c: (c[1] is not True, canonicalize_name(c[2].name) not in wanted))
+    return candidates[0] if candidates else (None, None, None)
+
+
+def triton_facts(tri: dict, requires: list[str], marker_env: Optional[dict]) -> TritonFacts:
+    """Compare the distribution that provides ``triton`` with torch's declared pin."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    providers: list[str] = list(tri.get("distributions") or [])
+    versions: dict[str, Optional[str]] = tri.get("distribution_versions") or {}
+    text, applies, req = _triton_requirement(requires, providers, marker_env)
+    dist = providers[0] if providers else None
+    if req is not None:
+        same = [p for p in providers if canonicalize_name(p) == canonicalize_name(req.name)]
+        dist = same[0] if same else dist
+    dist_version = versions.get(dist) if dist else None
+    satisfied: Optional[bool] = None
+    if req is not None and applies is not False:
+        if dist is None or canonicalize_name(dist) != canonicalize_name(req.name):
+            satisfied = False  # the required distribution is not what provides `import triton`
+        elif dist_version is not None:
+            try:
+                satisfied = req.specifier.contains(Version(dist_version), prereleases=True)
+            except InvalidVersion:
+                satisfied = None
+    return TritonFacts(
+        importable=bool(tri.get("importable")),
+        version=tri.get("version"),
+        error=tri.get("error"),
+        distribution=dist,
+        distributions=providers,
+        distribution_version=dist_version,
+        torch_requirement=text,
+        requirement_applies=applies,
+        satisfied=satisfied,
+    )
+
+
+def torch_facts(
+    tor: Optional[dict], error: Optional[str], marker_env: Optional[dict], seconds: Optional[float] = None
+) -> TorchFacts:
+    """Probe output (or its error) → ``TorchFacts``; arch names canonical via ``archs``."""
+    if tor is None:
+        return TorchFacts(
+            importable=False, error=error or "the torch probe produced no result", seconds=seconds
+        )
+    devices = []
+    for d in tor.get("devices") or []:
+        raw = d.get("raw_arch")
+        devices.append(
+            DeviceInfo(
+                index=int(d.get("index", len(devices))),
+                name=str(d.get("name")),
+                arch=archs.normalize(raw) if raw else None,
+                raw_arch=raw,
+                total_mem_gb=d.get("total_mem_gb"),
+            )
+        )
+    return TorchFacts(
+        importable=bool(tor.get("importable")),
+        error=tor.get("error") or tor.get("device_error"),
+        version=tor.get("version"),
+        build=tor.get("build"),
+        hip=tor.get("hip"),
+        cuda=tor.get("cuda"),
+        cuda_available=bool(tor.get("cuda_available")),
+        device_count=int(tor.get("device_count") or 0),
+        devices=devices,
+        hip_runtime=tor.get("hip_runtime"),
+        miopen=tor.get("miopen"),
+        cudnn=tor.get("cudnn"),
+        triton=triton_facts(tor.get("triton") or {}, list(tor.get("torch_requires") or []), marker_env),
+        seconds=round(seconds, 2) if seconds is not None else None,
+    )
+
+
+def probe(
+    python: Optional[str] = None, env: Optional[Mapping[str, str]] = None, timeout: float = 60.0
+) -> tuple[PythonFacts, TorchFacts, dict]:
+    """Probe ``python`` (default: this interpreter) → (python facts, torch facts, raw python dict)."""
+    python = python or sys.executable
+    py, tor, err, seconds = run_script(python, os.environ if env is None else env, timeout)
+    return python_facts(py, python), torch_facts(tor, err, (py or {}).get("marker_env"), seconds), py or {}
