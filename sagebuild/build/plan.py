@@ -132,7 +132,7 @@ def parse_arch_list(text: str, vendor: str) -> list[str]:
         try:
             arch = archs.get(tok)
         except archs.UnknownArchError as e:
-            raise SagebuildError(str(e), fix="pass arch names such as gfx1201, gfx1100, sm90 or 9.0") from None
+            raise SagebuildError(str(e), fix="pass arch names such as gfx1201, gfx1100, sm90, 9.0") from None
         if vendor != "cpu" and arch.vendor != vendor:
             raise SagebuildError(f"--arch {tok} is a {arch.vendor} arch but the profile is for {vendor}",
                                  fix=f"pass {vendor} archs or pick a {arch.vendor} profile")
@@ -296,7 +296,8 @@ def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Option
     return BuildPlan(
         profile=profile.name, vendor=profile.vendor, mode="bundled", jobs=n_jobs, jobs_reason=jobs_reason,
         archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env, with_gpu=with_gpu,
-        python=py, ext_dir=str(base), build_dir=str(paths.tree_dir(base)), output=str(paths.current_lib(base)),
+        python=py, ext_dir=str(base), build_dir=str(paths.tree_dir(base)),
+        output=str(paths.current_lib(base)),
         sources=sources, command=[py, "-m", "sagebuild.build.ext_builder", "<spec.json>"],
         aot=aot, warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
     )

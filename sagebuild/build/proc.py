@@ -1,0 +1,120 @@
+"""Run a build command with its full output in a log file, a progress bar on a TTY, and one
+retry at half the jobs when the compiler was killed for memory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Mapping, Optional
+
+# A compiler killed for memory: the OOM killer's SIGKILL (rc -9 / 137) or the messages gcc,
+# nvcc and the kernel leave behind.
+OOM_PATTERNS = re.compile(
+    r"\bKilled\b|signal 9|SIGKILL|killed signal terminated program|virtual memory exhausted|"
+    r"cannot allocate memory|out of memory|std::bad_alloc|nvcc error\s*:.*killed",
+    re.IGNORECASE,
+)
+_KEY_PATTERNS = re.compile(
+    r"error|FAILED|fatal|Killed|undefined (reference|symbol)|cannot find|no such file|not found|"
+    r"out of memory|exhausted|Traceback|Exception|unsupported|invalid",
+    re.IGNORECASE,
+)
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass
+class RunOutcome:
+    """What one (possibly retried) build command did."""
+
+    rc: int
+    seconds: float
+    jobs: int
+    retried_with_half_jobs: bool = False
+    oom: bool = False
+    lines: list[str] = field(default_factory=list)  # the last lines of the final attempt
+
+
+def looks_like_oom(rc: int, text: str) -> bool:
+    """True when the build died of memory rather than of a compile error."""
+    return rc in (-9, 137) or bool(OOM_PATTERNS.search(text))
+
+
+def key_lines(lines: list[str], limit: int = 15) -> list[str]:
+    """The lines of a log a human should read first: errors, kills, missing things."""
+    hits = [ln for ln in lines if _KEY_PATTERNS.search(ln)]
+    picked = hits[-limit:] if hits else lines[-limit:]
+    return [ln.rstrip()[:400] for ln in picked if ln.strip()]
+
+
+def _use_progress(progress: bool) -> bool:
+    if not progress or os.environ.get("CI"):
+        return False
+    from sagebuild.cli.common import console
+
+    return console.is_terminal
+
+
+def run_once(cmd: list[str], env: Mapping[str, str], cwd: Optional[str], log: IO[str], label: str,
+             progress: bool) -> tuple[int, list[str]]:
+    """Run ``cmd`` once, streaming its output into ``log``; returns (rc, last lines)."""
+    tail: deque[str] = deque(maxlen=4000)
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", bufsize=1)
+    assert proc.stdout is not None
+    if _use_progress(progress):
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from sagebuild.cli.common import console
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task(label, total=None)
+            for line in proc.stdout:
+                log.write(line)
+                tail.append(line)
+                m = _NINJA_STEP.match(line)
+                if m:
+                    bar.update(task, completed=int(m.group(1)) - 1, total=int(m.group(2)),
+                               description=f"{label} [{m.group(1)}/{m.group(2)}]")
+    else:
+        for line in proc.stdout:
+            log.write(line)
+            tail.append(line)
+    rc = proc.wait()
+    log.write(f"[sagebuild] exit status {rc}\n")
+    log.flush()
+    return rc, list(tail)
+
+
+def run_with_oom_retry(cmd: list[str], base_env: Mapping[str, str], jobs: int, cwd: Optional[str],
+                       log_path: Path, label: str, progress: bool) -> RunOutcome:
+    """Run with ``MAX_JOBS=jobs``; on an OOM kill retry once with half the jobs and say so in the log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "a", encoding="utf-8") as log:
+        env = {**base_env, "MAX_JOBS": str(jobs)}
+        rc, lines = run_once(cmd, env, cwd, log, label, progress)
+        oom = rc != 0 and looks_like_oom(rc, "".join(lines))
+        if not oom:
+            return RunOutcome(rc, time.monotonic() - t0, jobs, False, False, lines)
+        half = max(1, jobs // 2)
+        note = (f"[sagebuild] the compiler was killed for memory with MAX_JOBS={jobs}; "
+                f"retrying once with MAX_JOBS={half}\n")
+        log.write(note)
+        _say(note.strip(), progress)
+        rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(half)}, cwd, log, label, progress)
+        still_oom = rc != 0 and looks_like_oom(rc, "".join(lines))
+        return RunOutcome(rc, time.monotonic() - t0, half, True, still_oom, lines)
+
+
+def _say(text: str, progress: bool) -> None:
+    from sagebuild.cli.common import console
+
+    console.print(f"[yellow]{text}[/]", highlight=False)

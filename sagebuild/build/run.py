@@ -1,0 +1,330 @@
+"""Execute a build plan: compile in a subprocess, verify the artefact in a fresh interpreter,
+record its hash and build metadata, and swap it into place atomically; then compile the
+profile's Triton kernels ahead of time for each target arch.
+
+A failed build never touches ``<ext_dir>/current``: the new library is built in ninja's tree,
+copied into a staging directory, verified there, and only then renamed into ``builds/`` and
+pointed at by a symlink that is replaced with one ``rename``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from sagebuild.build import paths
+from sagebuild.build.plan import EXPECTED_OPS, BuildPlan
+from sagebuild.build.proc import key_lines, run_with_oom_retry
+
+KEEP_BUILDS = 2  # the current build and the one before it
+
+
+@dataclass
+class CompileResult:
+    ok: bool
+    mode: str
+    artefact: Optional[str]  # the verified .so (bundled) or the first new extension file (source)
+    sha256: Optional[str]
+    seconds: float
+    log_path: str
+    jobs: int
+    retried_with_half_jobs: bool = False
+    key_lines: list[str] = field(default_factory=list)
+    explanation: list[dict[str, Any]] = field(default_factory=list)
+    aot: list[dict[str, Any]] = field(default_factory=list)
+    error: Optional[str] = None  # one sentence: what failed
+    artefacts: list[dict[str, str]] = field(default_factory=list)  # source mode: every new file + sha256
+    build_info: Optional[dict[str, Any]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_log_path(plan: BuildPlan) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return paths.logs_dir(Path(plan.ext_dir)) / f"compile-{stamp}.log"
+
+
+def explain_text(text: str) -> list[dict[str, Any]]:
+    """Known-failure matches for a log (engineer E's matcher), or nothing when it is unavailable."""
+    try:
+        from sagebuild.explain import explain
+    except ImportError:
+        return []
+    try:
+        return [m.to_dict() for m in explain(text)]
+    except Exception as e:  # the explanation must never hide the build's own failure
+        return [{"id": "explain-error", "title": f"explaining the log failed: {e}"}]
+
+
+def _fail(plan: BuildPlan, log_path: Path, t0: float, error: str, lines: list[str], jobs: int,
+          retried: bool = False, aot: Optional[list[dict[str, Any]]] = None) -> CompileResult:
+    keys = key_lines(lines) if lines else []
+    return CompileResult(
+        ok=False, mode=plan.mode, artefact=None, sha256=None, seconds=time.monotonic() - t0,
+        log_path=str(log_path), jobs=jobs, retried_with_half_jobs=retried, key_lines=keys,
+        explanation=explain_text(error + "\n" + "\n".join(lines[-400:])), aot=aot or [], error=error,
+    )
+
+
+@contextlib.contextmanager
+def _build_lock(base: Path) -> Iterator[None]:
+    """One build per extension directory at a time (a second sagebuild waits)."""
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as fh:
+        try:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:  # no fcntl (Windows): builds there are not concurrent-safe
+            pass
+        yield
+
+
+def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = True) -> CompileResult:
+    """Run the plan; never raises for a failed build (the result says what failed and why)."""
+    log_path = Path(log_path) if log_path else default_log_path(plan)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n")
+    if plan.problems:
+        return _fail(plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems),
+                     list(plan.problems), plan.jobs)
+    if plan.mode == "source":
+        from sagebuild.build.source import build_source
+
+        return build_source(plan, log_path, progress)
+    result = _build_bundled(plan, log_path, progress, t0)
+    if result.ok and plan.aot:
+        result.aot = run_aot(plan.aot, log_path)
+        failed = [a for a in result.aot if a.get("ok") is False]
+        if failed:
+            result.ok = False
+            result.error = "Triton ahead-of-time compile failed for " + ", ".join(
+                f"{a['variant']}@{a['arch']}" for a in failed)
+            result.key_lines = [f"{a['variant']}@{a['arch']}: {a.get('error')}" for a in failed]
+            result.explanation = explain_text("\n".join(str(a.get("error")) for a in failed))
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _build_env(plan: BuildPlan) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(plan.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> CompileResult:
+    base = Path(plan.ext_dir)
+    tree = Path(plan.build_dir)
+    with _build_lock(base):
+        tree.mkdir(parents=True, exist_ok=True)
+        spec = {
+            "name": paths.EXT_NAME,
+            "sources": plan.sources,
+            "build_directory": str(tree),
+            "with_cuda": plan.with_gpu,
+            "include_paths": [str(paths.csrc_dir())],
+            "extra_cflags": ["-O3"],
+            "extra_cuda_cflags": ["-O3"],
+        }
+        spec_path = tree / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
+        cmd = [a if a != "<spec.json>" else str(spec_path) for a in plan.command]
+        built = tree / paths.LIB_FILE
+        with contextlib.suppress(FileNotFoundError):
+            built.unlink()  # a stale library must not pass for this build's output
+        out = run_with_oom_retry(cmd, _build_env(plan), plan.jobs, plan.cwd, log_path,
+                                 "compiling the sagebuild extension", progress)
+        if out.rc != 0:
+            if out.oom:
+                why = "the compiler was killed for memory" + (" again, after the retry with half the jobs"
+                                                              if out.retried_with_half_jobs else "")
+            else:
+                why = f"the build exited with status {out.rc}"
+            return _fail(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
+        if not built.is_file():
+            return _fail(plan, log_path, t0, f"the build exited 0 but produced no {built}", out.lines,
+                         out.jobs, out.retried_with_half_jobs)
+
+        build_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        staging = base / f"staging-{build_id}"
+        staging.mkdir(parents=True)
+        try:
+            lib = staging / paths.LIB_FILE
+            shutil.copy2(built, lib)
+            ok, report = verify_library(plan.python, lib, plan.with_gpu)
+            _append_log(log_path, f"[sagebuild] verification: {json.dumps(report)}\n")
+            if not ok:
+                why = f"the built library failed verification: {report.get('error')}"
+                return _fail(plan, log_path, t0, why,
+                             out.lines + [str(report.get("error"))], out.jobs, out.retried_with_half_jobs)
+            info = _build_info(plan, lib, report, out.jobs, out.retried_with_half_jobs, time.monotonic() - t0)
+            (staging / paths.INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+            final = paths.builds_dir(base) / build_id
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging, final)
+            _point_current(base, final)
+            _prune(base, keep=final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return CompileResult(
+            ok=True, mode="bundled", artefact=str(paths.current_lib(base)), sha256=info["sha256"],
+            seconds=time.monotonic() - t0, log_path=str(log_path), jobs=out.jobs,
+            retried_with_half_jobs=out.retried_with_half_jobs, build_info=info,
+        )
+
+
+def _append_log(log_path: Path, text: str) -> None:
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(text)
+
+
+def _point_current(base: Path, target: Path) -> None:
+    """Atomically make ``base/current`` point at ``target`` (relative symlink + rename)."""
+    tmp = base / f".current-{uuid.uuid4().hex[:8]}"
+    os.symlink(os.path.relpath(target, base), tmp)
+    os.replace(tmp, paths.current_dir(base))
+
+
+def _prune(base: Path, keep: Path) -> None:
+    builds = sorted((p for p in paths.builds_dir(base).iterdir() if p.is_dir()), key=lambda p: p.name)
+    for old in builds[:-KEEP_BUILDS]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in base.glob("staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+_VERIFY_SCRIPT = r"""
+import json, sys
+report = {"ok": False}
+try:
+    import torch
+    torch.ops.load_library(sys.argv[1])
+    expected = json.loads(sys.argv[2])
+    report["ops"] = [o for o in expected if hasattr(torch.ops.sagebuild, o)]
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    report["dispatch_keys"] = [k for k in ("CPU", "CUDA") if all(has("sagebuild::" + o, k) for o in expected)]
+    k = torch.arange(24, dtype=torch.float32).reshape(1, 1, 6, 4).half()
+    km = torch.ops.sagebuild.k_mean(k)
+    report["smoke"] = bool(torch.allclose(km, k.float().mean(dim=2, keepdim=True)))
+    report["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
+                       "git": getattr(torch.version, "git_version", None)}
+    report["python"] = {"version": sys.version.split()[0], "executable": sys.executable}
+    report["ok"] = report["ops"] == expected and report["smoke"] and "CPU" in report["dispatch_keys"]
+    if not report["ok"]:
+        report["error"] = "missing ops or kernels: " + json.dumps(
+            {"ops": report["ops"], "dispatch_keys": report["dispatch_keys"], "smoke": report["smoke"]})
+except Exception as e:
+    report["error"] = type(e).__name__ + ": " + str(e)
+print("SAGEBUILD_VERIFY " + json.dumps(report))
+"""
+
+
+def verify_library(python: str, lib: Path, with_gpu: bool,
+                   timeout: float = 180.0) -> tuple[bool, dict[str, Any]]:
+    """Load ``lib`` in a fresh interpreter of ``python``; check ops, kernels per key and a smoke call."""
+    try:
+        proc = subprocess.run([python, "-c", _VERIFY_SCRIPT, str(lib), json.dumps(list(EXPECTED_OPS))],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, {"error": f"loading the library took more than {timeout:.0f} s"}
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SAGEBUILD_VERIFY ")), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return False, {"error": f"the verifying interpreter exited {proc.returncode}: " + " | ".join(tail)}
+    report = json.loads(line.split(" ", 1)[1])
+    if report.get("ok") and with_gpu and "CUDA" not in report.get("dispatch_keys", []):
+        report["ok"] = False
+        report["error"] = "a GPU build whose library has no CUDA/HIP kernels registered"
+    return bool(report.get("ok")), report
+
+
+def _tool_version(cmd: list[str]) -> Optional[str]:
+    exe = shutil.which(cmd[0])
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [ln.strip() for ln in (out.stdout or out.stderr).splitlines() if ln.strip()]
+    if cmd[0] == "nvcc":
+        lines = [ln for ln in lines if "release" in ln] or lines
+    return lines[0] if lines else None
+
+
+def compiler_versions(vendor: str) -> dict[str, Optional[str]]:
+    cxx = os.environ.get("CXX", "c++")
+    out = {"c++": _tool_version([cxx, "--version"]), "ninja": _tool_version(["ninja", "--version"])}
+    if vendor == "cuda":
+        out["nvcc"] = _tool_version(["nvcc", "--version"])
+    if vendor == "rocm":
+        out["hipcc"] = _tool_version(["hipcc", "--version"])
+    return out
+
+
+def _build_info(plan: BuildPlan, lib: Path, report: dict[str, Any], jobs: int, retried: bool,
+                seconds: float) -> dict[str, Any]:
+    from sagebuild._version import __version__
+
+    return {
+        "sagebuild": __version__,
+        "name": paths.EXT_NAME,
+        "sha256": sha256_file(lib),
+        "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(seconds, 1),
+        "profile": plan.profile,
+        "vendor": plan.vendor,
+        "archs": plan.archs,
+        "arch_env": {plan.arch_env: plan.env[plan.arch_env]} if plan.arch_env in plan.env else {},
+        "jobs": jobs,
+        "retried_with_half_jobs": retried,
+        "compilers": compiler_versions(plan.vendor),
+        "torch": report.get("torch", {}),
+        "python": report.get("python", {"version": sys.version.split()[0], "executable": plan.python}),
+        "ops": report.get("ops", []),
+        "dispatch_keys": report.get("dispatch_keys", []),
+    }
+
+
+def run_aot(pairs: list[tuple[str, str]], log_path: Path) -> list[dict[str, Any]]:
+    """Compile each (variant, arch) with Triton for the target; missing machinery is reported, not hidden."""
+    try:
+        from sagebuild.attention import aot
+    except ImportError as e:
+        msg = f"sagebuild.attention.aot is not importable ({e}); the Triton ahead-of-time step was skipped"
+        _append_log(log_path, f"[sagebuild] {msg}\n")
+        return [{"variant": v, "arch": a, "ok": None, "skipped": msg} for v, a in pairs]
+    results = []
+    for variant, arch in pairs:
+        try:
+            r = aot.compile_variant(variant, arch)
+            d = asdict(r) if hasattr(r, "__dataclass_fields__") else dict(vars(r))
+        except Exception as e:  # a crash in the compiler is a failed compile, with its message
+            d = {"variant": variant, "arch": arch, "ok": False, "error": f"{type(e).__name__}: {e}"}
+        _append_log(log_path, f"[sagebuild] aot {variant}@{arch}: {json.dumps(d, default=str)}\n")
+        results.append(d)
+    return results
