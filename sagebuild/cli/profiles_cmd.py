@@ -1,0 +1,115 @@
+"""``sagebuild profiles``: list the bundled profiles (marking this machine's), show one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sagebuild.cli.common import JsonOpt, RootOpt, console, emit_json, handle_errors
+
+
+def _match_here(root: Path) -> tuple[str, str, list[str]]:
+    """(matching profile name, why, detected archs) from the device facts alone (no torch import)."""
+    from sagebuild import probe, profiles
+
+    if not root.is_dir():
+        from sagebuild.errors import SagebuildError
+
+        raise SagebuildError(f"--root {root}: not a directory", fix="pass a directory holding a system image")
+    facts = probe.collect(root=root, probe_torch=False)
+    found = facts.gpu_archs()
+    profile, why = profiles.match(found)
+    return profile.name, why, found
+
+
+def list_doc(root: Path = Path("/")) -> dict[str, Any]:
+    """Every bundled profile in short form, and which one this machine matches."""
+    from sagebuild import profiles
+
+    match, why, found = _match_here(root)
+    rows = []
+    for p in profiles.load_all():
+        rows.append(
+            {
+                "name": p.name,
+                "vendor": p.vendor,
+                "archs": list(p.archs),
+                "torch": p.versions.torch,
+                "description": p.description,
+                "torch_install": p.torch_install,
+                "matches": p.name == match,
+            }
+        )
+    return {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
+
+
+def show_yaml(profile: Any) -> str:
+    """A profile as YAML that ``load_file`` reads back to the same profile (a start for your own)."""
+    import yaml
+
+    d = profile.to_dict()
+    d.pop("source", None)
+    return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(
+        help="List the bundled profiles (the one matching this machine is marked) or show one.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+    )
+
+    @sub.callback(invoke_without_command=True)
+    @handle_errors
+    def profiles_list(
+        ctx: typer.Context,
+        json: JsonOpt = False,
+        root: RootOpt = Path("/"),
+    ) -> None:
+        """List the bundled profiles and mark the one matching this machine's GPU (or cpu)."""
+        if ctx.invoked_subcommand is not None:
+            return
+        doc = list_doc(root)
+        if json:
+            emit_json(doc)
+            return
+        from rich.table import Table
+
+        table = Table()
+        for col in ("", "name", "vendor", "archs", "torch", "description"):
+            table.add_column(col, no_wrap=col in ("", "name"))
+        for r in doc["profiles"]:
+            table.add_row(
+                "[bold green]*[/]" if r["matches"] else "",
+                r["name"],
+                r["vendor"],
+                ", ".join(r["archs"]) or "-",
+                r["torch"] or "any",
+                r["description"],
+            )
+        console.print(table)
+        console.print(f"[bold]*[/] {doc['match']}: {doc['why']}", highlight=False)
+        console.print("show one: sagebuild profiles show NAME", highlight=False)
+
+    @sub.command("show")
+    @handle_errors
+    def profiles_show(
+        name: Annotated[str, typer.Argument(help="A bundled profile name or a path to a YAML file.")],
+        json: JsonOpt = False,
+    ) -> None:
+        """Print one profile (bundled name or YAML path); as YAML on stdout, or JSON with --json."""
+        from sagebuild import profiles
+
+        if name == "auto":
+            name = _match_here(Path("/"))[0]
+        profile, _ = profiles.resolve(name)
+        if json:
+            emit_json({"command": "profiles show", "profile": profile.to_dict()})
+            return
+        import sys
+
+        sys.stdout.write(f"# {profile.name} ({profile.source})\n{show_yaml(profile)}")
+
+    app.add_typer(sub, name="profiles")
