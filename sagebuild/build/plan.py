@@ -24,6 +24,7 @@ CPU_SOURCES = ("ops_cpu.cpp",)
 GPU_SOURCES = ("ops_cuda.cu",)
 EXPECTED_OPS = ("k_mean", "quant_per_block_int8", "quant_v_fp8_per_channel")
 _HSA_OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+SPEC_FILE = "spec.json"  # what the build subprocess compiles, written into the ninja tree
 
 
 @dataclass
@@ -293,11 +294,12 @@ def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Option
     csrc = paths.csrc_dir()
     sources = [str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())]
     aot = [(v, a) for v in profile.kernels for a in arch_list] if with_gpu else []
+    spec = str(paths.tree_dir(base) / SPEC_FILE)
     return BuildPlan(
         profile=profile.name, vendor=profile.vendor, mode="bundled", jobs=n_jobs, jobs_reason=jobs_reason,
         archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env, with_gpu=with_gpu,
         python=py, ext_dir=str(base), build_dir=str(paths.tree_dir(base)),
         output=str(paths.current_lib(base)),
-        sources=sources, command=[py, "-m", "sagebuild.build.ext_builder", "<spec.json>"],
+        sources=sources, command=[py, "-m", "sagebuild.build.ext_builder", spec],
         aot=aot, warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sagebuild.build import paths
-from sagebuild.build.plan import EXPECTED_OPS, BuildPlan
+from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
 from sagebuild.build.proc import key_lines, run_with_oom_retry
 
 KEEP_BUILDS = 2  # the current build and the one before it
@@ -149,9 +149,8 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             "extra_cflags": ["-O3"],
             "extra_cuda_cflags": ["-O3"],
         }
-        spec_path = tree / "spec.json"
-        spec_path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
-        cmd = [a if a != "<spec.json>" else str(spec_path) for a in plan.command]
+        (tree / SPEC_FILE).write_text(json.dumps(spec, indent=1), encoding="utf-8")
+        cmd = plan.command
         built = tree / paths.LIB_FILE
         with contextlib.suppress(FileNotFoundError):
             built.unlink()  # a stale library must not pass for this build's output

@@ -1,0 +1,204 @@
+"""Runtime loader of the bundled C++/CUDA/HIP extension (``sagebuild compile`` builds it).
+
+Loading never breaks ``import sagebuild`` or an attention call: a missing build means "use
+Triton's quantization"; a broken one keeps its exception for ``doctor`` (``load_error()``),
+explained the xformers way ("built for torch X with CUDA Y, you have Z").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from sagebuild.build import paths
+
+_REBUILD = "rebuild with `sagebuild compile`"
+_lock = threading.Lock()
+_loaded_from: Optional[Path] = None
+_error: Optional[str] = None
+_error_for: Optional[Path] = None  # the library the error belongs to (a rebuild clears it)
+_fakes_registered = False
+
+
+@dataclass(frozen=True)
+class QuantOps:
+    """The extension's ops for one device type, with the build they came from."""
+
+    device_type: str
+    k_mean: Callable[..., Any]
+    quant_per_block_int8: Callable[..., Any]
+    quant_v_fp8_per_channel: Callable[..., Any]
+    info: Optional[dict[str, Any]]
+
+
+def _base() -> Path:
+    return paths.running_ext_dir()
+
+
+def build_info() -> Optional[dict[str, Any]]:
+    """The metadata JSON stored next to the current build (None when nothing is built)."""
+    info_path = paths.current_info(_base())
+    try:
+        return json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def load_error() -> Optional[str]:
+    """Why the built extension could not be used, or None (not built is not an error)."""
+    _try_load()
+    return _error
+
+
+def _describe(info: dict[str, Any]) -> str:
+    t = info.get("torch", {})
+    gpu = f"CUDA {t['cuda']}" if t.get("cuda") else f"HIP {t['hip']}" if t.get("hip") else "no GPU runtime"
+    return f"torch {t.get('version', '?')} with {gpu}"
+
+
+def _running_torch() -> str:
+    import torch
+
+    gpu = (f"CUDA {torch.version.cuda}" if torch.version.cuda else
+           f"HIP {torch.version.hip}" if torch.version.hip else "no GPU runtime")
+    return f"torch {torch.__version__} with {gpu}"
+
+
+def _mismatch(info: dict[str, Any]) -> Optional[str]:
+    import torch
+
+    t = info.get("torch", {})
+    running = (torch.__version__, torch.version.cuda, torch.version.hip)
+    if (t.get("version"), t.get("cuda"), t.get("hip")) != running:
+        return (f"sagebuild's extension was built for {_describe(info)}, you have {_running_torch()}: "
+                "rebuild it with `sagebuild compile`")
+    return None
+
+
+def _try_load() -> bool:
+    """Load the current build once per process; record (not raise) any failure."""
+    global _loaded_from, _error, _error_for
+    with _lock:
+        if _loaded_from is not None:
+            return True
+        lib = paths.current_lib(_base())
+        if not lib.is_file():
+            return False
+        real = lib.resolve()
+        if _error is not None and _error_for == real:
+            return False
+        _error, _error_for = None, real
+        info = build_info()
+        if info is None:
+            _error = f"{paths.current_info(_base())} is missing or unreadable: {_REBUILD}"
+            return False
+        problem = _mismatch(info)
+        if problem:
+            _error = problem
+            return False
+        from sagebuild.build.run import sha256_file
+
+        if sha256_file(real) != info.get("sha256"):
+            _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
+            return False
+        try:
+            import torch
+
+            if not _schema_exists():  # already loaded in this process (e.g. from a build tree)
+                torch.ops.load_library(str(real))
+            _register_fakes()
+        except Exception as e:  # any loader failure is reported through load_error()
+            _error = (f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(info)}, "
+                      f"you have {_running_torch()}; rebuild with `sagebuild compile`")
+            return False
+        _loaded_from = real
+        return True
+
+
+def _schema_exists() -> bool:
+    import torch
+
+    try:
+        torch._C._get_schema("sagebuild::k_mean", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _register_fakes() -> None:
+    """Shape-only implementations so the ops trace under ``torch.compile`` (FakeTensor)."""
+    global _fakes_registered
+    if _fakes_registered:
+        return
+    import torch
+
+    register = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+
+    @register("sagebuild::k_mean")
+    def _k_mean(k: torch.Tensor) -> torch.Tensor:
+        return k.new_empty((k.shape[0], k.shape[1], 1, k.shape[3]), dtype=torch.float32)
+
+    @register("sagebuild::quant_per_block_int8")
+    def _quant_int8(x: torch.Tensor, km: Optional[torch.Tensor], blk: int,
+                    scale_mul: float) -> tuple[torch.Tensor, torch.Tensor]:
+        nblk = (x.shape[2] + blk - 1) // blk
+        return (x.new_empty(tuple(x.shape), dtype=torch.int8),
+                x.new_empty((x.shape[0], x.shape[1], nblk), dtype=torch.float32))
+
+    @register("sagebuild::quant_v_fp8_per_channel")
+    def _quant_v(v: torch.Tensor, fnuz: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+        return (v.new_empty(tuple(v.shape), dtype=dt),
+                v.new_empty((v.shape[0], v.shape[1], v.shape[3]), dtype=torch.float32))
+
+    _fakes_registered = True
+
+
+def _dispatch_key(device_type: str) -> Optional[str]:
+    return {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
+
+
+def unavailable_reason(device: Any) -> Optional[str]:
+    """Why ``get_quant_ops(device)`` is None, in one sentence; None when the ops are available."""
+    import torch
+
+    dev = torch.device(device)
+    key = _dispatch_key(dev.type)
+    if key is None:
+        return f"the extension has no kernels for {dev.type} devices"
+    if not _try_load():
+        missing = paths.current_lib(_base())
+        return _error or f"the extension is not built ({missing} is missing): run `sagebuild compile`"
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("sagebuild::k_mean", key):
+        return (f"the extension was built without {dev.type} kernels (a CPU-only build): "
+                "rebuild with `sagebuild compile --profile <your GPU profile>`")
+    if key == "CUDA":
+        from sagebuild import archs
+
+        built = (build_info() or {}).get("archs", [])
+        props = torch.cuda.get_device_properties(dev)
+        raw = getattr(props, "gcnArchName", "") if torch.version.hip else f"{props.major}.{props.minor}"
+        name = archs.normalize(raw) if raw else None
+        if name and built and name not in built:
+            return (f"the extension was built for {', '.join(built)} but this GPU is {name}: "
+                    f"sagebuild compile --arch {name}")
+    return None
+
+
+def get_quant_ops(device: Any) -> Optional[QuantOps]:
+    """The extension's quantization ops for ``device``; None when not built, broken or not for it."""
+    try:
+        if unavailable_reason(device) is not None:
+            return None
+        import torch
+
+        ns = torch.ops.sagebuild
+        return QuantOps(torch.device(device).type, ns.k_mean, ns.quant_per_block_int8,
+                        ns.quant_v_fp8_per_channel, build_info())
+    except Exception as e:  # never let the optional extension break an attention call
+        global _error
+        _error = _error or f"{type(e).__name__}: {e}"
+        return None
