@@ -1,0 +1,426 @@
+"""Safe plug-and-play: route ``torch.nn.functional.scaled_dot_product_attention`` to our kernels.
+
+The seed's one-liner ``F.scaled_dot_product_attention = sageattn`` breaks every caller that
+passes ``attn_mask`` positionally, uses dropout, fp32, CPU tensors or an odd head dim. The
+wrapper installed here keeps SDPA's exact signature and uses the quantized kernels only when it
+can do so faithfully; every other call goes to the original SDPA unchanged, with the reason
+counted in :func:`patch_stats`.
+
+Use it as a context manager, a decorator, or switch it on for the whole process::
+
+    with sagebuild.patch_sdpa():
+        model.generate(...)
+
+    @sagebuild.patch_sdpa
+    def run(): ...
+
+    sagebuild.enable(); ...; sagebuild.disable()
+
+Scope and limits:
+
+* Only the module attribute ``torch.nn.functional.scaled_dot_product_attention`` is replaced.
+  Code that looks it up at call time (``F.scaled_dot_product_attention(...)``, as Hugging Face
+  transformers' ``sdpa_attention_forward`` does) sees the patch. A module that ran
+  ``from torch.nn.functional import scaled_dot_product_attention`` before the patch was
+  installed keeps its own reference to the original and is not accelerated.
+* The patch is process-wide (it is a module attribute): while any ``patch_sdpa`` block or
+  :func:`enable` is active, calls from all threads go through the wrapper. Nesting is counted;
+  only the outermost exit restores the original, also when the block raises.
+* Calls traced by ``torch.compile``/``torch.jit`` go to the original (the kernels are launched
+  eagerly), and so do calls that need gradients (the kernels are inference-only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ACCEL_DTYPES = ("float16", "bfloat16")
+
+
+# ----------------------------------------------------------------------------------------------
+# What a device can take, and the pure decision "accelerate or pass through".
+
+
+@dataclass(frozen=True)
+class DeviceSupport:
+    """What the quantized kernels can do on one device (from the attention dispatch)."""
+
+    arch: str
+    variant: str
+    head_dim_ok: Callable[[int], bool]
+
+
+SupportFn = Callable[[Any], "DeviceSupport | str"]
+
+
+def decide(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    *,
+    support_for: SupportFn,
+    gpu_device_types: tuple[str, ...] = ("cuda",),
+    grad_enabled: bool = False,
+) -> DeviceSupport | str:
+    """The device support to accelerate with, or the reason (a short sentence) to pass through.
+
+    A pure function of the arguments' metadata (shape, dtype, device, flags) and of what
+    ``support_for(device)`` says, so it can be tested with meta tensors and a fake device table.
+    """
+    import torch
+
+    tensors = (query, key, value)
+    if not all(type(t) is torch.Tensor or type(t) is torch.nn.Parameter for t in tensors):
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            return "non-tensor q/k/v"
+        return "tensor subclass (not a plain torch.Tensor)"
+    if any(t.is_nested for t in tensors):
+        return "nested tensor"
+    dev = query.device
+    if dev.type not in gpu_device_types:
+        return f"{dev.type} tensors (needs CUDA/HIP)"
+    if key.device != dev or value.device != dev:
+        return "q/k/v on different devices"
+    dtype = str(query.dtype).removeprefix("torch.")
+    if dtype not in _ACCEL_DTYPES:
+        return f"dtype {dtype} (needs float16/bfloat16)"
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        return "q/k/v dtypes differ"
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return f"{query.dim()}-D inputs (needs 4-D B,H,N,D)"
+    if attn_mask is not None:
+        return "attn_mask given (only no mask or is_causal)"
+    if dropout_p != 0.0:
+        return "dropout_p > 0"
+    if grad_enabled and any(t.requires_grad for t in tensors):
+        return "inputs require grad (kernels are inference-only)"
+    b, hq, lq, d = query.shape
+    bk, hk, lk, dk = key.shape
+    if bk != b or tuple(value.shape[:3]) != (bk, hk, lk):
+        return "q/k/v batch or length mismatch"
+    if dk != d or value.shape[3] != d:
+        return "k/v head dim differs from q's"
+    if hq != hk:
+        if not enable_gqa:
+            return "heads differ without enable_gqa"
+        if hk == 0 or hq % hk != 0:
+            return "heads_q not a multiple of heads_kv"
+    if min(b, hq, lq, lk, d) == 0:
+        return "empty tensor"
+    if is_causal and lq != lk:
+        return "is_causal with q_len != kv_len"
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        return "non-positive or non-finite scale"
+    support = support_for(dev)
+    if isinstance(support, str):
+        return support
+    if not support.head_dim_ok(d):
+        return f"head dim {d} not supported on {support.arch}"
+    return support
+
+
+# ----------------------------------------------------------------------------------------------
+# The real backend: B's dispatch and sageattn. Tests swap ``_backend`` for a fake.
+
+
+def _dispatch_support(device: Any) -> DeviceSupport | str:
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _dispatch_support_cached(device.type, index)
+
+
+@functools.lru_cache(maxsize=64)
+def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | str:
+    import torch
+
+    device = torch.device(device_type, index)
+    try:
+        from sagebuild.attention import dispatch
+        from sagebuild.kernels.triton.configs import padded_head_dim
+    except Exception as err:  # a broken install must not break the user's model
+        return f"attention kernels not importable ({type(err).__name__})"
+    try:
+        arch = dispatch.device_arch(device)
+        variant = dispatch.variant_for_device(device)
+    except Exception as err:
+        first = str(err).split(";")[0].strip()
+        return f"arch not supported: {first[:120]}"
+    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=lambda d: padded_head_dim(d) is not None)
+
+
+def _dispatch_kernel(q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport) -> Any:
+    """``sageattn`` on HND views (any strides); GQA is native (query head h reads KV head h // groups)."""
+    from sagebuild.attention import sageattn
+
+    return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=sm_scale)
+
+
+@dataclass
+class _Backend:
+    support_for: SupportFn
+    kernel: Callable[..., Any]
+    gpu_device_types: tuple[str, ...] = ("cuda",)
+
+
+_backend = _Backend(support_for=_dispatch_support, kernel=_dispatch_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics.
+
+
+@dataclass(frozen=True)
+class PatchStats:
+    """A snapshot of what the wrapper did since the last reset."""
+
+    accelerated: int
+    passed_through: int
+    reasons: Counter[str] = field(default_factory=Counter)
+    accelerated_by: Counter[str] = field(default_factory=Counter)  # "arch/variant" → calls
+    active: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.accelerated + self.passed_through
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accelerated": self.accelerated,
+            "passed_through": self.passed_through,
+            "total": self.total,
+            "reasons": dict(self.reasons.most_common()),
+            "accelerated_by": dict(self.accelerated_by.most_common()),
+            "active": self.active,
+        }
+
+
+_stats_lock = threading.Lock()
+_accelerated = 0
+_passed = 0
+_reasons: Counter[str] = Counter()
+_accelerated_by: Counter[str] = Counter()
+_warned: set[str] = set()
+
+
+def _count(reason: str | None, support: DeviceSupport | None = None) -> None:
+    global _accelerated, _passed
+    with _stats_lock:
+        if reason is None:
+            _accelerated += 1
+            if support is not None:
+                _accelerated_by[f"{support.arch}/{support.variant}"] += 1
+        else:
+            _passed += 1
+            _reasons[reason] += 1
+
+
+def patch_stats() -> PatchStats:
+    """Calls accelerated vs passed through (with the reasons) since the last :func:`reset_stats`."""
+    with _stats_lock:
+        return PatchStats(_accelerated, _passed, Counter(_reasons), Counter(_accelerated_by), is_active())
+
+
+def reset_stats() -> None:
+    """Zero the counters (e.g. between a baseline and a patched run)."""
+    global _accelerated, _passed
+    with _stats_lock:
+        _accelerated = _passed = 0
+        _reasons.clear()
+        _accelerated_by.clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# The wrapper.
+
+_original: Callable[..., Any] | None = None
+
+
+def _call_original(
+    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+    scale: float | None, enable_gqa: bool,
+) -> Any:
+    original = _original
+    if original is None:  # called after restore through a stale reference
+        import torch
+
+        original = torch.nn.functional.scaled_dot_product_attention
+        if original is scaled_dot_product_attention:
+            raise RuntimeError("sagebuild.patch: the original scaled_dot_product_attention was lost")
+    kwargs: dict[str, Any] = {}
+    if scale is not None:
+        kwargs["scale"] = scale
+    if enable_gqa:
+        kwargs["enable_gqa"] = enable_gqa
+    return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
+
+
+def _is_tracing() -> bool:
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return True
+    return bool(torch.jit.is_tracing() or torch.jit.is_scripting())
+
+
+def _expand_kv(x: Any, groups: int) -> Any:
+    """(B, Hkv, N, D) → (B, Hkv·groups, N, D), each KV head repeated for its query group."""
+    b, h, n, d = x.shape
+    return x[:, :, None].expand(b, h, groups, n, d).reshape(b, h * groups, n, d)
+
+
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """SDPA with the same signature; quantized kernels when faithful, the original otherwise."""
+    if _is_tracing():
+        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    import torch
+
+    backend = _backend
+    verdict = decide(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+        support_for=backend.support_for,
+        gpu_device_types=backend.gpu_device_types,
+        grad_enabled=torch.is_grad_enabled(),
+    )
+    if isinstance(verdict, str):
+        _count(verdict)
+        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
+    k, v = key, value
+    if key.shape[1] != query.shape[1]:
+        groups = query.shape[1] // key.shape[1]
+        if not getattr(backend.kernel, "supports_gqa", True):
+            k, v = _expand_kv(key, groups), _expand_kv(value, groups)
+    try:
+        out = backend.kernel(query, k, v, bool(is_causal), float(sm_scale), verdict)
+    except Exception as err:  # never break the user's model: fall back, say why once
+        reason = f"kernel raised {type(err).__name__}"
+        with _stats_lock:
+            first = reason not in _warned
+            _warned.add(reason)
+        if first:
+            warnings.warn(
+                f"sagebuild.patch_sdpa: the quantized kernel failed ({type(err).__name__}: {err}); "
+                "falling back to PyTorch SDPA for such calls",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        _count(reason)
+        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    _count(None, verdict)
+    return out if out.dtype == query.dtype else out.to(query.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Installing and restoring.
+
+_state_lock = threading.RLock()
+_depth = 0
+_enabled = False
+
+
+def _install() -> None:
+    global _original
+    import torch
+
+    fn = torch.nn.functional
+    if _original is None:
+        current = fn.scaled_dot_product_attention
+        _original = current if current is not scaled_dot_product_attention else None
+        fn.scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def _restore() -> None:
+    global _original
+    import torch
+
+    fn = torch.nn.functional
+    if _original is None:
+        return
+    if fn.scaled_dot_product_attention is scaled_dot_product_attention:
+        fn.scaled_dot_product_attention = _original
+    else:
+        warnings.warn(
+            "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
+            "someone else while the patch was active; leaving their function in place",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    _original = None
+
+
+def is_active() -> bool:
+    """True while the wrapper is installed (inside a ``patch_sdpa`` block or after :func:`enable`)."""
+    with _state_lock:
+        return _original is not None
+
+
+def enable() -> None:
+    """Install the wrapper for the rest of the process (idempotent); undo with :func:`disable`."""
+    global _enabled
+    with _state_lock:
+        _enabled = True
+        _install()
+
+
+def disable() -> None:
+    """Undo :func:`enable`. Active ``patch_sdpa`` blocks keep the wrapper until they exit."""
+    global _enabled
+    with _state_lock:
+        _enabled = False
+        if _depth == 0:
+            _restore()
+
+
+class _SdpaPatch(contextlib.ContextDecorator):
+    """One ``with patch_sdpa():`` scope; reusable and re-entrant (the depth is process-wide)."""
+
+    def __enter__(self) -> _SdpaPatch:
+        global _depth
+        with _state_lock:
+            _depth += 1
+            _install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _depth
+        with _state_lock:
+            _depth -= 1
+            if _depth == 0 and not _enabled:
+                _restore()
+
+
+def patch_sdpa(func: F | None = None) -> Any:
+    """Context manager and decorator that routes SDPA through the safe wrapper.
+
+    ``with patch_sdpa(): ...``, ``@patch_sdpa()`` and bare ``@patch_sdpa`` all work; the
+    original function is restored when the outermost scope exits, also on exceptions.
+    """
+    scope = _SdpaPatch()
+    return scope(func) if func is not None else scope

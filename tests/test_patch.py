@@ -1,0 +1,457 @@
+"""The safe SDPA patch: exact signature, faithful pass-through, scoping, stats, threads."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sagebuild
+from sagebuild import patch
+
+ORIG = F.scaled_dot_product_attention
+assert ORIG is not patch.scaled_dot_product_attention
+
+
+@pytest.fixture(autouse=True)
+def _clean_state():
+    """Each test starts and must end unpatched with zeroed counters."""
+    patch.reset_stats()
+    yield
+    leaked = F.scaled_dot_product_attention is not ORIG or patch.is_active()
+    # put everything back so one failure does not cascade, then fail loudly
+    patch._depth = 0
+    patch._enabled = False
+    F.scaled_dot_product_attention = ORIG
+    patch._original = None
+    assert not leaked, "a test left the SDPA patch installed"
+
+
+def _fake_support(device):
+    return patch.DeviceSupport(arch="fakearch", variant="fp16", head_dim_ok=lambda d: d <= 128)
+
+
+class _FakeKernel:
+    """Stands in for ``sageattn`` on CPU: records its arguments, computes exact attention in fp32."""
+
+    def __init__(self, supports_gqa: bool = True, fail: bool = False) -> None:
+        self.supports_gqa = supports_gqa
+        self.fail = fail
+        self.calls: list[dict] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, q, k, v, is_causal, sm_scale, support):
+        with self.lock:
+            self.calls.append(
+                {"q": tuple(q.shape), "k": tuple(k.shape), "causal": is_causal, "sm_scale": sm_scale,
+                 "arch": support.arch}
+            )
+        if self.fail:
+            raise RuntimeError("boom")
+        groups = q.shape[1] // k.shape[1]
+        kf = k.float().repeat_interleave(groups, dim=1)
+        vf = v.float().repeat_interleave(groups, dim=1)
+        return ORIG(q.float(), kf, vf, is_causal=is_causal, scale=sm_scale)  # fp32: the wrapper casts back
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Make CPU tensors count as 'GPU' with a fake arch table and kernel: exercises the accelerate path."""
+    kernel = _FakeKernel()
+    monkeypatch.setattr(patch, "_backend", patch._Backend(_fake_support, kernel, ("cpu",)))
+    return kernel
+
+
+def _qkv(b=1, hq=4, hk=None, lq=16, lk=None, d=32, dtype=torch.float16, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hk = hk or hq
+    lk = lk or lq
+    mk = lambda *s: torch.randn(*s, generator=g).to(dtype=dtype, device=device)
+    return mk(b, hq, lq, d), mk(b, hk, lk, d), mk(b, hk, lk, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Signature
+
+
+def _schema_signature() -> list[tuple[str, str, object]]:
+    """(name, kind, default) of the installed torch's SDPA, read from its ATen schema."""
+    schema = torch.ops.aten.scaled_dot_product_attention.default._schema
+    out = []
+    for arg in schema.arguments:
+        kind = "KEYWORD_ONLY" if arg.kwarg_only else "POSITIONAL_OR_KEYWORD"
+        default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+        out.append((arg.name, kind, default))
+    return out
+
+
+def test_signature_matches_installed_torch():
+    params = inspect.signature(patch.scaled_dot_product_attention).parameters.values()
+    ours = [(p.name, p.kind.name, p.default) for p in params]
+    assert ours == _schema_signature()
+    assert [n for n, _, _ in ours[:6]] == ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
+
+
+def test_positional_scale_is_rejected_like_the_original():
+    q, k, v = _qkv(dtype=torch.float32)
+    with pytest.raises(TypeError):
+        ORIG(q, k, v, None, 0.0, False, 0.5)
+    with patch.patch_sdpa(), pytest.raises(TypeError):
+        F.scaled_dot_product_attention(q, k, v, None, 0.0, False, 0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pass-through is the original, bit for bit
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_positional_attn_mask_passes_through_identically(mask_kind):
+    q, k, v = _qkv(dtype=torch.float32)
+    mask = torch.rand(16, 16, generator=torch.Generator().manual_seed(1)) > 0.3
+    mask[:, 0] = True
+    if mask_kind == "float":
+        mask = torch.zeros(16, 16).masked_fill(~mask, float("-inf"))
+    want = ORIG(q, k, v, mask)
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, mask)
+        got_kw = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
+    assert torch.equal(got, want) and torch.equal(got_kw, want)
+    assert patch.patch_stats().passed_through == 2
+
+
+def test_cpu_nothing_is_accelerated():
+    """On this CPU-only machine every call, even a perfect fp16 one, goes to the original."""
+    q, k, v = _qkv(dtype=torch.float16)
+    with patch.patch_sdpa():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(out, ORIG(q, k, v, is_causal=True))
+    stats = patch.patch_stats()
+    assert stats.accelerated == 0 and stats.passed_through == 1
+    assert stats.reasons == {"cpu tensors (needs CUDA/HIP)": 1}
+
+
+def test_pass_through_reasons_are_recorded(fake_gpu):
+    """With CPU treated as a GPU, each unfaithful call is still passed through, for its own reason."""
+    q16, k16, v16 = _qkv()
+    q32, k32, v32 = _qkv(dtype=torch.float32)
+    mask = torch.ones(16, 16, dtype=torch.bool)
+    qo, ko, vo = _qkv(d=160)
+    with patch.patch_sdpa():
+        F.scaled_dot_product_attention(q32, k32, v32)
+        F.scaled_dot_product_attention(q16, k16, v16, mask)
+        torch.manual_seed(0)
+        dropped = F.scaled_dot_product_attention(q32, k32, v32, dropout_p=0.5)
+        F.scaled_dot_product_attention(qo, ko, vo)
+        F.scaled_dot_product_attention(q16[0], k16[0], v16[0])
+    torch.manual_seed(0)
+    assert torch.equal(dropped, ORIG(q32, k32, v32, dropout_p=0.5))
+    stats = patch.patch_stats()
+    assert stats.accelerated == 0 and fake_gpu.calls == []
+    assert stats.reasons == {
+        "dtype float32 (needs float16/bfloat16)": 2,
+        "attn_mask given (only no mask or is_causal)": 1,
+        "head dim 160 not supported on fakearch": 1,
+        "3-D inputs (needs 4-D B,H,N,D)": 1,
+    }
+
+
+def test_heads_differ_without_enable_gqa_raises_like_the_original(fake_gpu):
+    q, k, v = _qkv(hq=8, hk=2)
+    with pytest.raises(RuntimeError) as want:
+        ORIG(q, k, v)
+    with patch.patch_sdpa(), pytest.raises(RuntimeError) as got:
+        F.scaled_dot_product_attention(q, k, v)
+    assert str(got.value) == str(want.value)
+    assert patch.patch_stats().reasons == {"heads differ without enable_gqa": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision, as a pure function of metadata (meta tensors: no data, no device)
+
+
+def _meta(*shape, dtype=torch.float16, requires_grad=False):
+    return torch.empty(*shape, dtype=dtype, device="meta", requires_grad=requires_grad)
+
+
+def _decide(q, k=None, v=None, mask=None, dropout_p=0.0, is_causal=False, scale=None, gqa=False,
+            support=_fake_support, grad_enabled=False):
+    k = q if k is None else k
+    v = k if v is None else v
+    return patch.decide(q, k, v, mask, dropout_p, is_causal, scale, gqa, support_for=support,
+                        gpu_device_types=("meta",), grad_enabled=grad_enabled)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        (lambda: _decide(_meta(2, 8, 128, 64)), None),
+        (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.bfloat16), is_causal=True, scale=0.1), None),
+        (lambda: _decide(_meta(1, 32, 1, 128), _meta(1, 8, 77, 128), gqa=True), None),
+        (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.float32)), "dtype float32"),
+        (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.float64)), "dtype float64"),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64, dtype=torch.bfloat16)), "dtypes differ"),
+        (lambda: _decide(_meta(8, 128, 64)), "3-D inputs"),
+        (lambda: _decide(_meta(1, 2, 8, 128, 64)), "5-D inputs"),
+        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(128, 128, dtype=torch.bool)), "attn_mask given"),
+        (lambda: _decide(_meta(2, 8, 128, 64), dropout_p=0.1), "dropout_p > 0"),
+        (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=True), "require grad"),
+        (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=False), None),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 32)), "head dim differs"),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64), _meta(2, 8, 128, 32)),
+         "head dim differs"),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(1, 8, 128, 64)), "batch or length mismatch"),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 2, 128, 64)), "heads differ without enable_gqa"),
+        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 3, 128, 64), gqa=True), "not a multiple"),
+        (lambda: _decide(_meta(2, 8, 1, 64), _meta(2, 8, 9, 64), is_causal=True), "q_len != kv_len"),
+        (lambda: _decide(_meta(2, 8, 1, 64), _meta(2, 8, 9, 64), is_causal=False), None),
+        (lambda: _decide(_meta(2, 8, 0, 64)), "empty tensor"),
+        (lambda: _decide(_meta(2, 8, 128, 64), scale=-1.0), "non-positive"),
+        (lambda: _decide(_meta(2, 8, 128, 64), scale=math.nan), "non-finite"),
+        (lambda: _decide(_meta(2, 8, 128, 256)), "head dim 256 not supported on fakearch"),
+        (lambda: _decide(_meta(2, 8, 128, 64), support=lambda dev: "arch not supported: sm70"), "sm70"),
+    ],
+)
+def test_decide(case, expected):
+    verdict = case()
+    if expected is None:
+        assert isinstance(verdict, patch.DeviceSupport), verdict
+    else:
+        assert isinstance(verdict, str) and expected in verdict, verdict
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_decide_rejects_non_gpu_devices_and_subclasses():
+    q = torch.empty(1, 2, 4, 8, dtype=torch.float16)
+    assert patch.decide(q, q, q, None, 0.0, False, None, False, support_for=_fake_support) == (
+        "cpu tensors (needs CUDA/HIP)"
+    )
+    sub = q.as_subclass(_Sub)
+    verdict = patch.decide(sub, sub, sub, None, 0.0, False, None, False, support_for=_fake_support,
+                           gpu_device_types=("cpu",))
+    assert verdict == "tensor subclass (not a plain torch.Tensor)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The accelerate branch, end to end through the wrapper (fake kernel on CPU)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_accelerated_call_matches_original(fake_gpu, dtype, is_causal):
+    q, k, v = _qkv(b=2, hq=4, lq=24, d=32, dtype=dtype)
+    want = ORIG(q, k, v, is_causal=is_causal)
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, None, 0.0, is_causal)
+    assert got.dtype == dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert fake_gpu.calls == [{"q": (2, 4, 24, 32), "k": (2, 4, 24, 32), "causal": is_causal,
+                               "sm_scale": 32 ** -0.5, "arch": "fakearch"}]
+    stats = patch.patch_stats()
+    assert (stats.accelerated, stats.passed_through) == (1, 0)
+    assert stats.accelerated_by == {"fakearch/fp16": 1}
+
+
+def test_scale_is_honoured(fake_gpu):
+    q, k, v = _qkv()
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, scale=0.05)
+    assert fake_gpu.calls[0]["sm_scale"] == 0.05
+    torch.testing.assert_close(got, ORIG(q, k, v, scale=0.05), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("native_gqa", [True, False])
+def test_enable_gqa_is_honoured(fake_gpu, native_gqa):
+    fake_gpu.supports_gqa = native_gqa
+    q, k, v = _qkv(hq=8, hk=2, lq=8, lk=20)
+    want = ORIG(q, k, v, enable_gqa=True)
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert fake_gpu.calls[0]["k"] == ((1, 2, 20, 32) if native_gqa else (1, 8, 20, 32))
+
+
+def test_kernel_failure_falls_back_with_one_warning(fake_gpu):
+    fake_gpu.fail = True
+    q, k, v = _qkv()
+    with patch.patch_sdpa(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patch._warned.clear()
+        a = F.scaled_dot_product_attention(q, k, v)
+        b = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(a, ORIG(q, k, v)) and torch.equal(b, a)
+    assert len([w for w in caught if "quantized kernel failed" in str(w.message)]) == 1
+    assert patch.patch_stats().reasons == {"kernel raised RuntimeError": 2}
+
+
+def test_tracing_goes_to_the_original(fake_gpu):
+    q, k, v = _qkv()
+    with patch.patch_sdpa(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fn = lambda a, b, c: F.scaled_dot_product_attention(a, b, c)
+        traced = torch.jit.trace(fn, (q, k, v), check_trace=False)
+    assert fake_gpu.calls == [] and patch.patch_stats().total == 0
+    assert torch.equal(traced(q, k, v), ORIG(q, k, v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoping: nesting, decorator, exceptions, enable/disable
+
+
+def test_nesting_only_outermost_exit_restores():
+    with patch.patch_sdpa():
+        assert F.scaled_dot_product_attention is patch.scaled_dot_product_attention
+        with patch.patch_sdpa():
+            assert patch.is_active()
+        assert F.scaled_dot_product_attention is patch.scaled_dot_product_attention
+    assert F.scaled_dot_product_attention is ORIG and not patch.is_active()
+
+
+def test_decorator_bare_and_called():
+    @sagebuild.patch_sdpa
+    def bare(x):
+        return F.scaled_dot_product_attention is patch.scaled_dot_product_attention, x
+
+    @sagebuild.patch_sdpa()
+    def called():
+        return F.scaled_dot_product_attention is patch.scaled_dot_product_attention
+
+    assert bare(7) == (True, 7) and called()
+    assert F.scaled_dot_product_attention is ORIG
+
+
+def test_exception_restores_also_when_nested():
+    with pytest.raises(ValueError), patch.patch_sdpa(), patch.patch_sdpa():
+        raise ValueError("inner")
+    assert F.scaled_dot_product_attention is ORIG
+
+    @patch.patch_sdpa
+    def failing():
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        failing()
+    assert F.scaled_dot_product_attention is ORIG
+
+
+def test_enable_disable_and_blocks():
+    sagebuild.enable()
+    sagebuild.enable()  # idempotent
+    assert patch.is_active()
+    with patch.patch_sdpa():
+        pass
+    assert F.scaled_dot_product_attention is patch.scaled_dot_product_attention  # enable still holds it
+    sagebuild.disable()
+    assert F.scaled_dot_product_attention is ORIG
+    with patch.patch_sdpa():
+        sagebuild.enable()
+        sagebuild.disable()  # the block still holds it
+        assert patch.is_active()
+    assert F.scaled_dot_product_attention is ORIG
+
+
+def test_someone_else_replacing_sdpa_is_left_alone():
+    def theirs(*a, **kw):
+        return ORIG(*a, **kw)
+
+    with pytest.warns(RuntimeWarning, match="replaced by someone else"), patch.patch_sdpa():
+        F.scaled_dot_product_attention = theirs
+    assert F.scaled_dot_product_attention is theirs and not patch.is_active()
+    F.scaled_dot_product_attention = ORIG
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads and stats
+
+
+def test_threads_counts_add_up(fake_gpu):
+    q16, k16, v16 = _qkv(hq=2, lq=8, d=16)
+    q32, k32, v32 = _qkv(hq=2, lq=8, d=16, dtype=torch.float32)
+    n_threads, n_calls = 8, 25
+    errors: list[BaseException] = []
+    start = threading.Barrier(n_threads)
+
+    def work(i: int) -> None:
+        try:
+            start.wait()
+            for j in range(n_calls):
+                with patch.patch_sdpa():  # threads enter and leave while others are mid-call
+                    if (i + j) % 2:
+                        F.scaled_dot_product_attention(q16, k16, v16)
+                    else:
+                        F.scaled_dot_product_attention(q32, k32, v32)
+        except BaseException as err:  # pragma: no cover - surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    stats = patch.patch_stats()
+    total = n_threads * n_calls
+    expected_fast = sum((i + j) % 2 for i in range(n_threads) for j in range(n_calls))
+    assert stats.total == total
+    assert stats.accelerated == expected_fast == len(fake_gpu.calls)
+    assert stats.reasons == {"dtype float32 (needs float16/bfloat16)": total - expected_fast}
+    assert F.scaled_dot_product_attention is ORIG
+
+
+def test_stats_snapshot_and_reset(fake_gpu):
+    q, k, v = _qkv()
+    with patch.patch_sdpa():
+        F.scaled_dot_product_attention(q, k, v)
+        snap = patch.patch_stats()
+        F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    assert snap.accelerated == 1 and snap.passed_through == 0 and snap.active
+    d = patch.patch_stats().to_dict()
+    assert d == {"accelerated": 1, "passed_through": 1, "total": 2,
+                 "reasons": {"dtype float32 (needs float16/bfloat16)": 1},
+                 "accelerated_by": {"fakearch/fp16": 1}, "active": False}
+    patch.reset_stats()
+    assert patch.patch_stats().total == 0
+
+
+def test_lazy_reexports():
+    assert sagebuild.patch_stats is patch.patch_stats
+    assert sagebuild.enable is patch.enable and sagebuild.disable is patch.disable
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the real kernels through the patch
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+@pytest.mark.parametrize(
+    ("dtype", "hq", "hk", "n", "d", "causal"),
+    [
+        (torch.float16, 8, 8, 512, 64, False),
+        (torch.float16, 8, 8, 512, 128, True),
+        (torch.bfloat16, 16, 4, 300, 64, True),
+        (torch.float16, 8, 8, 200, 80, False),
+    ],
+)
+def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal):
+    q, k, v = _qkv(b=2, hq=hq, hk=hk, lq=n, d=d, dtype=dtype, device="cuda", seed=3)
+    gqa = hq != hk
+    want = ORIG(q, k, v, is_causal=causal, enable_gqa=gqa)
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        fp32 = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                              enable_gqa=gqa)
+    stats = patch.patch_stats()
+    assert stats.accelerated == 1, stats.to_dict()
+    assert stats.reasons == {"dtype float32 (needs float16/bfloat16)": 1}
+    assert got.dtype == dtype and got.shape == want.shape and torch.isfinite(got).all()
+    cos = F.cosine_similarity(got.float().flatten(), want.float().flatten(), dim=0).item()
+    assert cos > 0.998, cos
+    assert torch.equal(fp32, ORIG(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa))
