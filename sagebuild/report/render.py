@@ -1,0 +1,288 @@
+"""The report as Markdown (a CI job summary) and as one self-contained HTML page.
+
+Both are views of the same ``report.json`` document; neither adds facts of its own.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from sagebuild.report.svg import speedup_chart
+
+_ICON = {"ok": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
+
+
+def _f(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:.{digits}f}"
+    return str(v)
+
+
+def speedup_series(bench: dict[str, Any] | None) -> dict[str, list[tuple[int, float]]]:
+    """Provider → [(seq, speed-up)] for every non-baseline row that has a speed-up."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in (bench or {}).get("rows", []):
+        if row["kind"] != "baseline" and row.get("speedup") is not None:
+            label = row["provider"] + (" (kernel only)" if row["kind"] == "kernel_only" else "")
+            series.setdefault(label, []).append((row["seq"], float(row["speedup"])))
+    return series
+
+
+def chart_title(bench: dict[str, Any] | None) -> str:
+    if bench and bench.get("timing_kind") == "cpu":
+        return "Speed-up vs SDPA — CPU timings (golden model), not a GPU result"
+    return "Speed-up vs SDPA (median time ratio)"
+
+
+def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = [
+        "seq",
+        "provider",
+        "kind",
+        "median ms",
+        "p20–p80 ms",
+        "TFLOPS",
+        "speed-up",
+        "cos",
+        "rel L1",
+        "RMSE",
+        "max abs",
+    ]
+    rows = []
+    for r in bench["rows"]:
+        t, a = r.get("timing"), r.get("accuracy") or {}
+        rows.append(
+            [
+                str(r["seq"]),
+                r["provider"],
+                r["kind"],
+                _f(t and t["median_ms"]),
+                f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
+                _f(r.get("tflops"), 1),
+                _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else ""),
+                _f(a.get("cos"), 6),
+                _f(a.get("rel_l1")),
+                _f(a.get("rmse")),
+                _f(a.get("max_abs")),
+            ]
+        )
+        if r.get("error"):
+            rows[-1][3] = "error: " + r["error"].splitlines()[0][:80]
+    return head, rows
+
+
+def _verify_table(verify: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    head = ["variant", "result", "cos (min)", "rel L1 (max)", "problems / fix"]
+    rows = []
+    for r in verify["results"]:
+        a, b = r.get("accuracy") or {}, r.get("bounds") or {}
+        note = "; ".join(r["problems"]) + (f" → fix: {r['fix']}" if r.get("fix") else "")
+        rows.append(
+            [
+                r["variant"],
+                _ICON["ok" if r["ok"] else "fail"],
+                f"{_f(a.get('cos'), 6)} ({_f(b.get('cos_min'), 6)})",
+                f"{_f(a.get('rel_l1'))} ({_f(b.get('rel_l1_max'))})",
+                note or "–",
+            ]
+        )
+    return head, rows
+
+
+# ---- Markdown -------------------------------------------------------------------------------
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """A compact summary for ``$GITHUB_STEP_SUMMARY`` / a merge-request comment."""
+    verdict = "passed" if report["ok"] else f"FAILED (exit {report['exit_code']})"
+    lines = [
+        f"## sagebuild accept: {_ICON['ok' if report['ok'] else 'fail']} {verdict}",
+        "",
+        f"Profile **{report['profile']['name']}** ({report['profile']['why']}) · "
+        f"sagebuild {report['sagebuild_version']} · {report['created']}",
+        "",
+    ]
+    lines += _md_table(
+        ["step", "result", "exit", "seconds", "summary"],
+        [
+            [
+                s["name"],
+                f"{_ICON[s['status']]} {s['status']}",
+                str(s["exit_code"]),
+                _f(s["seconds"], 1),
+                s["summary"],
+            ]
+            for s in report["steps"]
+        ],
+    )
+    checks = report["checks"]
+    counts = {k: sum(c["status"] == k for c in checks) for k in ("ok", "warn", "fail", "skip")}
+    lines += [
+        "",
+        f"### Doctor: {counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail, {counts['skip']} skip",
+    ]
+    bad = [c for c in checks if c["status"] in ("fail", "warn")]
+    if bad:
+        lines += [""] + _md_table(
+            ["check", "status", "detail", "fix"],
+            [
+                [c["title"], f"{_ICON[c['status']]} {c['status']}", c["detail"], c.get("fix") or "–"]
+                for c in bad
+            ],
+        )
+    for s in report["steps"]:
+        for m in s["explanation"]:
+            lines += ["", f"**{s['name']} failed — {m['title']}**: {m['cause']}  ", f"fix: `{m['fix']}`"]
+    if report.get("verify"):
+        v = report["verify"]
+        lines += [
+            "",
+            f"### Verify ({v['mode']}, {v['device']}, {'×'.join(map(str, v['shape']))} {v['dtype']})",
+            "",
+            f"_{v['note']}_",
+            "",
+        ]
+        lines += _md_table(*_verify_table(v))
+    if report.get("bench"):
+        b = report["bench"]
+        label = (
+            "CPU timings — not a GPU result" if b["timing_kind"] == "cpu" else f"GPU: {b.get('device_name')}"
+        )
+        lines += [
+            "",
+            f"### Bench ({label})",
+            "",
+            f"SDPA backend: **{b['sdpa_backend']['name']}** ({b['sdpa_backend']['how']}); timing: "
+            f"{b['method']}. {b['note']}",
+            "",
+        ]
+        lines += _md_table(*_bench_table(b))
+        g = b["gate"]
+        gate_s = f"speed gate ≥ {g['min_speedup']:g}×" if g["speed_gate_applied"] else "no speed gate"
+        lines += [
+            "",
+            f"Gate: {gate_s}; "
+            + (
+                "all within thresholds"
+                if not g["failures"]
+                else "below threshold: " + "; ".join(g["failures"])
+            ),
+        ]
+    files = [f"`{k}`: {v}" for k, v in report["files"].items() if v]
+    if files:
+        lines += ["", "Files: " + " · ".join(files)]
+    return "\n".join(lines) + "\n"
+
+
+# ---- HTML -----------------------------------------------------------------------------------
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
+th{background:#f4f4f4}.ok{color:#186a18}.fail{color:#b00}.warn{color:#a60}.skip{color:#777}
+code,pre{background:#f6f6f6}pre{padding:.6em;overflow:auto;font-size:12px}"""
+
+
+def _html_table(head: list[str], rows: list[list[str]], status_col: int | None = None) -> str:
+    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cells = []
+        for i, c in enumerate(r):
+            cls = f' class="{escape(c.split()[-1])}"' if i == status_col and c else ""
+            cells.append(f"<td{cls}>{escape(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def to_html(report: dict[str, Any]) -> str:
+    """One self-contained page (inline CSS and SVG; no scripts, no external assets)."""
+    import json
+
+    ok = report["ok"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>sagebuild report — {escape(report['profile']['name'])}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f'<h1>sagebuild accept: <span class="{"ok" if ok else "fail"}">'
+        f"{'passed' if ok else 'FAILED (exit ' + str(report['exit_code']) + ')'}</span></h1>",
+        f"<p>Profile <b>{escape(report['profile']['name'])}</b> ({escape(report['profile']['why'])}) · "
+        f"sagebuild {escape(report['sagebuild_version'])} · {escape(report['created'])}</p>",
+        "<h2>Steps</h2>",
+        _html_table(
+            ["step", "status", "exit", "seconds", "summary"],
+            [
+                [s["name"], s["status"], str(s["exit_code"]), _f(s["seconds"], 1), s["summary"]]
+                for s in report["steps"]
+            ],
+            status_col=1,
+        ),
+    ]
+    for s in report["steps"]:
+        if s["error"]:
+            parts.append(f"<h3>{escape(s['name'])}: error</h3><pre>{escape(s['error'][-4000:])}</pre>")
+        for m in s["explanation"]:
+            parts.append(
+                f"<p><b>{escape(m['title'])}</b>: {escape(m['cause'])}<br>fix: "
+                f"<code>{escape(m['fix'])}</code></p>"
+            )
+    b = report.get("bench")
+    parts.append("<h2>Speed-up</h2>")
+    gate = b["gate"]["min_speedup"] if b and b["gate"]["speed_gate_applied"] else None
+    parts.append(speedup_chart(speedup_series(b), chart_title(b), gate))
+    if b:
+        kind = (
+            "CPU timings — not a GPU result" if b["timing_kind"] == "cpu" else f"GPU {b.get('device_name')}"
+        )
+        parts += [
+            f"<h2>Bench ({escape(kind)})</h2>",
+            f"<p>SDPA backend: <b>{escape(b['sdpa_backend']['name'])}</b> "
+            f"({escape(b['sdpa_backend']['how'])}). Timing: {escape(b['method'])}. {escape(b['note'])}</p>",
+            _html_table(*_bench_table(b)),
+        ]
+        if b["gate"]["failures"]:
+            parts.append(
+                '<p class="fail">Below threshold: ' + escape("; ".join(b["gate"]["failures"])) + "</p>"
+            )
+    v = report.get("verify")
+    if v:
+        parts += [
+            f"<h2>Verify ({escape(v['mode'])} on {escape(v['device'])})</h2>",
+            f"<p>{escape(v['note'])}</p>",
+            _html_table(*_verify_table(v)),
+        ]
+    parts += [
+        "<h2>Doctor checks</h2>",
+        _html_table(
+            ["check", "status", "detail", "fix"],
+            [[c["title"], c["status"], c["detail"], c.get("fix") or ""] for c in report["checks"]],
+            status_col=1,
+        ),
+    ]
+    parts.append(
+        "<h2>Files</h2><ul>"
+        + "".join(
+            f"<li>{escape(k)}: <code>{escape(str(p))}</code></li>" for k, p in report["files"].items() if p
+        )
+        + "</ul>"
+    )
+    if report.get("facts") is not None:
+        parts.append(
+            "<details><summary>Probe facts</summary><pre>"
+            + escape(json.dumps(report["facts"], indent=2, default=str))
+            + "</pre></details>"
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

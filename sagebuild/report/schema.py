@@ -1,0 +1,107 @@
+"""The report's JSON Schema and a small validator for the subset of JSON Schema it uses.
+
+No ``jsonschema`` dependency: the validator understands type (with null unions), const, enum,
+required, properties, additionalProperties, items, minimum, oneOf and local ``$ref`` — enough
+to check every report before it is written, and in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+REPORT_KIND = "sagebuild-report"
+REPORT_SCHEMA_VERSION = 1
+
+_TYPES: dict[str, Any] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def load_schema() -> dict[str, Any]:
+    """The bundled ``report.schema.json``."""
+    return json.loads((resources.files("sagebuild.data") / "report.schema.json").read_text(encoding="utf-8"))
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name == "boolean":
+        return isinstance(value, bool)
+    return isinstance(value, _TYPES[name])
+
+
+def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:
+    """All violations as ``path: problem`` strings; an empty list means valid."""
+    root = schema if schema is not None else load_schema()
+    errors: list[str] = []
+    _check(instance, root, root, "$", errors)
+    return errors
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        ref = node["$ref"]
+        if not ref.startswith("#/"):
+            raise ValueError(f"only local $ref is supported, got {ref}")
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def _check(value: Any, node: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]) -> None:
+    node = _resolve(node, root)
+    if "oneOf" in node:
+        results = [validate_sub(value, s, root, path) for s in node["oneOf"]]
+        passing = sum(not r for r in results)
+        if passing == 0:
+            # The closest alternative says what is wrong: one whose type fits, then the fewest errors.
+            def distance(errs: list[str]) -> tuple[bool, int]:
+                return (any(e.startswith(f"{path}: expected") for e in errs), len(errs))
+
+            errors.extend(min(results, key=distance))
+        elif passing > 1:
+            errors.append(f"{path}: matches {passing} of the oneOf alternatives (must match exactly 1)")
+        return
+    if "type" in node:
+        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+        if not any(_is_type(value, t) for t in types):
+            errors.append(f"{path}: expected {' or '.join(types)}, got {type(value).__name__}")
+            return
+    if "const" in node and value != node["const"]:
+        errors.append(f"{path}: expected {node['const']!r}, got {value!r}")
+    if "enum" in node and value not in node["enum"]:
+        errors.append(f"{path}: {value!r} is not one of {node['enum']}")
+    if "minimum" in node and _is_type(value, "number") and value < node["minimum"]:
+        errors.append(f"{path}: {value} is below the minimum {node['minimum']}")
+    if isinstance(value, dict):
+        props = node.get("properties", {})
+        for key in node.get("required", []):
+            if key not in value:
+                errors.append(f"{path}: missing required key {key!r}")
+        extra = node.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in props:
+                _check(item, props[key], root, f"{path}.{key}", errors)
+            elif extra is False:
+                errors.append(f"{path}: unexpected key {key!r}")
+            elif isinstance(extra, dict):
+                _check(item, extra, root, f"{path}.{key}", errors)
+    if isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            _check(item, node["items"], root, f"{path}[{i}]", errors)
+
+
+def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
+    errors: list[str] = []
+    _check(value, node, root, path, errors)
+    return errors

@@ -1,0 +1,90 @@
+"""A hand-written inline SVG line chart: speed-up over SDPA against sequence length.
+
+No plotting library: the report must be one self-contained file that renders anywhere.
+The x axis is log2(sequence length); a dashed line marks 1.0× and, when set, the gate.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+W, H = 640, 320
+_L, _R, _T, _B = 60, 170, 30, 45  # margins: left, right (legend), top, bottom
+
+
+def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: float | None = None) -> str:
+    """``series`` maps a provider name to (seq, speed-up) points; returns an ``<svg>`` element."""
+    pts = [p for s in series.values() for p in s]
+    seqs = sorted({p[0] for p in pts}) or [1024]
+    ys = [p[1] for p in pts] + [1.0] + ([gate] if gate else [])
+    y_max = max(ys) * 1.15
+    x_lo, x_hi = math.log2(seqs[0]), math.log2(seqs[-1])
+    if x_hi == x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    pw, ph = W - _L - _R, H - _T - _B
+
+    def x(seq: float) -> float:
+        return _L + (math.log2(seq) - x_lo) / (x_hi - x_lo) * pw
+
+    def y(v: float) -> float:
+        return _T + ph - v / y_max * ph
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="speedup-chart" width="{W}" height="{H}" '
+        f'viewBox="0 0 {W} {H}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>',
+        f'<text x="{W / 2:.0f}" y="18" text-anchor="middle" font-size="14">{escape(title)}</text>',
+        f'<line x1="{_L}" y1="{_T + ph}" x2="{_L + pw}" y2="{_T + ph}" stroke="black"/>',
+        f'<line x1="{_L}" y1="{_T}" x2="{_L}" y2="{_T + ph}" stroke="black"/>',
+    ]
+    for s in seqs:
+        out.append(
+            f'<line x1="{x(s):.1f}" y1="{_T + ph}" x2="{x(s):.1f}" y2="{_T + ph + 5}" stroke="black"/>'
+        )
+        out.append(f'<text x="{x(s):.1f}" y="{_T + ph + 18}" text-anchor="middle" font-size="11">{s}</text>')
+    out.append(
+        f'<text x="{_L + pw / 2:.0f}" y="{H - 6}" text-anchor="middle" font-size="12">'
+        "sequence length (log scale)</text>"
+    )
+    for i in range(5):
+        v = y_max * i / 4
+        out.append(f'<text x="{_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v:.2f}</text>')
+        out.append(f'<line x1="{_L}" y1="{y(v):.1f}" x2="{_L + pw}" y2="{y(v):.1f}" stroke="#eee"/>')
+    out.append(
+        f'<text x="14" y="{_T + ph / 2:.0f}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {_T + ph / 2:.0f})">speed-up vs SDPA (×)</text>'
+    )
+    out.append(
+        f'<line x1="{_L}" y1="{y(1.0):.1f}" x2="{_L + pw}" y2="{y(1.0):.1f}" stroke="#888" '
+        'stroke-dasharray="4 3"/>'
+    )
+    if gate:
+        out.append(
+            f'<line class="gate" x1="{_L}" y1="{y(gate):.1f}" x2="{_L + pw}" y2="{y(gate):.1f}" '
+            'stroke="#d62728" stroke-dasharray="8 4"/>'
+        )
+        out.append(
+            f'<text x="{_L + pw - 4}" y="{y(gate) - 4:.1f}" text-anchor="end" font-size="10" '
+            f'fill="#d62728">gate {gate:g}×</text>'
+        )
+    for i, (name, points) in enumerate(series.items()):
+        color = _COLORS[i % len(_COLORS)]
+        pts_s = sorted(points)
+        if len(pts_s) > 1:
+            coords = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in pts_s)
+            out.append(
+                f'<polyline class="series" points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>'
+            )
+        for s, v in pts_s:
+            out.append(
+                f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3.5" fill="{color}">'
+                f"<title>{escape(name)} @ {s}: {v:.3f}×</title></circle>"
+            )
+        ly = _T + 14 + i * 18
+        out.append(f'<rect x="{W - _R + 12}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
+        out.append(f'<text x="{W - _R + 30}" y="{ly + 1}" font-size="11">{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
