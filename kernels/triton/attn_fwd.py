@@ -1,0 +1,394 @@
+"""Triton attention forward: INT8 Q·Kᵀ, online softmax in exp2, P·V in FP16 or FP8.
+
+One kernel serves every variant through constexpr switches:
+
+* ``PV_FP8``: P (in [0, 1]) scaled by FP8_MAX and V (per-channel FP8) multiplied in FP8 with a
+  fresh FP32 accumulator per key tile, added into the FP32 output accumulator (two-level
+  accumulation: FP8 MMA units accumulate with ~22 bits). Otherwise P·V in V's 16-bit type.
+* ``Q_INT8``: Q arrives pre-quantized (scales already times sm_scale·log2e); otherwise the
+  kernel quantizes its FP16/BF16 Q tile in registers (no launch, no extra pass over Q).
+* ``CAUSAL``: bottom-right aligned: query i sees keys j <= i + (N_k - N_q) (FlashAttention ≥ 2.1,
+  SDPA's ``causal_lower_right``). Key tiles wholly below the diagonal run without any mask;
+  only the diagonal tiles and a ragged last tile pay for it.
+* GQA/MQA: query head h reads KV head h // (H // H_kv). Layouts, padding and varlen are strides
+  and masks (see ``layout.SeqView``); nothing is copied.
+* ``RETURN_LSE``: log-sum-exp (natural log) of the *unsmoothed* scores sm_scale·q·kᵀ, i.e. the
+  smoothed kernel's value plus sm_scale·q·mean(K)ᵀ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .configs import K_BLK, LaunchConfig
+from .layout import SeqView
+from .quant import LOG2E, round_half_away, seq_base
+
+
+@triton.jit
+def _attn_tiles(
+    acc,
+    l_i,
+    m_i,
+    q,
+    qs,
+    K,
+    V,
+    KS,
+    k_base,
+    v_base,
+    ks_base,
+    n_k,
+    lo,
+    hi,
+    diag,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_d,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KS_BLK: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PV_FP8: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    V_PADDED: tl.constexpr,
+):
+    """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if MASKED:
+            col_ok = cols < n_k
+            k = tl.load(
+                K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=col_ok[:, None], other=0
+            )
+            ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
+        else:
+            k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
+            ks = tl.load(KS + ks_base + cols // KS_BLK)
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * qs[:, None] * ks[None, :]
+        if MASKED:
+            ok = col_ok[None, :]
+            if CAUSAL:
+                ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_use = m_new
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        v_ptrs = V + v_base + cols[:, None] * stride_vn + offs_d[None, :]
+        if MASKED:
+            v_mask = col_ok[:, None]
+            if V_PADDED:
+                v_mask = v_mask & (offs_d < HEAD_DIM)[None, :]
+            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+        elif V_PADDED:
+            v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        if PV_FP8:
+            acc += tl.dot((p * FP8_MAX).to(v.dtype), v)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    QF,
+    QI,
+    QS,
+    K,
+    KS,
+    V,
+    VS,
+    KM,
+    Out,
+    LSE,
+    CUQ,
+    CUK,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_ib,
+    stride_ih,
+    stride_in,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    H,
+    GROUP,
+    N_Q,
+    N_K,
+    QS_NBLK,
+    KS_NBLK,
+    q_scale_mul,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    Q_BLK: tl.constexpr,
+    KS_BLK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PV_FP8: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    Q_INT8: tl.constexpr,
+    RETURN_LSE: tl.constexpr,
+    SMOOTH_K: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    V_PADDED: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if CAUSAL:  # the longest rows first: better tail balance across SMs
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // GROUP
+    q_base, n_q = seq_base(CUQ, b, N_Q, stride_qb, stride_qn, IS_VARLEN)
+    k_base, n_k = seq_base(CUK, b, N_K, stride_kb, stride_kn, IS_VARLEN)
+    v_base, _ = seq_base(CUK, b, N_K, stride_vb, stride_vn, IS_VARLEN)
+    o_base, _ = seq_base(CUQ, b, N_Q, stride_ob, stride_on, IS_VARLEN)
+    q_base += h.to(tl.int64) * stride_qh
+    k_base += hk.to(tl.int64) * stride_kh
+    v_base += hk.to(tl.int64) * stride_vh
+    o_base += h.to(tl.int64) * stride_oh
+    start_m = pid_m * BLOCK_M
+    if start_m < n_q:
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        row_ok = offs_m < n_q
+        d_ok = offs_d < HEAD_DIM
+        kv_bh = (b * (H // GROUP) + hk).to(tl.int64)
+
+        # Q: INT8 tile and its per-row scale (sm_scale·log2e folded in).
+        if Q_INT8 and not RETURN_LSE:
+            qf = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        else:
+            qf = tl.load(
+                QF + q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+        if Q_INT8:
+            i_base, _ = seq_base(CUQ, b, N_Q, stride_ib, stride_in, IS_VARLEN)
+            i_base += h.to(tl.int64) * stride_ih
+            q = tl.load(
+                QI + i_base + offs_m[:, None] * stride_in + offs_d[None, :], mask=row_ok[:, None], other=0
+            )
+            qs = tl.load(QS + pid_bh.to(tl.int64) * QS_NBLK + offs_m // Q_BLK, mask=row_ok, other=0.0)
+        else:
+            amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * BLOCK_D)), axis=1)
+            step = tl.maximum(amax, 1e-8) / 127.0
+            step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
+            qr = round_half_away(tl.math.div_rn(qf, step_row[:, None]))
+            q = tl.minimum(tl.maximum(qr, -127.0), 127.0).to(tl.int8)
+            qs = step_row * q_scale_mul
+
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        ks_base = kv_bh * KS_NBLK
+
+        # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
+        diag = n_k - n_q
+        if CAUSAL:
+            hi = tl.minimum(n_k, start_m + BLOCK_M + diag)
+            full = tl.maximum(tl.minimum(hi, start_m + diag + 1), 0) // BLOCK_N * BLOCK_N
+            hi = tl.maximum(hi, 0)
+        else:
+            hi = n_k
+            full = n_k // BLOCK_N * BLOCK_N
+        acc, l_i, m_i = _attn_tiles(
+            acc,
+            l_i,
+            m_i,
+            q,
+            qs,
+            K,
+            V,
+            KS,
+            k_base,
+            v_base,
+            ks_base,
+            n_k,
+            0,
+            full,
+            diag,
+            stride_kn,
+            stride_vn,
+            offs_m,
+            offs_d,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            KS_BLK,
+            False,
+            CAUSAL,
+            PV_FP8,
+            FP8_MAX,
+            V_PADDED,
+        )
+        acc, l_i, m_i = _attn_tiles(
+            acc,
+            l_i,
+            m_i,
+            q,
+            qs,
+            K,
+            V,
+            KS,
+            k_base,
+            v_base,
+            ks_base,
+            n_k,
+            full,
+            hi,
+            diag,
+            stride_kn,
+            stride_vn,
+            offs_m,
+            offs_d,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            KS_BLK,
+            True,
+            CAUSAL,
+            PV_FP8,
+            FP8_MAX,
+            V_PADDED,
+        )
+
+        inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
+        if PV_FP8:
+            vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
+            out = acc * (vs / FP8_MAX)[None, :] * inv_l[:, None]
+        else:
+            out = acc * inv_l[:, None]
+        tl.store(
+            Out + o_base + offs_m[:, None] * stride_on + offs_d[None, :],
+            out.to(Out.dtype.element_ty),
+            mask=row_ok[:, None] & d_ok[None, :],
+        )
+        if RETURN_LSE:
+            lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634
+            if SMOOTH_K:
+                km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
+                lse += tl.sum(qf * km[None, :], axis=1) * sm_scale
+            lse = tl.where(l_i > 0, lse, float("-inf"))
+            tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
+
+
+@dataclass
+class QuantizedKV:
+    """K (and, for FP8 P·V, V) after quantization, as the attention kernel reads them."""
+
+    k: SeqView  # int8 [.., Dp]
+    k_scale: torch.Tensor  # float32 [B, Hkv, cdiv(N_k, k_blk)]
+    k_blk: int
+    km: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] or None (smooth_k=False)
+    v: SeqView  # fp8 [.., Dp] (FP8 path) or the caller's fp16/bf16 V
+    v_scale: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] (FP8 path)
+
+
+@dataclass
+class QuantizedQ:
+    """Q quantized outside the attention kernel (the extension's path)."""
+
+    q: SeqView  # int8 [.., Dp]
+    scale: torch.Tensor  # float32 [B, H, cdiv(N_q, blk)], sm_scale·log2e folded in
+    blk: int
+
+
+def attention_forward(
+    q: SeqView,
+    kv: QuantizedKV,
+    out: SeqView,
+    cfg: LaunchConfig,
+    *,
+    head_dim_pad: int,
+    sm_scale: float,
+    causal: bool,
+    pv_fp8: bool,
+    q_blk: int,
+    fp8_max: float = 448.0,
+    q_int8: Optional[QuantizedQ] = None,
+    lse: Optional[torch.Tensor] = None,
+) -> None:
+    """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given)."""
+    group = q.heads // kv.k.heads
+    qi = q_int8.q if q_int8 is not None else q
+    qs = q_int8.scale if q_int8 is not None else kv.k_scale
+    q_blk = q_int8.blk if q_int8 is not None else q_blk
+    if cfg.block_m % q_blk:
+        raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
+    grid = (triton.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
+    dummy = kv.k_scale
+    _attn_fwd_kernel[grid](
+        q.t,
+        qi.t,
+        qs,
+        kv.k.t,
+        kv.k_scale,
+        kv.v.t,
+        kv.v_scale if kv.v_scale is not None else dummy,
+        kv.km if kv.km is not None else dummy,
+        out.t,
+        lse if lse is not None else dummy,
+        q.cu,
+        kv.k.cu,
+        *q.strides(),
+        *qi.strides(),
+        *kv.k.strides(),
+        *kv.v.strides(),
+        *out.strides(),
+        q.heads,
+        group,
+        q.max_len,
+        kv.k.max_len,
+        qs.shape[-1],
+        kv.k_scale.shape[-1],
+        sm_scale * LOG2E,
+        sm_scale,
+        HEAD_DIM=q.head_dim,
+        BLOCK_D=head_dim_pad,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        Q_BLK=q_blk,
+        KS_BLK=kv.k_blk,
+        CAUSAL=causal,
+        PV_FP8=pv_fp8,
+        FP8_MAX=fp8_max,
+        Q_INT8=q_int8 is not None,
+        RETURN_LSE=lse is not None,
+        SMOOTH_K=kv.km is not None,
+        IS_VARLEN=q.is_varlen,
+        V_PADDED=kv.v.head_dim != head_dim_pad,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward"]

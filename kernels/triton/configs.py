@@ -1,0 +1,128 @@
+"""Launch configurations of the attention kernels: a versioned table, not a per-run autotune.
+
+Autotuning at run time costs users seconds on every new shape; instead the winners of tuning
+runs on real GPUs are kept here, keyed by (arch family, padded head dim, P·V variant, causal).
+Rows are matched top to bottom and ``"*"`` matches anything, so the specific rows come first.
+
+For tuning runs a config can be forced without editing this file: the keyword ``config=`` of
+the attention functions, or the environment variable ``SAGEBUILD_ATTN_CONFIG="BLOCK_M,BLOCK_N,
+num_warps,num_stages"`` (the keyword wins).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Union
+
+# Bump when a row changes, so benchmark records can say which table produced them.
+CONFIG_TABLE_VERSION = "2025.1"
+
+# Head dims the kernels run natively; smaller ones are padded up to the next entry.
+NATIVE_HEAD_DIMS = (64, 128)
+
+# K is quantized in blocks of this many tokens whatever BLOCK_N is (the kernel gathers one
+# scale per key column), so K's quantization does not change when a config is tuned.
+K_BLK = 64
+
+ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile sizes and launch parameters of one attention kernel launch."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def q_blk(self, qk_quant_gran: str) -> int:
+        """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
+        if qk_quant_gran == "per_block":
+            return self.block_m
+        return min(self.block_m, max(16, self.block_m // self.num_warps))
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.block_m, self.block_n, self.num_warps, self.num_stages)
+
+
+ConfigLike = Union[LaunchConfig, tuple, list, str]
+
+# (family, head_dim, variant, causal) -> config. variant: "fp16" | "fp8" | "*"; causal: bool | "*".
+_TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] = [
+    # Hopper: wgmma wants BLOCK_M 128 over two warpgroups at head dim 128.
+    ("Hopper", 128, "fp8", "*", LaunchConfig(128, 128, 8, 3)),
+    ("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
+    ("Hopper", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    # Ampere / Ada / consumer Blackwell: mma.sync, smaller shared memory.
+    ("Ampere", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
+    ("Ampere", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    ("Ada", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
+    ("Ada", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    ("Blackwell", "*", "*", "*", LaunchConfig(128, 64, 8, 3)),
+    # AMD: CDNA (wave64 MFMA) and RDNA (wave32 WMMA); AMD's Triton pipeliner prefers few stages.
+    ("CDNA3", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    ("CDNA4", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    ("CDNA2", "*", "*", "*", LaunchConfig(128, 64, 4, 1)),
+    ("RDNA4", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
+    ("RDNA3", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
+    # Triton's CPU interpreter (tests): small tiles so that loops and masks are exercised.
+    ("interpreter", "*", "*", "*", LaunchConfig(32, 16, 4, 1)),
+    ("*", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+]
+
+
+def parse_config(value: ConfigLike) -> LaunchConfig:
+    """A LaunchConfig from a config, a 4-tuple or a ``"128,64,8,3"`` string, validated."""
+    if isinstance(value, LaunchConfig):
+        cfg = value
+    else:
+        parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+        if len(parts) != 4:
+            raise ValueError(
+                f"attention config {value!r} must have 4 entries: BLOCK_M,BLOCK_N,num_warps,num_stages"
+            )
+        try:
+            cfg = LaunchConfig(*(int(p) for p in parts))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"attention config {value!r} must be four integers") from exc
+    for name, v in (("BLOCK_M", cfg.block_m), ("BLOCK_N", cfg.block_n), ("num_warps", cfg.num_warps)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"attention config {value!r}: {name} must be a power of two, got {v}")
+    if cfg.block_m < 16 or cfg.block_n < 16:
+        raise ValueError(f"attention config {value!r}: BLOCK_M and BLOCK_N must be at least 16")
+    if cfg.num_stages < 1:
+        raise ValueError(f"attention config {value!r}: num_stages must be at least 1")
+    return cfg
+
+
+def lookup(
+    family: str, head_dim: int, variant: str, causal: bool, override: ConfigLike | None = None
+) -> LaunchConfig:
+    """The config for one launch: the keyword override, else the env var, else the table."""
+    if override is not None:
+        return parse_config(override)
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return parse_config(env)
+    for fam, hd, var, cau, cfg in _TABLE:
+        if fam in ("*", family) and hd in ("*", head_dim) and var in ("*", variant) and cau in ("*", causal):
+            return cfg
+    raise AssertionError("the config table ends with a catch-all row")
+
+
+def padded_head_dim(head_dim: int) -> int | None:
+    """The native head dim a head dim is padded to, or None when it is too large."""
+    for native in NATIVE_HEAD_DIMS:
+        if head_dim <= native:
+            return native
+    return None
+
+
+def table_rows() -> list[dict]:
+    """The table as plain data (for docs and ``bench`` records)."""
+    return [
+        {"family": f, "head_dim": hd, "variant": v, "causal": c, "config": cfg.as_tuple()}
+        for f, hd, v, c, cfg in _TABLE
+    ]

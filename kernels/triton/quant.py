@@ -1,0 +1,278 @@
+"""Triton quantization kernels: K's mean and V's channel scales, INT8 blocks, FP8 V.
+
+The layout is a contract shared with the C++ extension (``sagebuild.ext``):
+
+* INT8 per block: ``scale = max(amax(|y|), EPS) / 127 * scale_mul`` for each ``blk`` tokens of
+  one head, ``int8 = round_half_away_from_zero(y / (max(amax, EPS) / 127))``; for K,
+  ``y = k - mean_over_tokens(k)`` (per KV head), for Q ``y = q`` and ``scale_mul`` folds in
+  ``sm_scale * log2(e)``. Output [B, H, N, Dp] int8 (Dp = padded head dim, zeros in the pad),
+  scales float32 [B, H, cdiv(N, blk)].
+* FP8 V per channel: ``v_scale = max(amax over tokens of |v|, EPS) / FP8_MAX`` float32
+  [B, H, Dp], ``v_fp8 = saturate(v / v_scale)`` rounded to nearest even.
+
+Two launches for K and V together: one pass for the statistics (mean of K, amax of V), one
+pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
+(no launch at all); ``quant_per_block_int8`` quantizes Q on its own for the pre-quantized path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .layout import SeqView, empty_like_view
+
+EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
+LOG2E = 1.4426950408889634
+assert math.isclose(LOG2E, math.log2(math.e))
+
+
+@triton.jit
+def round_half_away(y):
+    """Round to nearest, ties away from zero (the contract's INT8 rounding)."""
+    return tl.where(y >= 0, tl.floor(y + 0.5), tl.ceil(y - 0.5))
+
+
+@triton.jit
+def seq_base(CU, b, N, stride_b, stride_n, IS_VARLEN: tl.constexpr):
+    """(offset of sequence b's first token, its length) for dense or packed inputs."""
+    if IS_VARLEN:
+        start = tl.load(CU + b)
+        n = tl.load(CU + b + 1) - start
+        base = start.to(tl.int64) * stride_n
+    else:
+        n = N
+        base = b.to(tl.int64) * stride_b
+    return base, n
+
+
+@triton.jit
+def _kv_stats_kernel(
+    K,
+    V,
+    KM,
+    VS,
+    CU,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    H,
+    N,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SPLIT_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    SMOOTH_K: tl.constexpr,
+    V_FP8: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """One program per (sequence, KV head, SPLIT_D channels): mean of K and amax of V over tokens."""
+    pid_bh = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    kbase, n = seq_base(CU, b, N, stride_kb, stride_kn, IS_VARLEN)
+    vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
+    kbase += h.to(tl.int64) * stride_kh
+    vbase += h.to(tl.int64) * stride_vh
+    offs_d = pid_d * SPLIT_D + tl.arange(0, SPLIT_D)
+    offs_c = tl.arange(0, CHUNK)
+    ksum = tl.zeros([SPLIT_D], dtype=tl.float32)
+    vmax = tl.zeros([SPLIT_D], dtype=tl.float32)
+    for start in range(0, n, CHUNK):
+        rows = start + offs_c
+        mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
+        if SMOOTH_K:
+            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
+            ksum += tl.sum(k.to(tl.float32), axis=0)
+        if V_FP8:
+            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+            vmax = tl.maximum(vmax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
+    if SMOOTH_K:
+        tl.store(KM + out, ksum / tl.maximum(n, 1).to(tl.float32), mask=offs_d < BLOCK_D)
+    if V_FP8:
+        tl.store(VS + out, tl.maximum(vmax, 1e-8) / FP8_MAX, mask=offs_d < BLOCK_D)
+
+
+@triton.jit
+def _quant_blocks_kernel(
+    X,
+    KM,
+    XQ,
+    XS,
+    V,
+    VS,
+    VQ,
+    CU,
+    stride_xb,
+    stride_xh,
+    stride_xn,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_wb,
+    stride_wh,
+    stride_wn,
+    H,
+    N,
+    NBLK,
+    scale_mul,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLK: tl.constexpr,
+    HAS_MEAN: tl.constexpr,
+    V_FP8: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    xbase, n = seq_base(CU, b, N, stride_xb, stride_xn, IS_VARLEN)
+    qbase, _ = seq_base(CU, b, N, stride_qb, stride_qn, IS_VARLEN)
+    xbase += h.to(tl.int64) * stride_xh
+    qbase += h.to(tl.int64) * stride_qh
+    rows = pid_n * BLK + tl.arange(0, BLK)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = rows < n
+    mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+    x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_MEAN:
+        km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        x = tl.where(mask, x - km[None, :], 0.0)
+    amax = tl.maximum(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 1e-8)
+    step = amax / 127.0
+    xq = tl.minimum(tl.maximum(round_half_away(tl.math.div_rn(x, step)), -127.0), 127.0)
+    tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq.to(tl.int8), mask=row_ok[:, None])
+    tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
+    if V_FP8:
+        vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
+        wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
+        vbase += h.to(tl.int64) * stride_vh
+        wbase += h.to(tl.int64) * stride_wh
+        v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+        vs = tl.load(VS + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        vq = tl.math.div_rn(v.to(tl.float32), vs[None, :])
+        vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
+        tl.store(
+            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :],
+            vq.to(VQ.dtype.element_ty),
+            mask=row_ok[:, None],
+        )
+
+
+def fp8_max(dtype: torch.dtype) -> float:
+    """Largest finite value of an fp8 dtype (448 for e4m3fn, 240 for the fnuz variant)."""
+    return float(torch.finfo(dtype).max)
+
+
+def kv_stats(
+    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype]
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(km float32 [B, Hkv, Dp] or None, v_scale float32 [B, Hkv, Dp] or None) in one launch."""
+    want_v = v is not None and fp8_dtype is not None
+    if not smooth_k and not want_v:
+        return None, None
+    dev = k.t.device
+    km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if smooth_k else None
+    vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
+    vv = v if want_v else k
+    split_d = min(32, head_dim_pad)
+    grid = (k.batch * k.heads, triton.cdiv(head_dim_pad, split_d))
+    _kv_stats_kernel[grid](
+        k.t,
+        vv.t,
+        km if km is not None else vs,
+        vs if vs is not None else km,
+        k.cu,
+        *k.strides(),
+        *vv.strides(),
+        k.heads,
+        k.max_len,
+        HEAD_DIM=k.head_dim,
+        BLOCK_D=head_dim_pad,
+        SPLIT_D=split_d,
+        CHUNK=64,
+        SMOOTH_K=smooth_k,
+        V_FP8=want_v,
+        FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+        IS_VARLEN=k.is_varlen,
+        num_warps=4,
+    )
+    return km, vs
+
+
+def quant_blocks(
+    x: SeqView,
+    km: Optional[torch.Tensor],
+    blk: int,
+    scale_mul: float,
+    head_dim_pad: int,
+    v: Optional[SeqView] = None,
+    vs: Optional[torch.Tensor] = None,
+    fp8_dtype: Optional[torch.dtype] = None,
+) -> tuple[SeqView, torch.Tensor, Optional[SeqView]]:
+    """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when vs is given.
+
+    Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None); outputs are
+    contiguous with the padded head dim.
+    """
+    xq = empty_like_view(x, head_dim_pad, torch.int8)
+    nblk = triton.cdiv(x.max_len, blk)
+    xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
+    want_v = v is not None and vs is not None and fp8_dtype is not None
+    vq = empty_like_view(v, head_dim_pad, fp8_dtype) if want_v else None
+    vv, ww = (v, vq) if want_v else (x, xq)
+    _quant_blocks_kernel[(nblk, x.batch * x.heads)](
+        x.t,
+        km if km is not None else xs,
+        xq.t,
+        xs,
+        vv.t,
+        vs if vs is not None else xs,
+        ww.t,
+        x.cu,
+        *x.strides(),
+        *xq.strides(),
+        *vv.strides(),
+        *ww.strides(),
+        x.heads,
+        x.max_len,
+        nblk,
+        float(scale_mul),
+        HEAD_DIM=x.head_dim,
+        BLOCK_D=head_dim_pad,
+        BLK=blk,
+        HAS_MEAN=km is not None,
+        V_FP8=want_v,
+        FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+        IS_VARLEN=x.is_varlen,
+        num_warps=4,
+    )
+    return xq, xs, vq
+
+
+def quant_kv(
+    k: SeqView, v: SeqView, head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype], blk: int
+) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
+    """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel: two launches.
+
+    Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale or None).
+    """
+    km, vs = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
+    kq, ks, vq = quant_blocks(k, km, blk, 1.0, head_dim_pad, v=v, vs=vs, fp8_dtype=fp8_dtype)
+    return kq, ks, km, vq, vs

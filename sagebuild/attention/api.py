@@ -1,0 +1,312 @@
+"""Public attention functions, with upstream SageAttention's names and keywords.
+
+Each call: validate (views, no copies) → pick the variant and launch config → quantize K (and V
+for FP8 P·V) in two launches → one attention launch that also quantizes Q in registers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from sagebuild.attention import dispatch
+from sagebuild.attention.validate import (
+    AttentionInputError,
+    check_dense,
+    check_sm_scale,
+    check_varlen,
+)
+from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward
+
+GRANULARITIES = ("per_warp", "per_block")
+BACKENDS = ("auto", "triton", "ext")
+PV_ACCUM = ("fp32+fp32", "fp32")
+
+
+def _ext_ops(device: torch.device, backend: str) -> Any:
+    """The C++ extension's quantization ops when asked for (or available under "auto")."""
+    if backend not in BACKENDS:
+        raise AttentionInputError(
+            f"quantization_backend must be one of {BACKENDS}, got {backend!r}",
+            "pass 'auto', 'triton' or 'ext'",
+        )
+    if backend == "triton":
+        return None
+    try:
+        from sagebuild import ext
+    except ImportError:
+        ops = None
+    else:
+        ops = ext.get_quant_ops(device)
+    if ops is None and backend == "ext":
+        raise AttentionInputError(
+            "quantization_backend='ext' but the C++ extension is not built for this device",
+            "run `sagebuild compile`, or pass quantization_backend='triton'",
+        )
+    return ops
+
+
+def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
+    return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
+
+
+def _quantize_with_ext(
+    ops: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dp: int,
+    q_blk: int,
+    sm_scale: float,
+    smooth_k: bool,
+    fp8: Optional[torch.dtype],
+) -> tuple[QuantizedQ, QuantizedKV]:
+    """Q, K (and V) quantized by the C++ extension in the contract's layout."""
+    qp, kp, vp = _pad(q, dp), _pad(k, dp), _pad(v, dp)
+    km = ops.k_mean(kp) if smooth_k else None
+    kq, ks = ops.quant_per_block_int8(kp, km, configs.K_BLK, 1.0)
+    qq, qs = ops.quant_per_block_int8(qp, None, q_blk, sm_scale * quant.LOG2E)
+    vq = vs = None
+    if fp8 is not None:
+        vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
+    km_flat = km.reshape(km.shape[0], km.shape[1], -1).float().contiguous() if km is not None else None
+    kv = QuantizedKV(
+        layout.dense(kq),
+        ks,
+        configs.K_BLK,
+        km_flat,
+        layout.dense(vq) if vq is not None else layout.dense(v),
+        vs,
+    )
+    return QuantizedQ(layout.dense(qq), qs, q_blk), kv
+
+
+def _resolve(
+    arch: str, head_dim: int, pv: str, causal: bool, config: Any
+) -> tuple[int, configs.LaunchConfig]:
+    dp = configs.padded_head_dim(head_dim)
+    assert dp is not None  # validate.check_head_dim ran
+    try:
+        cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, config)
+    except ValueError as exc:
+        raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
+    return dp, cfg
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    tensor_layout: str,
+    is_causal: bool,
+    sm_scale: Optional[float],
+    qk_quant_gran: str,
+    smooth_k: bool,
+    return_lse: bool,
+    pv: str,
+    quantization_backend: str,
+    config: Any = None,
+) -> Any:
+    q_in = q
+    q, k, v = check_dense(q, k, v, tensor_layout)
+    if qk_quant_gran not in GRANULARITIES:
+        raise AttentionInputError(
+            f"qk_quant_gran must be one of {GRANULARITIES}, got {qk_quant_gran!r}",
+            "pass 'per_warp' (finer, default) or 'per_block'",
+        )
+    arch = dispatch.device_arch(q.device)
+    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
+    d = q.shape[-1]
+    scale = check_sm_scale(sm_scale, d)
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
+    q_blk = cfg.q_blk(qk_quant_gran)
+    ops = _ext_ops(q.device, quantization_backend)
+
+    qv = layout.dense(q)
+    q_int8 = None
+    if ops is not None:
+        q_int8, kv = _quantize_with_ext(ops, q, k, v, dp, q_blk, scale, smooth_k, fp8)
+    else:
+        kq, ks, km, vq, vs = quant.quant_kv(
+            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK
+        )
+        kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else layout.dense(v), vs)
+
+    b, h, n, _ = q.shape
+    if tensor_layout == "NHD":
+        out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
+        out_hnd = out.transpose(1, 2)
+    else:
+        out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if return_lse else None
+    attention_forward(
+        qv,
+        kv,
+        layout.dense(out_hnd),
+        cfg,
+        head_dim_pad=dp,
+        sm_scale=scale,
+        causal=bool(is_causal),
+        pv_fp8=fp8 is not None,
+        q_blk=q_blk,
+        fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
+        q_int8=q_int8,
+        lse=lse,
+    )
+    assert out.shape == q_in.shape
+    return (out, lse) if return_lse else out
+
+
+def sageattn_qk_int8_pv_fp16_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    qk_quant_gran: str = "per_warp",
+    smooth_k: bool = True,
+    return_lse: bool = False,
+    quantization_backend: str = "auto",
+    config: Any = None,
+) -> Any:
+    """INT8 Q·Kᵀ, FP16 (or BF16) P·V with FP32 accumulation. Returns out, or (out, lse [B, H, N_q])."""
+    return _attend(
+        q,
+        k,
+        v,
+        tensor_layout=tensor_layout,
+        is_causal=is_causal,
+        sm_scale=sm_scale,
+        qk_quant_gran=qk_quant_gran,
+        smooth_k=smooth_k,
+        return_lse=return_lse,
+        pv="fp16",
+        quantization_backend=quantization_backend,
+        config=config,
+    )
+
+
+def sageattn_qk_int8_pv_fp8_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    qk_quant_gran: str = "per_warp",
+    smooth_k: bool = True,
+    return_lse: bool = False,
+    quantization_backend: str = "auto",
+    pv_accum_dtype: str = "fp32+fp32",
+    config: Any = None,
+) -> Any:
+    """INT8 Q·Kᵀ, FP8 E4M3 P·V with two-level FP32 accumulation. Returns out, or (out, lse)."""
+    if pv_accum_dtype not in PV_ACCUM:
+        raise AttentionInputError(
+            f"pv_accum_dtype {pv_accum_dtype!r} is not offered; supported: {PV_ACCUM} (both accumulate each "
+            "key tile in FP32 and add it into an FP32 buffer)",
+            "pass pv_accum_dtype='fp32+fp32'",
+        )
+    return _attend(
+        q,
+        k,
+        v,
+        tensor_layout=tensor_layout,
+        is_causal=is_causal,
+        sm_scale=sm_scale,
+        qk_quant_gran=qk_quant_gran,
+        smooth_k=smooth_k,
+        return_lse=return_lse,
+        pv="fp8",
+        quantization_backend=quantization_backend,
+        config=config,
+    )
+
+
+_SAGEATTN_KW = ("qk_quant_gran", "smooth_k", "quantization_backend", "pv_accum_dtype", "config")
+
+
+def sageattn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Quantized attention with the variant the GPU's arch gets from the dispatch table."""
+    unknown = sorted(set(kwargs) - set(_SAGEATTN_KW))
+    if unknown:
+        raise AttentionInputError(
+            f"sageattn got unexpected keyword(s) {unknown}; accepted: {list(_SAGEATTN_KW)}",
+            "drop them (attn_mask and dropout are not supported: use SDPA for those)",
+        )
+    device = q.device if isinstance(q, torch.Tensor) else None
+    if device is None:
+        raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
+    variant = dispatch.variant_for_device(device)
+    if variant == dispatch.VARIANTS["fp8"]:
+        return sageattn_qk_int8_pv_fp8_triton(
+            q, k, v, tensor_layout, is_causal, sm_scale, return_lse=return_lse, **kwargs
+        )
+    kwargs.pop("pv_accum_dtype", None)
+    return sageattn_qk_int8_pv_fp16_triton(
+        q, k, v, tensor_layout, is_causal, sm_scale, return_lse=return_lse, **kwargs
+    )
+
+
+def sageattn_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    smooth_k: bool = True,
+    qk_quant_gran: str = "per_warp",
+    pv: str = "auto",
+    config: Any = None,
+) -> torch.Tensor:
+    """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence)."""
+    q, k, v, cuq, cuk = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if qk_quant_gran not in GRANULARITIES:
+        raise AttentionInputError(
+            f"qk_quant_gran must be one of {GRANULARITIES}, got {qk_quant_gran!r}",
+            "pass 'per_warp' or 'per_block'",
+        )
+    if pv not in ("auto", "fp16", "fp8"):
+        raise AttentionInputError(f"pv must be 'auto', 'fp16' or 'fp8', got {pv!r}", "pass pv='auto'")
+    arch = dispatch.device_arch(q.device)
+    if pv == "auto":
+        pv = "fp8" if dispatch.variant_for_device(q.device) == dispatch.VARIANTS["fp8"] else "fp16"
+    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
+    d = q.shape[-1]
+    scale = check_sm_scale(sm_scale, d)
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
+    qv = layout.packed(q, cuq, int(max_seqlen_q))
+    kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
+    kq, ks, km, vq, vs = quant.quant_kv(kvw, vvw, dp, smooth_k, fp8, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else vvw, vs)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    attention_forward(
+        qv,
+        kv,
+        layout.packed(out, cuq, int(max_seqlen_q)),
+        cfg,
+        head_dim_pad=dp,
+        sm_scale=scale,
+        causal=bool(is_causal),
+        pv_fp8=fp8 is not None,
+        q_blk=cfg.q_blk(qk_quant_gran),
+        fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
+    )
+    return out

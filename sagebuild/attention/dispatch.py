@@ -1,0 +1,77 @@
+"""Which kernel variant a device gets: ``sagebuild.archs`` (its ``pv`` column) is the one table."""
+
+from __future__ import annotations
+
+import torch
+
+from sagebuild import archs
+from sagebuild.attention.validate import AttentionInputError, interpreter_enabled
+
+INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
+VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
+
+
+def device_arch(device: torch.device | str | int) -> str:
+    """Canonical arch name of a device (``sm90``, ``gfx1201``), or ``interpreter`` for the CPU interpreter."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if isinstance(device, int):
+        dev = torch.device("cuda", device)
+    if dev.type == "cpu":
+        if interpreter_enabled():
+            return INTERPRETER
+        raise AttentionInputError(
+            "the quantized attention kernels need a GPU; got a CPU device",
+            "move the tensors to a CUDA/ROCm GPU",
+        )
+    if dev.type != "cuda":
+        raise AttentionInputError(f"unsupported device {dev}", "use a CUDA or ROCm GPU")
+    props = torch.cuda.get_device_properties(dev)
+    if getattr(torch.version, "hip", None):
+        return archs.normalize(props.gcnArchName)
+    return archs.cuda_arch(props.major, props.minor)
+
+
+def _row(arch: str) -> archs.Arch:
+    try:
+        archs.pv_path(arch)
+        return archs.get(arch)
+    except archs.UnknownArchError as exc:
+        raise AttentionInputError(
+            str(exc), "use torch.nn.functional.scaled_dot_product_attention on this GPU"
+        ) from None
+
+
+def variant_for_device(device: torch.device | str | int) -> str:
+    """The default variant for a device, from the arch table's ``pv`` column."""
+    arch = device_arch(device)
+    if arch == INTERPRETER:
+        return VARIANTS["fp16"]
+    _row(arch)
+    return VARIANTS[archs.pv_path(arch)]
+
+
+def available_variants(device: torch.device | str | int) -> list[str]:
+    """Every variant that runs on a device: FP16 P·V wherever INT8 runs, FP8 where the arch has FP8."""
+    arch = device_arch(device)
+    if arch == INTERPRETER:
+        return list(VARIANTS.values())
+    row = _row(arch)
+    return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if row.fp8_dtype else [])
+
+
+def family(arch: str) -> str:
+    """The arch family that keys the launch-config table."""
+    return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
+
+
+def fp8_dtype(arch: str) -> torch.dtype:
+    """The FP8 E4M3 dtype the arch's matrix units take, or a clear error when it has none."""
+    if arch == INTERPRETER:
+        return torch.float8_e4m3fn
+    row = _row(arch)
+    if row.fp8_dtype is None:
+        raise AttentionInputError(
+            f"{arch} ({row.family}) has no FP8 matrix units, so the FP8 P·V kernel would be emulated",
+            "use sageattn_qk_int8_pv_fp16_triton (or sageattn, which picks it) on this GPU",
+        )
+    return getattr(torch, row.fp8_dtype)

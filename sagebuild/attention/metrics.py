@@ -1,0 +1,34 @@
+"""Accuracy of an attention output against a reference, the numbers tests and reports use."""
+
+from __future__ import annotations
+
+import torch
+
+
+def accuracy(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """cos (cosine similarity), rel_l1 (Σ|o−r| / Σ|r|), rmse, max_abs, finite, nan_count, inf_count.
+
+    Computed in float64 over the whole tensor; non-finite entries of ``out`` are counted and
+    excluded from the error numbers (``finite`` says whether there were any).
+    """
+    o = out.detach().to(torch.float64).flatten()
+    r = ref.detach().to(torch.float64).flatten().to(o.device)
+    if o.shape != r.shape:
+        raise ValueError(f"shapes differ: out {tuple(out.shape)} vs ref {tuple(ref.shape)}")
+    nan_count = int(torch.isnan(o).sum())
+    inf_count = int(torch.isinf(o).sum())
+    ok = torch.isfinite(o) & torch.isfinite(r)
+    o, r = o[ok], r[ok]
+    diff = o - r
+    denom = float(o.norm() * r.norm())
+    return {
+        "cos": float((o * r).sum()) / denom
+        if denom > 0
+        else (1.0 if float(diff.abs().max(initial=0)) == 0 else 0.0),
+        "rel_l1": float(diff.abs().sum() / r.abs().sum().clamp_min(1e-30)),
+        "rmse": float(diff.pow(2).mean().sqrt()) if diff.numel() else 0.0,
+        "max_abs": float(diff.abs().max()) if diff.numel() else 0.0,
+        "finite": nan_count == 0 and inf_count == 0,
+        "nan_count": nan_count,
+        "inf_count": inf_count,
+    }

@@ -1,0 +1,225 @@
+"""Input checks for the attention API: one clear error per user mistake, never a traceback.
+
+The checks never modify their inputs; they return views, and copy only a tensor whose last
+dimension is not contiguous (the kernels need unit stride along the head dim).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+
+from sagebuild.errors import SagebuildError
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+LAYOUTS = ("HND", "NHD")
+MAX_HEAD_DIM = 128
+
+
+class AttentionInputError(SagebuildError, ValueError):
+    """The inputs of an attention call cannot be served as given."""
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton's CPU interpreter is on (CPU tensors are then accepted, for tests)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _fail(message: str, fix: str) -> AttentionInputError:
+    return AttentionInputError(message, fix)
+
+
+def check_tensors(named: dict[str, torch.Tensor]) -> None:
+    """dtype and device rules shared by the dense and varlen entry points."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise _fail(
+                f"{name} must be a torch.Tensor, got {type(t).__name__}", "pass torch tensors on the GPU"
+            )
+    dtypes = {t.dtype for t in named.values()}
+    for name, t in named.items():
+        if t.dtype == torch.float32:
+            raise _fail(
+                f"{name} is float32; the quantized kernels take float16 or bfloat16 only "
+                "(float32 inputs are the known NaN trap of plugging SageAttention into fp32 models)",
+                "cast q, k and v with .half() or .bfloat16(), or call torch's SDPA for float32",
+            )
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise _fail(
+                f"{name} has dtype {t.dtype}; supported: float16, bfloat16",
+                "cast q, k and v to torch.float16 or torch.bfloat16",
+            )
+    if len(dtypes) != 1:
+        raise _fail(
+            f"q, k and v must share one dtype, got {sorted(str(d) for d in dtypes)}",
+            "cast them to the same dtype",
+        )
+    devices = {t.device for t in named.values()}
+    if len(devices) != 1:
+        raise _fail(
+            f"q, k and v must be on one device, got {sorted(str(d) for d in devices)}",
+            "move them to the same GPU with .to(device)",
+        )
+    device = next(iter(devices))
+    if device.type == "cpu" and not interpreter_enabled():
+        raise _fail(
+            "the quantized attention kernels run on a GPU; the inputs are on the CPU",
+            "move q, k and v to the GPU (.cuda()), or use torch's SDPA on the CPU",
+        )
+    if device.type not in ("cuda", "cpu"):
+        raise _fail(
+            f"unsupported device type {device.type!r}; the kernels run on CUDA and ROCm GPUs",
+            "move q, k and v to a CUDA/ROCm device",
+        )
+
+
+def check_head_dim(d: int) -> None:
+    """Head dims up to 128 are served (64 and 128 natively, others padded)."""
+    if d > MAX_HEAD_DIM or d < 1:
+        raise _fail(
+            f"head dim {d} is not supported: the kernels run head dims 64 and 128 natively and pad "
+            f"any head dim from 1 to {MAX_HEAD_DIM}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
+
+
+def check_sm_scale(sm_scale: Optional[float], head_dim: int) -> float:
+    """The softmax scale: 1/sqrt(head_dim) by default, else a positive finite number."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    try:
+        value = float(sm_scale)
+    except (TypeError, ValueError):
+        raise _fail(f"sm_scale must be a number, got {sm_scale!r}", "pass a float or None") from None
+    if not math.isfinite(value) or value <= 0:
+        raise _fail(
+            f"sm_scale must be positive and finite, got {sm_scale!r}",
+            "pass a positive float, or None for 1/sqrt(head_dim)",
+        )
+    return value
+
+
+def unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its last dim is contiguous; a contiguous copy otherwise (the only copy made)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def check_dense(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tensor_layout: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Validated logical [B, H, N, D] views of q, k, v (NHD inputs become transposed views)."""
+    check_tensors({"q": q, "k": k, "v": v})
+    if tensor_layout not in LAYOUTS:
+        raise _fail(
+            f"tensor_layout must be 'HND' (batch, heads, seq, dim) or 'NHD' (batch, seq, heads, dim), "
+            f"got {tensor_layout!r}",
+            "pass tensor_layout='HND' or 'NHD'",
+        )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise _fail(
+                f"{name} must have 4 dims ({'B, H, N, D' if tensor_layout == 'HND' else 'B, N, H, D'} "
+                f"for tensor_layout={tensor_layout!r}), got shape {tuple(t.shape)}",
+                "reshape to 4 dims, or use sageattn_varlen for packed sequences",
+            )
+    if tensor_layout == "NHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = q.shape, k.shape, v.shape
+    lay = tensor_layout
+    if not (bq == bk == bv):
+        raise _fail(f"batch sizes differ: q {bq}, k {bk}, v {bv}", "pass q, k, v with the same batch size")
+    if not (dq == dk == dv):
+        raise _fail(f"head dims differ: q {dq}, k {dk}, v {dv}", "q, k and v must share the head dim")
+    if nk != nv:
+        raise _fail(
+            f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={lay!r}",
+            "check tensor_layout: 'HND' is (batch, heads, seq, dim), 'NHD' is (batch, seq, heads, dim)",
+        )
+    _check_heads(hq, hk, hv, lay)
+    if nq == 0 or nk == 0 or bq == 0:
+        raise _fail(
+            f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)} (as B, H, N, D)",
+            "pass at least one batch entry, one query and one key",
+        )
+    check_head_dim(dq)
+    return unit_stride(q), unit_stride(k), unit_stride(v)
+
+
+def _check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
+    if hk != hv:
+        raise _fail(
+            f"k and v have different head counts ({hk} vs {hv})", "k and v must have the same number of heads"
+        )
+    if hk == 0 or hq % hk:
+        raise _fail(
+            f"q has {hq} heads and k/v {hk}: q's heads must be a multiple of k's (GQA/MQA)"
+            + (f" — is tensor_layout={layout!r} right?" if layout else ""),
+            "use as many KV heads as query heads, or a divisor of them",
+        )
+
+
+def check_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Validated packed [total, H, D] q, k, v and int32 cumulative lengths on the inputs' device."""
+    check_tensors({"q": q, "k": k, "v": v})
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise _fail(
+                f"{name} must be packed as (total_tokens, heads, dim) for sageattn_varlen, "
+                f"got shape {tuple(t.shape)}",
+                "concatenate the sequences along dim 0",
+            )
+    if k.shape[0] != v.shape[0]:
+        raise _fail(
+            f"k and v hold different token counts ({k.shape[0]} vs {v.shape[0]})",
+            "k and v must be packed from the same sequences",
+        )
+    if not (q.shape[2] == k.shape[2] == v.shape[2]):
+        raise _fail(
+            f"head dims differ: q {q.shape[2]}, k {k.shape[2]}, v {v.shape[2]}",
+            "q, k and v must share the head dim",
+        )
+    _check_heads(q.shape[1], k.shape[1], v.shape[1], "")
+    check_head_dim(q.shape[2])
+    cus = []
+    for name, cu, total, max_len in (
+        ("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+        ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k),
+    ):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
+            raise _fail(
+                f"{name} must be a 1-D tensor of batch+1 cumulative lengths starting at 0",
+                "build it with torch.cumsum over the sequence lengths, prepended with 0",
+            )
+        if cu.dtype not in (torch.int32, torch.int64):
+            raise _fail(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
+        host = cu.detach().to("cpu", torch.int64)
+        lens = host[1:] - host[:-1]
+        if int(host[0]) != 0 or bool((lens < 0).any()) or int(host[-1]) != total:
+            raise _fail(
+                f"{name} must start at 0, never decrease and end at the token count {total}, "
+                f"got {host.tolist()[:8]}{'...' if host.numel() > 8 else ''}",
+                "pass the cumulative sequence lengths of the packed tensor",
+            )
+        if int(max_len) < int(lens.max()):
+            raise _fail(
+                f"max_seqlen for {name} is {max_len} but a sequence has {int(lens.max())} tokens",
+                "pass the longest sequence length",
+            )
+        cus.append(cu.to(device=q.device, dtype=torch.int32))
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise _fail(
+            "cu_seqlens_q and cu_seqlens_k describe different batch sizes",
+            "pass one entry per sequence in both",
+        )
+    return unit_stride(q), unit_stride(k), unit_stride(v), cus[0], cus[1]

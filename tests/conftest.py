@@ -1,0 +1,70 @@
+"""Test setup: Triton's CPU interpreter when there is no GPU, and the ``gpu`` marker's skip.
+
+TRITON_INTERPRET must be set before triton is first imported, hence at this module's import.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _exact_fp8_casts_in_interpreter() -> None:
+    """Make the interpreter's float→fp8 cast round like the GPUs do (nearest even, saturating).
+
+    Triton 3.6's interpreter drops the carry when rounding up crosses a power of two (124.4 →
+    64 instead of 128), which would make every FP8 test measure the interpreter, not our kernels.
+    """
+    import numpy as np
+    from triton.runtime import interpreter as it
+
+    original = it.InterpreterBuilder.create_fp_to_fp
+    targets = {"fp8e4nv": torch.float8_e4m3fn}
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        dst = dst_type.scalar
+        if dst.name in targets and src.data.dtype in (np.float32, np.float16):
+            fp8 = targets[dst.name]
+            fmax = float(torch.finfo(fp8).max)
+            data = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).clamp(-fmax, fmax)
+            return it.TensorHandle(data.to(fp8).view(torch.uint8).numpy(), dst)
+        return original(self, src, dst_type, rounding_mode)
+
+    it.InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
+
+
+def _scalar_index_in_interpreter() -> None:
+    """Let runtime scalars bound ``range`` loops in the interpreter under numpy >= 2.4.
+
+    The interpreter turns a scalar into a Python int with ``int(array)``, which numpy 2.4 refuses
+    for the 1-element arrays it stores scalars in; ``.item()`` is what it means.
+    """
+    from triton.runtime import interpreter as it
+
+    original = it._patch_lang_tensor
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    it._patch_lang_tensor = patch
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _exact_fp8_casts_in_interpreter()
+    _scalar_index_in_interpreter()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
