@@ -1,0 +1,515 @@
+"""``sagebuild bench``: PyTorch SDPA against the quantized kernels, timing and accuracy, with a gate.
+
+Fixed seed, warm-up, then many timed repetitions; the median and the 20th/80th percentiles are
+reported. On a GPU each repetition is timed with device events after the L2 cache is flushed
+(cold-cache numbers, as ``triton.testing.do_bench`` takes them). Rows: SDPA (the baseline,
+with the backend it actually dispatched to), ``sageattn`` (auto dispatch, the whole call with
+quantization), every variant the profile lists as a whole call and kernel-only (inputs
+quantized beforehand). On a CPU the golden model is timed and labelled as CPU timings, and no
+speed gate applies; accuracy bounds apply everywhere.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Optional
+
+from sagebuild.errors import Exit, SagebuildError
+
+LAYOUTS = ("HND", "NHD")
+AUTO = "sageattn"
+SDPA = "sdpa"
+_SDPA_OPS = {  # the aten op SDPA dispatches to → backend name
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_flash_attention_for_cpu": "cpu-flash",
+    "_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    batch: int
+    heads: int
+    seq: tuple[int, ...]
+    head_dim: int
+    dtype: str
+    causal: bool
+    layout: str = "HND"
+    warmup: int = 10
+    reps: int = 50
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seq"] = list(self.seq)
+        return d
+
+
+def parse_int_list(text: str | int | list[int] | tuple[int, ...], what: str) -> tuple[int, ...]:
+    """``"1024,4096"`` → (1024, 4096); a clear usage error for anything else."""
+    if isinstance(text, int):
+        return (text,)
+    if isinstance(text, (list, tuple)):
+        return tuple(int(x) for x in text)
+    try:
+        vals = tuple(int(x) for x in str(text).replace(" ", "").split(",") if x)
+    except ValueError:
+        vals = ()
+    if not vals or any(v <= 0 for v in vals):
+        raise SagebuildError(
+            f"--{what} {text!r}: expected positive integers separated by commas",
+            fix=f"e.g. --{what} 1024,4096,16384",
+            code=Exit.USAGE,
+        )
+    return vals
+
+
+def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
+    """The profile's bench defaults with the command line's overrides (None = keep the default)."""
+    b = profile.bench
+    cfg = BenchConfig(
+        batch=b.batch,
+        heads=b.heads,
+        seq=tuple(b.seq),
+        head_dim=b.head_dim,
+        dtype=b.dtype,
+        causal=b.causal,
+        warmup=b.warmup,
+        reps=b.reps,
+    )
+    cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+    if cfg.dtype not in ("float16", "bfloat16"):
+        raise SagebuildError(
+            f"--dtype {cfg.dtype}: the kernels take float16 or bfloat16",
+            fix="pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
+            code=Exit.USAGE,
+        )
+    if cfg.layout not in LAYOUTS:
+        raise SagebuildError(
+            f"--layout {cfg.layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
+        )
+    if min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps) < 1 or cfg.warmup < 0:
+        raise SagebuildError(
+            "batch, heads, head-dim and reps must be ≥ 1 (warmup ≥ 0)",
+            fix="e.g. --batch 1 --heads 16 --head-dim 64",
+            code=Exit.USAGE,
+        )
+    return cfg
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    """4·B·H·N²·D (two matmuls of 2·N²·D each), half when causal."""
+    f = 4.0 * batch * heads * seq * seq * head_dim
+    return f / 2 if causal else f
+
+
+# ---- timing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    reps: int
+
+    @classmethod
+    def from_samples(cls, ms: list[float]) -> Timing:
+        s = sorted(ms)
+
+        def q(p: float) -> float:  # linear interpolation between the closest ranks
+            pos = p * (len(s) - 1)
+            lo = int(pos)
+            hi = min(lo + 1, len(s) - 1)
+            return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+        return cls(statistics.median(s), q(0.2), q(0.8), len(s))
+
+
+def time_cpu(fn: Callable[[], Any], warmup: int, reps: int) -> Timing:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return Timing.from_samples(samples)
+
+
+def time_gpu(fn: Callable[[], Any], warmup: int, reps: int, device: Any) -> Timing:
+    """Device-event time of each call, the L2 cache flushed before each (cold cache, like do_bench)."""
+    import torch
+
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)  # > any GPU's L2
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    return Timing.from_samples([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+# ---- what SDPA runs -------------------------------------------------------------------------
+
+
+def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
+    """The backend SDPA's default dispatch picked for these exact inputs.
+
+    Determined by recording the aten ops of one call with a ``TorchDispatchMode``: SDPA is a
+    composite op, so the recorder sees the backend-specific op it resolved to (cudnn, flash,
+    efficient; the math fallback shows up as plain matmul/softmax ops).
+    """
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.ops.append(str(func.overloadpacket).removeprefix("aten."))
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder() as rec:
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    name = next((_SDPA_OPS[o] for o in rec.ops if o in _SDPA_OPS), None)
+    if name is None:
+        name = (
+            "math"
+            if any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in rec.ops)
+            else "unknown"
+        )
+    return {
+        "name": name,
+        "how": "the aten op SDPA dispatched to on one call with these inputs (TorchDispatchMode)",
+        "ops": sorted(set(rec.ops)),
+    }
+
+
+# ---- results --------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchRow:
+    seq: int
+    provider: str
+    kind: str  # baseline | whole_call | kernel_only
+    timing: Optional[Timing]
+    tflops: Optional[float]
+    speedup: Optional[float]
+    accuracy: Optional[dict[str, Any]]
+    bounds: Optional[dict[str, float]] = None
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["timing"] = asdict(self.timing) if self.timing else None
+        return d
+
+
+@dataclass
+class BenchResult:
+    ok: bool
+    timing_kind: str  # "gpu" | "cpu"
+    device: str
+    device_name: Optional[str]
+    method: str
+    note: str
+    sdpa_backend: dict[str, Any]
+    config: BenchConfig
+    rows: list[BenchRow]
+    min_speedup: float
+    speed_gate_applied: bool
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> Exit:
+        return Exit.OK if self.ok else Exit.BENCH_BELOW_THRESHOLD
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "timing_kind": self.timing_kind,
+            "device": self.device,
+            "device_name": self.device_name,
+            "method": self.method,
+            "note": self.note,
+            "sdpa_backend": self.sdpa_backend,
+            "config": self.config.to_dict(),
+            "rows": [r.to_dict() for r in self.rows],
+            "gate": {
+                "min_speedup": self.min_speedup,
+                "speed_gate_applied": self.speed_gate_applied,
+                "failures": list(self.failures),
+            },
+        }
+
+
+def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool) -> list[str]:
+    """Every threshold a row misses: accuracy bounds always, the speed-up of ``sageattn`` on a GPU.
+
+    Each message starts with the provider and names ``seq=N`` (the JUnit cases key on that).
+    """
+    out = []
+    for r in rows:
+        if r.kind == "baseline":
+            continue
+        where = f"seq={r.seq}" + (" kernel-only" if r.kind == "kernel_only" else "")
+        if r.error:
+            out.append(f"{r.provider} failed at {where}: {r.error.splitlines()[0][:200]}")
+            continue
+        a, b = r.accuracy, r.bounds
+        if a is not None and not a["finite"]:
+            out.append(
+                f"{r.provider} non-finite output at {where} ({a['nan_count']} NaN, {a['inf_count']} Inf)"
+            )
+        elif a is not None and b is not None:
+            if a["cos"] < b["cos_min"]:
+                out.append(f"{r.provider} cosine {a['cos']:.6f} < {b['cos_min']} at {where}")
+            if a["rel_l1"] > b["rel_l1_max"]:
+                out.append(f"{r.provider} relative L1 {a['rel_l1']:.5f} > {b['rel_l1_max']} at {where}")
+        if (
+            speed_gate
+            and min_speedup > 0
+            and r.provider == AUTO
+            and r.kind == "whole_call"
+            and r.speedup is not None
+            and r.speedup < min_speedup
+        ):
+            out.append(f"{r.provider} speed-up {r.speedup:.3f}× < {min_speedup:g}× at {where}")
+    return out
+
+
+# ---- running --------------------------------------------------------------------------------
+
+
+def _kernel_only(variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool) -> Callable[[], Any]:
+    """A callable that runs only the attention launch on inputs quantized beforehand.
+
+    Mirrors the steps of ``sagebuild.attention.api`` (K/V quantization outside the timed call;
+    Q is quantized inside the attention launch, so it stays in).
+    """
+    import torch
+
+    from sagebuild.attention import api, dispatch
+    from sagebuild.attention.validate import check_dense, check_sm_scale
+    from sagebuild.kernels.triton import configs, quant
+    from sagebuild.kernels.triton import layout as lay
+    from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+
+    pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
+    qh, kh, vh = check_dense(q, k, v, layout)
+    arch = dispatch.device_arch(qh.device)
+    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
+    d = qh.shape[-1]
+    scale = check_sm_scale(None, d)
+    dp, cfg = api._resolve(arch, d, pv, causal, None)
+    kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else lay.dense(vh), vs)
+    out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
+    qv, ov = lay.dense(qh), lay.dense(out)
+    q_blk = cfg.q_blk("per_warp")
+    fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
+
+    def run() -> Any:
+        attention_forward(
+            qv,
+            kv,
+            ov,
+            cfg,
+            head_dim_pad=dp,
+            sm_scale=scale,
+            causal=causal,
+            pv_fp8=fp8 is not None,
+            q_blk=q_blk,
+            fp8_max=fmax,
+        )
+        return out
+
+    return run
+
+
+def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed + n)
+    shape = (
+        (cfg.batch, n, cfg.heads, cfg.head_dim)
+        if cfg.layout == "NHD"
+        else (cfg.batch, cfg.heads, n, cfg.head_dim)
+    )
+    dt = getattr(torch, cfg.dtype)
+    return tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(dt).to(device) for _ in range(3))
+
+
+def run_bench(
+    profile: Any, cfg: BenchConfig, device: str = "auto", progress: Optional[Callable[[str], None]] = None
+) -> BenchResult:
+    """Benchmark every provider at every sequence length of ``cfg`` and apply the profile's gate."""
+    import torch
+    import torch.nn.functional as F
+
+    from sagebuild.attention import metrics, reference
+
+    say = progress or (lambda _msg: None)
+    dev = torch.device(
+        "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+    )
+    gpu = dev.type == "cuda"
+    if gpu and not torch.cuda.is_available():
+        raise SagebuildError(
+            f"--device {device}: this torch sees no GPU",
+            fix="run `sagebuild doctor`",
+            code=Exit.BENCH_BELOW_THRESHOLD,
+        )
+
+    def bounds_of(variant: str) -> Optional[dict[str, float]]:
+        b = profile.accuracy.get(variant)
+        return {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} if b else None
+
+    def sdpa_call(q: Any, k: Any, v: Any) -> Callable[[], Any]:
+        if cfg.layout == "NHD":
+            return lambda: F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=cfg.causal
+            ).transpose(1, 2)
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+
+    if gpu:
+        from sagebuild import attention
+        from sagebuild.attention import dispatch
+
+        arch = dispatch.device_arch(dev)
+        avail = dispatch.available_variants(dev)
+        auto_variant = dispatch.variant_for_device(dev)
+        variants = [v_ for v_ in profile.kernels if v_ in avail]
+        kern = {
+            "qk_int8_pv_fp16": attention.sageattn_qk_int8_pv_fp16_triton,
+            "qk_int8_pv_fp8": attention.sageattn_qk_int8_pv_fp8_triton,
+        }
+        device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
+        method = (
+            f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
+            f"{cfg.reps} timed; median and p20/p80"
+        )
+        note = (
+            f"sageattn dispatches to {auto_variant} on {arch}; kernel-only rows exclude the K/V "
+            "quantization launches (Q is quantized inside the attention launch)"
+        )
+
+        def time_fn(fn: Callable[[], Any]) -> Timing:
+            return time_gpu(fn, cfg.warmup, cfg.reps, dev)
+    else:
+        variants = list(profile.kernels)
+        device_name = None
+        method = (
+            f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed; median"
+        )
+        note = (
+            "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "
+            "arithmetic; its accuracy is meaningful, its speed is not. No speed gate on CPU."
+        )
+
+        def time_fn(fn: Callable[[], Any]) -> Timing:
+            return time_cpu(fn, cfg.warmup, cfg.reps)
+
+    rows: list[BenchRow] = []
+    backend: dict[str, Any] = {}
+    for n in cfg.seq:
+        q, k, v = _inputs(cfg, n, dev)
+        ref = reference.exact_attention(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
+        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal)
+        if not backend:
+            qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if cfg.layout == "NHD" else (q, k, v)
+            backend = sdpa_backend(qs, ks, vs, cfg.causal)
+        providers: list[tuple[str, str, Callable[[], Callable[[], Any]], Optional[dict[str, float]]]] = []
+        providers.append((SDPA, "baseline", lambda q=q, k=k, v=v: sdpa_call(q, k, v), None))
+        if gpu:
+            providers.append(
+                (
+                    AUTO,
+                    "whole_call",
+                    lambda q=q, k=k, v=v: (
+                        lambda: attention.sageattn(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
+                    ),
+                    bounds_of(auto_variant),
+                )
+            )
+            for var in variants:
+                providers.append(
+                    (
+                        var,
+                        "whole_call",
+                        lambda q=q, k=k, v=v, f=kern[var]: (
+                            lambda: f(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
+                        ),
+                        bounds_of(var),
+                    )
+                )
+                providers.append(
+                    (
+                        var,
+                        "kernel_only",
+                        lambda q=q, k=k, v=v, var=var: _kernel_only(var, q, k, v, cfg.layout, cfg.causal),
+                        bounds_of(var),
+                    )
+                )
+        else:
+            for var in variants:
+                providers.append(
+                    (
+                        f"golden:{var}",
+                        "whole_call",
+                        lambda q=q, k=k, v=v, var=var: (
+                            lambda: reference.golden_attention(
+                                q, k, v, variant=var, tensor_layout=cfg.layout, is_causal=cfg.causal
+                            )
+                        ),
+                        bounds_of(var),
+                    )
+                )
+        base_ms: Optional[float] = None
+        for name, kind, make, bounds in providers:
+            say(f"seq={n} {name} {kind}")
+            try:
+                fn = make()
+                out = fn()
+                acc = metrics.accuracy(out, ref)
+                timing = time_fn(fn)
+            except Exception as e:  # noqa: BLE001 - a provider that fails is a row with its error
+                rows.append(
+                    BenchRow(n, name, kind, None, None, None, None, bounds, f"{type(e).__name__}: {e}")
+                )
+                continue
+            tflops = flops / (timing.median_ms * 1e-3) / 1e12
+            if kind == "baseline":
+                base_ms = timing.median_ms
+            speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
+            rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds))
+        del q, k, v, ref
+    failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu)
+    return BenchResult(
+        ok=not failures,
+        timing_kind="gpu" if gpu else "cpu",
+        device=str(dev),
+        device_name=device_name,
+        method=method,
+        note=note,
+        sdpa_backend=backend or {"name": "unknown", "how": "not run", "ops": []},
+        config=cfg,
+        rows=rows,
+        min_speedup=float(profile.bench.min_speedup),
+        speed_gate_applied=gpu and profile.bench.min_speedup > 0,
+        failures=failures,
+    )

@@ -1,0 +1,136 @@
+"""``sagebuild bench``: SDPA vs the quantized kernels, timing and accuracy diff (exit 40 below the gate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from sagebuild.cli.common import JsonOpt, ProfileOpt, console, emit_json, exit_with, handle_errors
+
+
+def render(res: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    d = res.to_dict()
+    label = "CPU timings — not a GPU result" if res.timing_kind == "cpu" else f"GPU {res.device_name}"
+    table = Table(title=f"sagebuild bench — {label}", title_justify="left")
+    for col in (
+        "seq",
+        "provider",
+        "kind",
+        "median ms",
+        "p20–p80",
+        "TFLOPS",
+        "speed-up",
+        "cos",
+        "rel L1",
+        "max abs",
+    ):
+        table.add_column(col, justify="right" if col not in ("provider", "kind") else "left")
+    for r in d["rows"]:
+        t, a = r["timing"], r["accuracy"] or {}
+        if t is None:
+            table.add_row(
+                str(r["seq"]),
+                r["provider"],
+                r["kind"],
+                "[red]error[/]",
+                escape(r["error"] or "")[:60],
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
+            continue
+        table.add_row(
+            str(r["seq"]),
+            r["provider"],
+            r["kind"],
+            f"{t['median_ms']:.4f}",
+            f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}",
+            f"{r['tflops']:.3g}",
+            f"{r['speedup']:.3f}×" if r["speedup"] is not None else "",
+            f"{a.get('cos', 0):.6f}",
+            f"{a.get('rel_l1', 0):.5f}",
+            f"{a.get('max_abs', 0):.4g}",
+        )
+    console.print(table)
+    console.print(
+        escape(f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"), highlight=False
+    )
+    console.print(escape(f"timing: {res.method}"), highlight=False)
+    console.print(escape(res.note), highlight=False)
+    for f in res.failures:
+        console.print(f"[bold red]below threshold:[/] {escape(f)}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench")
+    @handle_errors
+    def bench_cmd(
+        profile: ProfileOpt = "auto",
+        batch: Annotated[
+            Optional[int], typer.Option("--batch", help="Batch size (default: profile).")
+        ] = None,
+        heads: Annotated[
+            Optional[int], typer.Option("--heads", help="Attention heads (default: profile).")
+        ] = None,
+        seq: Annotated[
+            Optional[str],
+            typer.Option(
+                "--seq", help="Sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."
+            ),
+        ] = None,
+        head_dim: Annotated[
+            Optional[int], typer.Option("--head-dim", help="Head dim (default: profile).")
+        ] = None,
+        dtype: Annotated[Optional[str], typer.Option("--dtype", help="float16 or bfloat16.")] = None,
+        causal: Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Causal mask.")] = None,
+        layout: Annotated[str, typer.Option("--layout", help="HND or NHD.")] = "HND",
+        warmup: Annotated[Optional[int], typer.Option("--warmup", help="Warm-up calls.")] = None,
+        reps: Annotated[Optional[int], typer.Option("--reps", help="Timed calls.")] = None,
+        seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
+        device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
+        out: Annotated[
+            Optional[Path], typer.Option("--out", help="Also write the result as JSON here.")
+        ] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Time PyTorch SDPA against sageattn and each kernel variant (median, p20/p80 of many runs after
+        warm-up), with TFLOPS, speed-up, and the accuracy diff against the float32 reference."""
+        import json
+
+        from sagebuild import bench
+        from sagebuild.cli._progress import status
+        from sagebuild.cli.verify_cmd import resolve_profile
+        from sagebuild.errors import Exit
+        from sagebuild.report.atomic import write_text_atomic
+
+        prof, why = resolve_profile(profile)
+        cfg = bench.config_from_profile(
+            prof,
+            batch=batch,
+            heads=heads,
+            seq=bench.parse_int_list(seq, "seq") if seq else None,
+            head_dim=head_dim,
+            dtype=dtype,
+            causal=causal,
+            layout=layout,
+            warmup=warmup,
+            reps=reps,
+            seed=seed,
+        )
+        with status("benchmarking", json_out) as say:
+            res = bench.run_bench(prof, cfg, device=device, progress=say)
+        doc = {"command": "bench", "profile": prof.name, "profile_why": why, **res.to_dict()}
+        if out is not None:
+            write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
+        if json_out:
+            emit_json(doc)
+        else:
+            render(res)
+        exit_with(Exit.OK if res.ok else Exit.BENCH_BELOW_THRESHOLD)

@@ -1,0 +1,334 @@
+"""``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
+
+For each variant: output shape, dtype and device as the input's, all values finite, and
+accuracy against the float32 exact reference inside the profile's bounds. Without a GPU the
+golden model (plain torch, the kernels' arithmetic) runs instead, and the result says so: that
+proves the algorithm and the install, not a GPU. A failure names its likely cause and the fix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from sagebuild.errors import Exit, SagebuildError
+
+DEFAULT_SHAPE = (1, 8, 512, 64)  # the seed's smoke test: batch 1, 8 heads, 512 tokens, head dim 64
+DTYPES = ("float16", "bfloat16")
+AUTO = "sageattn"  # the auto-dispatch entry point, checked beside the explicit variants on a GPU
+GOLDEN_NOTE = (
+    "CPU only: ran the golden model (plain torch, the kernels' exact quantization and "
+    "accumulation). This proves the algorithm and the install, not a GPU kernel."
+)
+NAN_FIX = (
+    "pass float16 or bfloat16 tensors (q.half() / q.bfloat16()); float32 inputs are the seed's NaN trap, "
+    "and check the inputs themselves are finite"
+)
+
+
+@dataclass
+class VariantCheck:
+    """One variant's smoke test: what came out and, when it failed, why and what to do."""
+
+    variant: str
+    ok: bool
+    shape: Optional[list[int]] = None
+    dtype: Optional[str] = None
+    device: Optional[str] = None
+    problems: list[str] = field(default_factory=list)
+    accuracy: Optional[dict[str, Any]] = None
+    bounds: Optional[dict[str, float]] = None
+    cause: Optional[str] = None
+    fix: Optional[str] = None
+    seconds: Optional[float] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    mode: str  # "gpu" | "golden"
+    device: str
+    note: str
+    shape: list[int]
+    dtype: str
+    results: list[VariantCheck]
+
+    @property
+    def exit_code(self) -> Exit:
+        return Exit.OK if self.ok else Exit.VERIFY_FAILED
+
+    def failure_text(self) -> str:
+        """The failed variants' problems, one per line (what ``explain`` and the report get)."""
+        return "\n".join(f"{r.variant}: {'; '.join(r.problems)}" for r in self.results if not r.ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["results"] = [r.to_dict() for r in self.results]
+        return d
+
+
+def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
+    """Likely cause and fix for a run-time error text: this step's context first, then ``explain``."""
+    low = text.lower()
+    if any(s in low for s in ("invalid device function", "no kernel image is available", "nobinaryforgpu")):
+        target = arch or "<your GPU arch>"
+        return (
+            f"the kernels or the extension were not compiled for this GPU's arch ({target})",
+            f"sagebuild compile --arch {target}",
+        )
+    if "out of memory" in low:
+        return (
+            "the GPU ran out of memory for the test tensors",
+            "free GPU memory (other processes) or pass a smaller --shape",
+        )
+    if "float32" in low or ("dtype" in low and "float16" in low):
+        return ("the kernels take float16/bfloat16 inputs only", NAN_FIX)
+    try:
+        from sagebuild.explain import explain
+    except ImportError:
+        return None
+    matches = explain(text)
+    if matches:
+        m = matches[0]
+        return m.cause, m.fix
+    return None
+
+
+def _check_output(
+    vc: VariantCheck,
+    out: Any,
+    ref: Any,
+    expect_shape: tuple[int, ...],
+    expect_dtype: Any,
+    expect_device: Any,
+    bounds: Any,
+    metrics: Callable[[Any, Any], dict[str, Any]],
+) -> None:
+    vc.shape, vc.dtype, vc.device = list(out.shape), str(out.dtype).replace("torch.", ""), str(out.device)
+    if tuple(out.shape) != tuple(expect_shape):
+        vc.problems.append(f"output shape {tuple(out.shape)} != input shape {tuple(expect_shape)}")
+    if expect_dtype is not None and out.dtype != expect_dtype:
+        vc.problems.append(
+            f"output dtype {vc.dtype} != input dtype {str(expect_dtype).replace('torch.', '')}"
+        )
+    if out.device != expect_device:
+        vc.problems.append(f"output on {out.device}, input on {expect_device}")
+    if vc.problems:
+        return
+    acc = metrics(out, ref)
+    vc.accuracy = acc
+    if not acc["finite"]:
+        vc.problems.append(f"non-finite output: {acc['nan_count']} NaN, {acc['inf_count']} Inf")
+        vc.cause = "NaN/Inf in the output"
+        vc.fix = NAN_FIX
+        return
+    if bounds is not None:
+        vc.bounds = {"cos_min": bounds.cos_min, "rel_l1_max": bounds.rel_l1_max}
+        if acc["cos"] < bounds.cos_min:
+            vc.problems.append(f"cosine similarity {acc['cos']:.6f} < {bounds.cos_min} (profile bound)")
+        if acc["rel_l1"] > bounds.rel_l1_max:
+            vc.problems.append(f"relative L1 {acc['rel_l1']:.5f} > {bounds.rel_l1_max} (profile bound)")
+        if vc.problems:
+            vc.cause = "accuracy outside the profile's bounds: the kernel computes something different"
+            vc.fix = (
+                "rebuild from clean sources (sagebuild compile) and check `sagebuild doctor`; if only this "
+                "variant fails, use the other one and report the shape"
+            )
+
+
+def _resolve_device(device: str) -> Any:
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SagebuildError(
+            f"--device {device} asked for, but this torch sees no GPU",
+            fix="run `sagebuild doctor` to see why, or pass --device cpu",
+            code=Exit.VERIFY_FAILED,
+        )
+    return dev
+
+
+def run_verify(
+    profile: Any,
+    shape: tuple[int, int, int, int] = DEFAULT_SHAPE,
+    dtype: str = "float16",
+    device: str = "auto",
+    seed: int = 0,
+    causal: bool = False,
+    layout: str = "HND",
+    variants: Optional[list[str]] = None,
+) -> VerifyResult:
+    """Run the smoke test for every variant on ``device`` (``auto``: the GPU if torch sees one)."""
+    if dtype not in DTYPES:
+        raise SagebuildError(
+            f"--dtype {dtype}: the kernels take float16 or bfloat16 inputs only", fix=NAN_FIX, code=Exit.USAGE
+        )
+    if layout not in ("HND", "NHD"):
+        raise SagebuildError(
+            f"--layout {layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
+        )
+    import torch
+
+    from sagebuild.attention import metrics, reference
+
+    dev = _resolve_device(device)
+    tdtype = getattr(torch, dtype)
+    b, h, n, d = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    full = (b, n, h, d) if layout == "NHD" else (b, h, n, d)
+    q, k, v = (torch.randn(full, generator=gen, dtype=torch.float32).to(tdtype).to(dev) for _ in range(3))
+    ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
+
+    if dev.type == "cpu":
+        mode, note = "golden", GOLDEN_NOTE
+        names = list(variants or profile.kernels)
+        fns = {
+            name: (
+                lambda name=name: reference.golden_attention(
+                    q, k, v, variant=name, tensor_layout=layout, is_causal=causal
+                )
+            )
+            for name in names
+        }
+        expect_dtype = None  # the golden model returns float32 by design
+    else:
+        mode = "gpu"
+        from sagebuild import attention
+        from sagebuild.attention import dispatch
+
+        try:
+            arch = dispatch.device_arch(dev)
+            avail = dispatch.available_variants(dev)
+            auto_variant = dispatch.variant_for_device(dev)
+        except SagebuildError as e:
+            vc = VariantCheck(AUTO, False, problems=[e.message], cause=e.message, fix=e.fix)
+            return VerifyResult(
+                False, mode, str(dev), "the GPU is not supported by the kernels", list(shape), dtype, [vc]
+            )
+        names = [v_ for v_ in (variants or profile.kernels) if v_ in avail]
+        note = (
+            f"GPU {torch.cuda.get_device_name(dev)} ({arch}); variants on this arch: {', '.join(avail)}; "
+            f"sageattn dispatches to {auto_variant}"
+        )
+        kernels = {
+            "qk_int8_pv_fp16": attention.sageattn_qk_int8_pv_fp16_triton,
+            "qk_int8_pv_fp8": attention.sageattn_qk_int8_pv_fp8_triton,
+        }
+        fns = {
+            name: (lambda fn=kernels[name]: fn(q, k, v, tensor_layout=layout, is_causal=causal))
+            for name in names
+        }
+        fns[AUTO] = lambda: attention.sageattn(q, k, v, tensor_layout=layout, is_causal=causal)
+        expect_dtype = tdtype
+
+    results = []
+    for name, fn in fns.items():
+        bound_key = auto_variant if (mode == "gpu" and name == AUTO) else name
+        vc = VariantCheck(name, False)
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a diagnosed result, not a traceback
+            text = f"{type(e).__name__}: {e}"
+            vc.problems.append(text.splitlines()[0][:500])
+            if isinstance(e, SagebuildError):
+                vc.cause, vc.fix = e.message, e.fix
+            else:
+                found = diagnose(text, arch if mode == "gpu" else None)
+                if found:
+                    vc.cause, vc.fix = found
+        else:
+            _check_output(
+                vc,
+                out,
+                ref,
+                tuple(q.shape),
+                expect_dtype,
+                q.device,
+                profile.accuracy.get(bound_key),
+                metrics.accuracy,
+            )
+        vc.seconds = round(time.perf_counter() - t0, 4)
+        vc.ok = not vc.problems
+        results.append(vc)
+    ext_check = check_ext_ops(dev, k, v, layout)
+    if ext_check is not None:
+        results.append(ext_check)
+    if not results:
+        results.append(
+            VariantCheck(
+                "(none)",
+                False,
+                problems=["no kernel variant of the profile runs here"],
+                cause=f"profile {profile.name} lists {list(profile.kernels)}",
+                fix="pick the profile that matches this GPU: sagebuild profiles",
+            )
+        )
+    return VerifyResult(all(r.ok for r in results), mode, str(dev), note, list(shape), dtype, results)
+
+
+EXT_CHECK = "ext:quant_ops"
+
+
+def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck | None:
+    """The built C++ extension's quantization ops against the reference quantization (None: not built).
+
+    This is what proves the install on a CPU-only machine: the very ``.so`` that was compiled,
+    loaded in this interpreter, produces the contract's INT8/FP8 layout.
+    """
+    import torch
+
+    try:
+        from sagebuild import ext
+    except ImportError:
+        return None
+    ops = ext.get_quant_ops(dev)
+    if ops is None:
+        return None
+    from sagebuild.attention import reference
+
+    vc = VariantCheck(EXT_CHECK, False, device=str(dev))
+    t0 = time.perf_counter()
+    kh, vh = (x.transpose(1, 2) if layout == "NHD" else x for x in (k, v))
+    try:
+        km = ops.k_mean(kh)
+        km_ref = kh.float().mean(dim=2, keepdim=True)
+        if (km.float().reshape(km_ref.shape) - km_ref).abs().max().item() > 1e-3:
+            vc.problems.append("k_mean differs from the mean of K over tokens")
+        kq, ks = ops.quant_per_block_int8(kh, km, 64, 1.0)
+        qi, step = reference.quant_int8_blocks(kh.float() - km_ref, 64)
+        diff = (kq.float() - qi).abs()
+        if diff.max().item() > 1 or (diff > 0).float().mean().item() > 1e-3:
+            vc.problems.append(
+                f"INT8 K differs from the reference in {int((diff > 0).sum())} of {diff.numel()} values"
+            )
+        if not torch.allclose(ks.float().reshape(step.shape), step, rtol=1e-4, atol=1e-9):
+            vc.problems.append("INT8 K scales differ from the reference")
+        vq, vs = ops.quant_v_fp8_per_channel(vh, False)
+        vq_ref, vs_ref = reference.quant_v_fp8(vh.float(), torch.float8_e4m3fn)
+        if not torch.allclose(vs.float().reshape(vs_ref.shape), vs_ref, rtol=1e-4, atol=1e-9):
+            vc.problems.append("FP8 V scales differ from the reference")
+        if (vq.float() - vq_ref).abs().max().item() > 0:
+            vc.problems.append("FP8 V values differ from the reference")
+        vc.shape, vc.dtype = list(kq.shape), str(kq.dtype).replace("torch.", "")
+    except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
+        text = f"{type(e).__name__}: {e}"
+        vc.problems.append(text.splitlines()[0][:500])
+        found = diagnose(text)
+        if found:
+            vc.cause, vc.fix = found
+    if vc.problems and not vc.cause:
+        vc.cause = "the built extension's quantization does not follow the kernels' contract"
+        vc.fix = "rebuild it from the bundled sources: sagebuild compile (then sagebuild verify again)"
+    vc.seconds = round(time.perf_counter() - t0, 4)
+    vc.ok = not vc.problems
+    return vc
