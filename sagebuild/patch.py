@@ -141,7 +141,9 @@ def decide(
 def _dispatch_support(device: Any) -> DeviceSupport | str:
     import torch
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device.index
+    if index is None:
+        index = torch.cuda.current_device() if device.type == "cuda" else -1
     return _dispatch_support_cached(device.type, index)
 
 
@@ -149,10 +151,9 @@ def _dispatch_support(device: Any) -> DeviceSupport | str:
 def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | str:
     import torch
 
-    device = torch.device(device_type, index)
+    device = torch.device(device_type, index) if index >= 0 else torch.device(device_type)
     try:
-        from sagebuild.attention import dispatch
-        from sagebuild.kernels.triton.configs import padded_head_dim
+        from sagebuild.attention import dispatch, validate
     except Exception as err:  # a broken install must not break the user's model
         return f"attention kernels not importable ({type(err).__name__})"
     try:
@@ -161,7 +162,15 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
     except Exception as err:
         first = str(err).split(";")[0].strip()
         return f"arch not supported: {first[:120]}"
-    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=lambda d: padded_head_dim(d) is not None)
+
+    def head_dim_ok(d: int) -> bool:
+        try:
+            validate.check_head_dim(d)
+        except validate.AttentionInputError:
+            return False
+        return True
+
+    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok)
 
 
 def _dispatch_kernel(q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport) -> Any:

@@ -426,6 +426,43 @@ def test_lazy_reexports():
 
 
 # ---------------------------------------------------------------------------------------------
+# The real dispatch and kernels through the patch: on the GPU, or under Triton's CPU interpreter
+# (tests/conftest.py turns it on without a GPU) with CPU tensors admitted for the test
+
+
+def _interpreter_on() -> bool:
+    from sagebuild.attention.validate import interpreter_enabled
+
+    return interpreter_enabled()
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() or _interpreter_on()), reason="needs a GPU or TRITON_INTERPRET=1"
+)
+def test_real_kernels_through_patch(monkeypatch):
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    monkeypatch.setattr(
+        patch, "_backend", patch._Backend(patch._dispatch_support, patch._dispatch_kernel, ("cuda", "cpu"))
+    )
+    patch._dispatch_support_cached.cache_clear()
+    q, k, v = _qkv(b=1, hq=4, hk=2, lq=40, d=32, device=dev, seed=5)
+    qo, ko, vo = _qkv(b=1, hq=2, lq=8, d=160, device=dev)
+    try:
+        with patch.patch_sdpa():
+            got = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=0.2)
+            F.scaled_dot_product_attention(qo, ko, vo)
+    finally:
+        patch._dispatch_support_cached.cache_clear()
+    want = ORIG(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True, scale=0.2)
+    stats = patch.patch_stats()
+    assert stats.accelerated == 1, stats.to_dict()
+    assert len(stats.reasons) == 1 and next(iter(stats.reasons)).startswith("head dim 160 not supported")
+    assert got.dtype == torch.float16 and got.shape == want.shape
+    cos = F.cosine_similarity(got.float().flatten(), want.flatten(), dim=0).item()
+    assert cos > 0.999, cos
+
+
+# ---------------------------------------------------------------------------------------------
 # GPU: the real kernels through the patch
 
 
