@@ -1,0 +1,447 @@
+"""Every check in its ok state (healthy machines) and in its failing state (one fact broken)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+from fakeroots import cpu_torch, cuda_torch, rocm_torch
+
+from sagebuild import checks, profiles
+from sagebuild.probe.facts import (
+    ConflictFacts,
+    DeviceFacts,
+    DeviceInfo,
+    Facts,
+    PythonFacts,
+    ShadowFact,
+    SystemFacts,
+    ToolFact,
+)
+
+PROFILE = {"rocm": "rdna4-rocm6", "cuda": "hopper-cu12", "cpu": "cpu"}
+
+
+def healthy(vendor: str) -> Facts:
+    """A machine on which every check of the vendor's profile passes."""
+    tools = {
+        "c++": ToolFact(True, "/usr/bin/c++", "c++ (Ubuntu 13.2.0) 13.2.0"),
+        "ninja": ToolFact(True, "/usr/bin/ninja", "1.11.1"),
+    }
+    f = Facts(
+        root="/",
+        cwd="/home/me/project",
+        system=SystemFacts(
+            os="Linux",
+            kernel="6.8.0-51-generic",
+            wsl="none",
+            cpu_count=16,
+            mem_total_gb=32.0,
+            mem_available_gb=24.0,
+            disk_free_gb=100.0,
+        ),
+        python=PythonFacts(
+            version="3.11.9",
+            executable="/home/me/.venv/bin/python",
+            platform="linux",
+            in_venv=True,
+            path_python="/home/me/.venv/bin/python3",
+        ),
+        tools=tools,
+    )
+    if vendor == "rocm":
+        f.devices = DeviceFacts(kfd=True, render_nodes=["/dev/dri/renderD128"])
+        f.kfd_archs = ["gfx1201"]
+        f.torch = rocm_torch()
+        tools["hipcc"] = ToolFact(True, "/opt/rocm/bin/hipcc", "6.4.43482-0f2d60242")
+    elif vendor == "cuda":
+        f.devices = DeviceFacts(nvidia=["/dev/nvidia0", "/dev/nvidiactl"])
+        f.torch = cuda_torch()
+        tools["nvcc"] = ToolFact(True, "/usr/local/cuda/bin/nvcc", "13.0")
+    else:
+        f.torch = cpu_torch()
+    return f
+
+
+def by_id(facts: Facts, profile_name: str) -> dict[str, checks.Check]:
+    return {c.id: c for c in checks.run_checks(facts, profiles.load_bundled(profile_name))}
+
+
+@pytest.mark.parametrize("vendor", ["rocm", "cuda", "cpu"])
+def test_healthy_machines_pass(vendor: str) -> None:
+    results = checks.run_checks(healthy(vendor), profiles.load_bundled(PROFILE[vendor]))
+    bad = [(c.id, c.status, c.detail) for c in results if c.status in ("warn", "fail")]
+    assert bad == []
+    assert checks.overall(results) == "ok"
+    assert all(c.fix is None for c in results if c.status == "ok")
+
+
+def test_every_check_has_an_ok_state() -> None:
+    ok_ids = set()
+    for vendor in PROFILE:
+        ok_ids |= {i for i, c in by_id(healthy(vendor), PROFILE[vendor]).items() if c.status == "ok"}
+    registered = {c.id for c in checks.run_checks(healthy("rocm"), profiles.load_bundled("rdna4-rocm6"))}
+    assert registered - ok_ids == set()
+
+
+RDNA4_INSTALL = profiles.load_bundled("rdna4-rocm6").torch_install
+Mut = Callable[[Facts], None]
+
+
+def _set(path: str, value: object) -> Mut:
+    def mutate(f: Facts) -> None:
+        obj = f
+        *parents, last = path.split(".")
+        for p in parents:
+            obj = getattr(obj, p)
+        setattr(obj, last, value)
+
+    return mutate
+
+
+def _env(**kv: str) -> Mut:
+    return lambda f: f.env.update(kv)
+
+
+def _both(*muts: Mut) -> Mut:
+    def mutate(f: Facts) -> None:
+        for m in muts:
+            m(f)
+
+    return mutate
+
+
+def _drop_tool(name: str) -> Mut:
+    return lambda f: f.tools.pop(name, None)
+
+
+NO_GPU = _both(_set("torch.cuda_available", False), _set("torch.devices", []), _set("torch.device_count", 0))
+
+# (check id, vendor of the healthy base, mutation, expected status, text the fix must contain)
+FAILING = [
+    ("python-version", "rocm", _set("python.version", "3.8.10"), "fail", "-m venv"),
+    ("python-version", "rocm", _set("python.version", None), "fail", "--python"),
+    ("python-linux", "rocm", _set("python.under_mnt", True), "fail", RDNA4_INSTALL),
+    (
+        "path-python",
+        "rocm",
+        _set("python.path_python", "/mnt/c/Python311/python3"),
+        "warn",
+        "appendWindowsPath",
+    ),
+    (
+        "torch-import",
+        "rocm",
+        _both(
+            _set("torch.importable", False),
+            _set("torch.error", "ModuleNotFoundError: No module named 'torch'"),
+        ),
+        "fail",
+        RDNA4_INSTALL,
+    ),
+    (
+        "torch-import",
+        "rocm",
+        _both(
+            _set("torch.importable", False),
+            _set("torch.error", "the interpreter was killed by SIGSEGV while importing"),
+        ),
+        "fail",
+        "reinstall torch",
+    ),
+    ("torch-build", "rocm", _set("torch", cpu_torch()), "fail", RDNA4_INSTALL),
+    ("torch-build", "cuda", _set("torch", rocm_torch()), "fail", "whl/cu"),
+    ("torch-version", "rocm", _set("torch.version", "2.5.1+rocm6.2"), "fail", RDNA4_INSTALL),
+    ("gpu-runtime-version", "rocm", _set("torch.hip", "6.2.41133-dd7f95766"), "fail", RDNA4_INSTALL),
+    ("gpu-runtime-version", "cuda", _set("torch.cuda", "11.8"), "fail", "whl/cu"),
+    ("gpu-visible", "rocm", NO_GPU, "fail", "usermod -aG render,video"),
+    ("gpu-visible", "rocm", _both(NO_GPU, _env(HIP_VISIBLE_DEVICES="")), "fail", "unset HIP_VISIBLE_DEVICES"),
+    ("gpu-visible", "rocm", _both(NO_GPU, _set("system.wsl", "2")), "fail", "wsl --update"),
+    (
+        "gpu-visible",
+        "cuda",
+        _both(NO_GPU, _env(CUDA_VISIBLE_DEVICES="-1")),
+        "fail",
+        "unset CUDA_VISIBLE_DEVICES",
+    ),
+    ("gpu-visible", "cuda", NO_GPU, "fail", "nvidia-smi"),
+    ("device-nodes", "rocm", _set("devices.kfd", False), "fail", "amdgpu-install"),
+    ("device-nodes", "rocm", _set("devices.render_nodes", []), "fail", "--device=/dev/dri"),
+    (
+        "device-nodes",
+        "rocm",
+        _both(_set("system.wsl", "2"), _set("devices", DeviceFacts())),
+        "fail",
+        "wsl --update",
+    ),
+    (
+        "device-nodes",
+        "rocm",
+        _both(_set("system.wsl", "2"), _set("devices", DeviceFacts(dxg=True)), NO_GPU),
+        "warn",
+        "HSA_ENABLE_DXG_DETECTION=1",
+    ),
+    ("device-nodes", "rocm", _set("system.wsl", "1"), "fail", "wsl --set-version"),
+    ("device-nodes", "cuda", _set("devices.nvidia", ["/dev/nvidiactl"]), "fail", "--gpus all"),
+    (
+        "device-nodes",
+        "cuda",
+        _both(_set("system.wsl", "2"), _set("devices", DeviceFacts())),
+        "fail",
+        "wsl --update",
+    ),
+    (
+        "arch-supported",
+        "rocm",
+        _both(_set("torch", rocm_torch(arch="gfx1100")), _set("kfd_archs", ["gfx1100"])),
+        "fail",
+        "--profile rdna3-rocm6",
+    ),
+    (
+        "arch-supported",
+        "rocm",
+        _both(_set("torch", rocm_torch(arch="gfx1030")), _set("kfd_archs", ["gfx1030"])),
+        "fail",
+        "scaled_dot_product_attention",
+    ),
+    (
+        "arch-supported",
+        "rocm",
+        lambda f: f.torch.devices.append(DeviceInfo(1, "AMD Radeon RX 7900 XTX", "gfx1100")),
+        "warn",
+        "HIP_VISIBLE_DEVICES=0",
+    ),
+    ("arch-supported", "cpu", _set("kfd_archs", ["gfx1201"]), "warn", "--profile rdna4-rocm6"),
+    (
+        "arch-supported",
+        "cuda",
+        _set("torch", cuda_torch(arch="sm70")),
+        "fail",
+        "scaled_dot_product_attention",
+    ),
+    (
+        "hsa-override",
+        "rocm",
+        _env(HSA_OVERRIDE_GFX_VERSION="11.0.0"),
+        "warn",
+        "unset HSA_OVERRIDE_GFX_VERSION",
+    ),
+    (
+        "arch-env",
+        "rocm",
+        _env(PYTORCH_ROCM_ARCH="gfx1100;gfx942"),
+        "warn",
+        "export PYTORCH_ROCM_ARCH='gfx1201'",
+    ),
+    ("arch-env", "cuda", _env(TORCH_CUDA_ARCH_LIST="8.0 8.6"), "warn", "export TORCH_CUDA_ARCH_LIST='9.0'"),
+    (
+        "triton-import",
+        "rocm",
+        _both(
+            _set("torch.triton.importable", False),
+            _set("torch.triton.error", "ModuleNotFoundError: No module named 'triton'"),
+        ),
+        "fail",
+        "pip install 'pytorch-triton-rocm==3.4.0' --index-url https://download.pytorch.org/whl/rocm6.4",
+    ),
+    ("triton-import", "cpu", _set("torch.triton.importable", False), "warn", "pip install triton"),
+    (
+        "triton-pin",
+        "rocm",
+        _both(
+            _set("torch.triton.distribution", "triton"),
+            _set("torch.triton.distributions", ["triton"]),
+            _set("torch.triton.satisfied", False),
+        ),
+        "fail",
+        "pip uninstall -y triton && pip install 'pytorch-triton-rocm==3.4.0' --index-url ",
+    ),
+    (
+        "triton-pin",
+        "cuda",
+        _both(_set("torch.triton.distribution_version", "3.5.0"), _set("torch.triton.satisfied", False)),
+        "fail",
+        "pip install 'triton==3.6.0'",
+    ),
+    (
+        "triton-pin",
+        "rocm",
+        _set("torch.triton.distributions", ["pytorch-triton-rocm", "triton"]),
+        "warn",
+        "pip uninstall -y triton",
+    ),
+    ("triton-version", "rocm", _set("torch.triton.version", "3.2.0"), "fail", RDNA4_INSTALL),
+    (
+        "nvcc",
+        "cuda",
+        _set("tools", {**healthy("cuda").tools, "nvcc": ToolFact(True, "/usr/bin/nvcc", "12.4")}),
+        "fail",
+        "CUDA_HOME=/usr/local/cuda-13.0",
+    ),
+    ("nvcc", "cuda", _drop_tool("nvcc"), "warn", "cuda-toolkit-13-0"),
+    (
+        "hipcc",
+        "rocm",
+        _set("tools", {**healthy("rocm").tools, "hipcc": ToolFact(True, "/usr/bin/hipcc", "5.2.21153-0")}),
+        "fail",
+        "ROCM_HOME=/opt/rocm-6.4",
+    ),
+    ("hipcc", "rocm", _drop_tool("hipcc"), "warn", "ROCM_HOME"),
+    ("cxx", "cpu", _drop_tool("c++"), "fail", "build-essential"),
+    (
+        "cxx",
+        "cpu",
+        _set("tools", {**healthy("cpu").tools, "c++": ToolFact(True, "/usr/bin/c++", None, "exit 1")}),
+        "fail",
+        "--reinstall build-essential",
+    ),
+    ("ninja", "cpu", _drop_tool("ninja"), "fail", "-m pip install ninja"),
+    ("build-memory", "rocm", _set("system.mem_total_gb", 4.0), "fail", "swapon"),
+    (
+        "build-memory",
+        "rocm",
+        _both(
+            _set("system.mem_total_gb", 6.0), _set("system.wsl", "2"), _set("devices", DeviceFacts(dxg=True))
+        ),
+        "fail",
+        ".wslconfig",
+    ),
+    ("build-memory", "rocm", _set("system.mem_available_gb", 1.5), "warn", "MAX_JOBS=1"),
+    ("max-jobs", "rocm", _env(MAX_JOBS="lots"), "fail", "export MAX_JOBS=2"),
+    ("max-jobs", "rocm", _env(MAX_JOBS="16"), "warn", "export MAX_JOBS=6"),
+    ("build-disk", "rocm", _set("system.disk_free_gb", 1.0), "fail", "free at least 4.0 GB"),
+    (
+        "sageattention-installed",
+        "rocm",
+        _both(
+            _set(
+                "conflicts",
+                ConflictFacts(
+                    sageattention="2.2.0",
+                    sageattention_location="/venv/site-packages/sageattention/__init__.py",
+                ),
+            )
+        ),
+        "warn",
+        "pip uninstall -y sageattention",
+    ),
+    (
+        "shadowing",
+        "rocm",
+        _set(
+            "conflicts",
+            ConflictFacts(
+                shadowing=[
+                    ShadowFact(
+                        "sageattention",
+                        "/home/me/SageAttention/sageattention",
+                        "/venv/site-packages/sageattention",
+                    )
+                ]
+            ),
+        ),
+        "fail",
+        "mv sageattention sageattention-src",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("check_id", "vendor", "mutate", "status", "fix"),
+    FAILING,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(FAILING)],
+)
+def test_check_fails_with_exact_fix(check_id: str, vendor: str, mutate: Mut, status: str, fix: str) -> None:
+    f = healthy(vendor)
+    mutate(f)
+    c = by_id(f, PROFILE[vendor])[check_id]
+    assert c.status == status, c
+    assert c.fix and fix in c.fix, c
+
+
+def test_every_check_has_a_failing_state() -> None:
+    registered = {c.id for c in checks.run_checks(healthy("rocm"), profiles.load_bundled("rdna4-rocm6"))}
+    assert registered - {c[0] for c in FAILING} == set()
+
+
+def test_cpu_torch_on_rocm_profile_fix_is_the_profile_install_line() -> None:
+    f = healthy("rocm")
+    f.torch = cpu_torch()
+    c = by_id(f, "rdna4-rocm6")["torch-build"]
+    assert c.status == "fail" and c.fix == RDNA4_INSTALL
+    assert "--index-url https://download.pytorch.org/whl/rocm" in c.fix
+
+
+def test_wsl2_models_are_named() -> None:
+    f = healthy("rocm")
+    f.system.wsl = "2"
+    f.devices = DeviceFacts(dxg=True)
+    ok = by_id(f, "rdna4-rocm6")["device-nodes"]
+    assert ok.status == "ok" and "dxg model" in ok.detail  # torch sees the GPU
+    f.devices = DeviceFacts(render_nodes=["/dev/dri/renderD128"])
+    seed = by_id(f, "rdna4-rocm6")["device-nodes"]
+    assert seed.status == "ok" and "renderD128 model" in seed.detail
+    f.devices = DeviceFacts(dxg=True)
+    f.torch.devices = []
+    f.env["HSA_ENABLE_DXG_DETECTION"] = "1"
+    assert by_id(f, "rdna4-rocm6")["device-nodes"].status == "ok"
+
+
+def test_hsa_override_names_masked_and_real_arch() -> None:
+    f = healthy("rocm")
+    f.env["HSA_OVERRIDE_GFX_VERSION"] = "11.0.0"
+    c = by_id(f, "rdna4-rocm6")["hsa-override"]
+    assert "gfx1100" in c.detail and "gfx1201" in c.detail
+
+
+def test_cpu_profile_skips_gpu_checks_and_says_so() -> None:
+    res = by_id(healthy("cpu"), "cpu")
+    for cid in ("gpu-visible", "device-nodes", "gpu-runtime-version", "arch-env"):
+        assert res[cid].status == "skip"
+    assert res["arch-supported"].status == "ok" and "no GPU" in res["arch-supported"].detail
+
+
+def test_verdicts() -> None:
+    cpu = profiles.load_bundled("cpu")
+    f = healthy("cpu")
+    text = checks.verdict(f, cpu, "auto: no GPU detected; using cpu", checks.run_checks(f, cpu))
+    assert "No GPU found" in text and "sagebuild profiles" in text and "Ready" in text
+    rdna4 = profiles.load_bundled("rdna4-rocm6")
+    f.kfd_archs = ["gfx1201"]
+    res = checks.run_checks(f, rdna4)
+    text = checks.verdict(f, rdna4, "named", res)
+    assert checks.overall(res) == "fail" and "torch-build" in text
+
+
+def test_registry_is_extensible_and_guarded() -> None:
+    seen = []
+
+    def check_extension(facts: Facts, profile: profiles.Profile) -> checks.Check:
+        seen.append(profile.name)
+        return checks.Check("extension", "Built extension", "warn", "not built", "sagebuild compile")
+
+    def check_broken(facts: Facts, profile: profiles.Profile) -> checks.Check:
+        raise KeyError("oops")
+
+    checks.register(check_extension)
+    checks.register(check_broken)
+    try:
+        res = by_id(healthy("cpu"), "cpu")
+    finally:
+        checks.REGISTRY.remove(check_extension)
+        checks.REGISTRY.remove(check_broken)
+    assert seen == ["cpu"] and res["extension"].status == "warn"
+    assert res["broken"].status == "warn" and "KeyError" in res["broken"].detail
+    assert "extension" not in by_id(healthy("cpu"), "cpu")
+
+
+def test_check_rejects_unknown_status() -> None:
+    with pytest.raises(ValueError, match="status"):
+        checks.Check("x", "x", "maybe", "")  # type: ignore[arg-type]
+    assert checks.Check("x", "t", "ok", "d").to_dict() == {
+        "id": "x",
+        "title": "t",
+        "status": "ok",
+        "detail": "d",
+        "fix": None,
+    }
