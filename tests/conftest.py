@@ -56,8 +56,26 @@ def _scalar_index_in_interpreter() -> None:
     it._patch_lang_tensor = patch
 
 
+def _bf16_dots_in_interpreter() -> None:
+    """Multiply bf16 tiles as numbers: Triton 3.6's interpreter multiplies their raw uint16 bits."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as it
+
+    original = it.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if tl.bfloat16 in (a.dtype.scalar, b.dtype.scalar):
+            a, b = (it.TensorHandle(it._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32),
+                                    tl.float32) if x.dtype.scalar == tl.bfloat16 else x for x in (a, b))
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    it.InterpreterBuilder.create_dot = create_dot
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _exact_fp8_casts_in_interpreter()
+    _bf16_dots_in_interpreter()
     _scalar_index_in_interpreter()
 
 

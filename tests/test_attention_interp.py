@@ -1,0 +1,193 @@
+"""Every kernel variant under Triton's CPU interpreter at small shapes, against the golden model.
+
+The golden model does the same quantization and the same online softmax, so the kernel must
+agree with it to accumulation order: cosine ≥ 0.99999 and relative L1 ≤ 1e-3 (fp16 output).
+On a GPU machine these run on the GPU instead (same assertions).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward
+
+from sagebuild.attention import (
+    AttentionInputError,
+    dispatch,
+    sageattn,
+    sageattn_qk_int8_pv_fp8_triton,
+    sageattn_qk_int8_pv_fp16_triton,
+    sageattn_varlen,
+)
+from sagebuild.attention.metrics import accuracy
+from sagebuild.attention.reference import golden_attention, golden_varlen, quant_int8_blocks, quant_v_fp8
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+CFG = configs.LaunchConfig(32, 16, 4, 1)  # small tiles: several M and N tiles at these shapes
+FNS = {"qk_int8_pv_fp16": sageattn_qk_int8_pv_fp16_triton, "qk_int8_pv_fp8": sageattn_qk_int8_pv_fp8_triton}
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+
+
+def _qkv(b=1, hq=4, hk=2, nq=80, nk=72, d=64, dtype=torch.float16, seed=0, layout_="HND"):
+    g = torch.Generator().manual_seed(seed)
+    shp = (lambda h, n: (b, h, n, d)) if layout_ == "HND" else (lambda h, n: (b, n, h, d))
+    q = torch.randn(shp(hq, nq), generator=g).to(dtype)
+    k = torch.randn(shp(hk, nk), generator=g).to(dtype)
+    v = torch.randn(shp(hk, nk), generator=g).to(dtype)
+    return q.to(DEV), k.to(DEV), v.to(DEV)
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor, rel_l1: float = 1e-3) -> dict:
+    acc = accuracy(out, ref)
+    assert acc["finite"], acc
+    assert acc["cos"] >= 0.99999 and acc["rel_l1"] <= rel_l1, acc
+    return acc
+
+
+def _run(variant, q, k, v, **kw):
+    kw.setdefault("quantization_backend", "triton")
+    return FNS[variant](q, k, v, config=CFG, **kw)
+
+
+@pytest.mark.parametrize("variant", list(FNS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_matches_golden_gqa_lse(variant, causal):
+    """GQA (4 query heads on 2 KV heads), q_len ≠ kv_len, ragged tiles, LSE with K smoothing."""
+    q, k, v = _qkv()
+    out, lse = _run(variant, q, k, v, is_causal=causal, return_lse=True)
+    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True,
+                                    config=CFG)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    _close(out.cpu(), ref)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.cpu()), finite)
+    assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def test_causal_rows_without_keys_are_zero():
+    """Bottom-right alignment: with 80 queries and 72 keys the first 8 queries see no key."""
+    q, k, v = _qkv(nq=80, nk=72)
+    out, lse = _run("qk_int8_pv_fp16", q, k, v, is_causal=True, return_lse=True)
+    assert torch.count_nonzero(out[:, :, :8]) == 0
+    assert torch.isinf(lse[:, :, :8]).all() and torch.isfinite(lse[:, :, 8:]).all()
+    assert torch.count_nonzero(out[:, :, 8]) > 0
+
+
+def test_nhd_layout_matches_hnd():
+    q, k, v = _qkv(layout_="NHD", seed=3)
+    out = _run("qk_int8_pv_fp16", q, k, v, tensor_layout="NHD", is_causal=True)
+    assert out.shape == q.shape
+    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), tensor_layout="NHD", is_causal=True, config=CFG)
+    _close(out.cpu(), ref)
+    hnd = _run("qk_int8_pv_fp16", *(t.transpose(1, 2).contiguous() for t in (q, k, v)), is_causal=True)
+    assert torch.equal(hnd.transpose(1, 2).cpu(), out.cpu())
+
+
+@pytest.mark.parametrize(("variant", "d"), [("qk_int8_pv_fp16", 40), ("qk_int8_pv_fp16", 72),
+                                            ("qk_int8_pv_fp8", 96)])
+def test_padded_head_dims(variant, d):
+    q, k, v = _qkv(d=d, nq=40, nk=48, seed=d)
+    out = _run(variant, q, k, v)
+    assert out.shape == q.shape
+    _close(out.cpu(), golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, config=CFG))
+
+
+def test_bf16_inputs():
+    q, k, v = _qkv(dtype=torch.bfloat16, seed=5)
+    out = _run("qk_int8_pv_fp16", q, k, v, is_causal=True)
+    assert out.dtype == torch.bfloat16
+    _close(out.cpu(), golden_attention(q.cpu(), k.cpu(), v.cpu(), is_causal=True, config=CFG), rel_l1=6e-3)
+
+
+@pytest.mark.parametrize(("gran", "smooth_k"), [("per_block", True), ("per_warp", False)])
+def test_granularity_and_smoothing(gran, smooth_k):
+    q, k, v = _qkv(seed=7)
+    k = k + 4.0  # an offset that smoothing removes
+    out = _run("qk_int8_pv_fp8", q, k, v, qk_quant_gran=gran, smooth_k=smooth_k)
+    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", qk_quant_gran=gran, smooth_k=smooth_k,
+                           config=CFG)
+    _close(out.cpu(), ref)
+
+
+@pytest.mark.parametrize(("variant", "causal"), [("qk_int8_pv_fp16", True), ("qk_int8_pv_fp8", False)])
+def test_varlen_matches_per_sequence_golden(variant, causal):
+    lens_q, lens_k = [17, 40, 1], [23, 40, 9]
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(sum(lens_q), 4, 64, generator=g).half().to(DEV)
+    k = torch.randn(sum(lens_k), 2, 64, generator=g).half().to(DEV)
+    v = torch.randn(sum(lens_k), 2, 64, generator=g).half().to(DEV)
+    cuq = torch.tensor([0, 17, 57, 58], dtype=torch.int32, device=DEV)
+    cuk = torch.tensor([0, 23, 63, 72], dtype=torch.int32, device=DEV)
+    pv = variant.rsplit("_", 1)[1]
+    out = sageattn_varlen(q, k, v, cuq, cuk, max(lens_q), max(lens_k), is_causal=causal, pv=pv, config=CFG)
+    assert out.shape == q.shape
+    ref = golden_varlen(q.cpu(), k.cpu(), v.cpu(), cuq.cpu(), cuk.cpu(), variant=variant, is_causal=causal,
+                        config=CFG)
+    _close(out.cpu(), ref)
+
+
+def test_prequantized_q_path_matches_fused():
+    """Q quantized by its own launch (the extension's path) gives the fused kernel's result."""
+    q, k, v = _qkv(seed=13)
+    dp, scale = 64, 64 ** -0.5
+    kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
+    q_blk = CFG.q_blk("per_warp")
+    qq, qs, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+    outs = []
+    for q_int8 in (None, QuantizedQ(qq, qs, q_blk)):
+        o = torch.empty_like(q)
+        attention_forward(layout.dense(q), kv, layout.dense(o), CFG, head_dim_pad=dp, sm_scale=scale,
+                          causal=True, pv_fp8=False, q_blk=q_blk, q_int8=q_int8)
+        outs.append(o)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("d", [64, 40])
+def test_quant_kernels_follow_the_contract(d):
+    """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout."""
+    _, k, v = _qkv(d=d, nk=150, seed=17)
+    k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
+    dp = configs.padded_head_dim(d)
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn,
+                                        configs.K_BLK)
+    kf, vf = k.cpu().float(), v.cpu().float()
+    ref_km = kf.mean(dim=2)
+    assert torch.allclose(km.cpu()[..., :d], ref_km, atol=1e-6)
+    assert torch.count_nonzero(km.cpu()[..., d:]) == 0
+    ref_q, ref_s = quant_int8_blocks(kf - km.cpu()[:, :, None, :d], configs.K_BLK)
+    assert kq.t.shape == (1, 2, 150, dp) and kq.t.dtype == torch.int8
+    assert torch.equal(kq.t.cpu()[..., :d].float(), ref_q) and torch.count_nonzero(kq.t.cpu()[..., d:]) == 0
+    assert torch.equal(ks.cpu(), ref_s)
+    ref_v, ref_vs = quant_v_fp8(vf, torch.float8_e4m3fn)
+    assert torch.equal(vs.cpu()[..., :d], ref_vs)
+    assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
+
+
+def test_inputs_not_modified_and_strided_inputs_served():
+    q, k, v = _qkv(seed=19, layout_="NHD")
+    wide = torch.randn(1, 72, 2, 128, dtype=torch.float16, device=DEV)
+    v_strided = wide[..., ::2]  # last-dim stride 2: the one case that is copied
+    before = [t.clone() for t in (q, k, v_strided)]
+    out = _run("qk_int8_pv_fp16", q, k, v_strided, tensor_layout="NHD")
+    for t, b in zip((q, k, v_strided), before):
+        assert torch.equal(t, b)
+    ref = golden_attention(q.cpu(), k.cpu(), v_strided.cpu(), tensor_layout="NHD", config=CFG)
+    _close(out.cpu(), ref)
+
+
+def test_sageattn_dispatches_and_config_override(monkeypatch):
+    q, k, v = _qkv(seed=23)
+    variant = dispatch.variant_for_device(q.device)
+    monkeypatch.setenv(configs.ENV_VAR, "64,32,4,1")
+    out = sageattn(q, k, v, is_causal=True, quantization_backend="triton")
+    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True,
+                           config=configs.LaunchConfig(64, 32, 4, 1))
+    _close(out.cpu(), ref)
+    with pytest.raises(AttentionInputError, match="unexpected keyword"):
+        sageattn(q, k, v, attn_mask=None)
+    monkeypatch.setenv(configs.ENV_VAR, "64,30,4,1")
+    with pytest.raises(AttentionInputError, match="power of two"):
+        sageattn(q, k, v)

@@ -1,0 +1,89 @@
+"""Bad inputs get one clear AttentionInputError (a SagebuildError with a fix), never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sagebuild.attention import (
+    AttentionInputError,
+    dispatch,
+    sageattn,
+    sageattn_qk_int8_pv_fp8_triton,
+    sageattn_varlen,
+)
+from sagebuild.errors import SagebuildError
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _t(*shape, dtype=torch.float16):
+    return torch.zeros(*shape, dtype=dtype, device=DEV)
+
+
+@pytest.mark.parametrize(
+    ("args", "kw", "match"),
+    [
+        ((_t(1, 2, 8, 64, dtype=torch.float32),) * 3, {}, "NaN trap"),
+        ((_t(1, 2, 8, 64, dtype=torch.int8),) * 3, {}, "supported: float16, bfloat16"),
+        ((_t(1, 2, 8, 64), _t(1, 2, 8, 64, dtype=torch.bfloat16), _t(1, 2, 8, 64)), {}, "share one dtype"),
+        ((_t(2, 8, 64),) * 3, {}, "must have 4 dims"),
+        ((_t(1, 2, 8, 64),) * 3, {"tensor_layout": "BHND"}, "tensor_layout must be"),
+        ((_t(1, 3, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 8, 64)), {}, "multiple of k's"),
+        ((_t(1, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 1, 8, 64)), {}, "different head counts"),
+        ((_t(1, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 9, 64)), {}, "different sequence lengths"),
+        ((_t(1, 2, 8, 64), _t(2, 2, 8, 64), _t(2, 2, 8, 64)), {}, "batch sizes differ"),
+        ((_t(1, 2, 8, 256),) * 3, {}, "head dim 256 is not supported.*64 and 128"),
+        ((_t(1, 2, 8, 64),) * 3, {"sm_scale": -1.0}, "positive and finite"),
+        ((_t(1, 2, 8, 64),) * 3, {"qk_quant_gran": "per_thread"}, "qk_quant_gran"),
+        ((_t(1, 2, 8, 64),) * 3, {"quantization_backend": "cuda"}, "quantization_backend"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(args, kw, match):
+    with pytest.raises(AttentionInputError, match=match) as info:
+        sageattn(*args, **kw)
+    assert isinstance(info.value, SagebuildError) and isinstance(info.value, ValueError)
+    assert info.value.fix
+
+
+def test_layout_mixup_names_the_layout():
+    q = _t(1, 8, 4, 64)  # NHD tensors (q: seq 8, 4 heads; k/v: seq 6, 2 heads) passed as HND
+    k = v = _t(1, 6, 2, 64)
+    with pytest.raises(AttentionInputError, match="tensor_layout"):
+        sageattn(q, k, v, tensor_layout="HND")
+
+
+def test_pv_accum_dtype_and_cpu_without_interpreter(monkeypatch):
+    q = _t(1, 2, 8, 64)
+    with pytest.raises(AttentionInputError, match="pv_accum_dtype"):
+        sageattn_qk_int8_pv_fp8_triton(q, q, q, pv_accum_dtype="fp16")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    cpu = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(AttentionInputError, match="GPU"):
+        sageattn(cpu, cpu, cpu)
+
+
+def test_varlen_checks_cumulative_lengths():
+    q = _t(10, 2, 64)
+    good = torch.tensor([0, 4, 10], dtype=torch.int32, device=DEV)
+    with pytest.raises(AttentionInputError, match="end at the token count"):
+        sageattn_varlen(q, q, q, torch.tensor([0, 4, 9], dtype=torch.int32, device=DEV), good, 6, 6)
+    with pytest.raises(AttentionInputError, match="max_seqlen"):
+        sageattn_varlen(q, q, q, good, good, 5, 6)
+    with pytest.raises(AttentionInputError, match="packed"):
+        sageattn_varlen(_t(1, 10, 2, 64), q, q, good, good, 6, 6)
+
+
+def test_dispatch_reads_the_arch_table():
+    from sagebuild import archs
+
+    for name, arch in archs.ARCHS.items():
+        if arch.pv is None:
+            with pytest.raises(AttentionInputError, match="nearest supported"):
+                dispatch._row(name)
+        else:
+            assert dispatch.VARIANTS[archs.pv_path(name)] in ("qk_int8_pv_fp16", "qk_int8_pv_fp8")
+    assert dispatch.fp8_dtype("gfx942") == torch.float8_e4m3fnuz
+    assert dispatch.fp8_dtype("sm90") == torch.float8_e4m3fn
+    with pytest.raises(AttentionInputError, match="no FP8 matrix units"):
+        dispatch.fp8_dtype("gfx1100")
