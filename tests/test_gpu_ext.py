@@ -1,0 +1,84 @@
+"""On a GPU: build the bundled extension for the device's arch (CUDA, or HIP through hipify),
+load it, and check the GPU ops against the plain-torch contract and the CPU ops.
+
+Run on the GPU box with ``pytest -q -s tests/test_gpu_ext.py`` (prints build time and jobs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from sagebuild import probe, profiles
+    from sagebuild.build.plan import make_plan
+    from sagebuild.build.run import compile as run_compile
+
+    ext_dir = tmp_path_factory.mktemp("gpu-ext")
+    facts = probe.collect()
+    profile, why = profiles.resolve("auto", facts.gpu_archs())
+    assert profile.vendor != "cpu", f"no bundled profile covers this GPU ({why})"
+    plan = make_plan(profile, facts, env={"SAGEBUILD_EXT_DIR": str(ext_dir)})
+    plan = dataclasses.replace(plan, aot=[])  # the Triton AOT step is tested on its own
+    res = run_compile(plan, ext_dir / "build.log", progress=False)
+    assert res.ok, f"{res.error}\n" + "\n".join(res.key_lines) + f"\nlog: {res.log_path}"
+    print(f"\n[gpu-ext] profile {profile.name}, archs {plan.archs}, MAX_JOBS={res.jobs} "
+          f"({plan.jobs_reason}); build + verify {res.seconds:.1f} s")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SAGEBUILD_EXT_DIR", str(ext_dir))
+    yield {"plan": plan, "result": res, "profile": profile}
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def ops(gpu_build: dict[str, Any]) -> Any:
+    from sagebuild import ext
+
+    q = ext.get_quant_ops("cuda")
+    assert q is not None, ext.unavailable_reason("cuda")
+    return q
+
+
+def test_build_has_gpu_kernels_for_the_device(gpu_build: dict[str, Any]) -> None:
+    info = gpu_build["result"].build_info
+    assert info["dispatch_keys"] == ["CPU", "CUDA"]
+    assert info["archs"] == gpu_build["plan"].archs and Path(gpu_build["result"].artefact).is_file()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_int8_ops_match_the_contract(ops: Any, dtype: torch.dtype) -> None:
+    from test_ext_cpu import bhnd, ref_quant_int8
+
+    k = bhnd(2, 8, 1000, 128, dtype, "NHD", seed=11)
+    kd = k.cuda()
+    km = ops.k_mean(kd)
+    torch.testing.assert_close(km.cpu(), k.float().mean(dim=2, keepdim=True), atol=1e-5, rtol=1e-5)
+    for x, m, blk, mul in [(kd, km, 64, 1.0), (kd, None, 32, 128 ** -0.5 * 1.4426950408889634)]:
+        q, s = ops.quant_per_block_int8(x, m, blk, mul)
+        rq, rs = ref_quant_int8(k, m.cpu() if m is not None else None, blk, mul)
+        assert q.device.type == "cuda" and q.shape == k.shape and s.shape == (2, 8, math.ceil(1000 / blk))
+        torch.testing.assert_close(s.cpu(), rs, rtol=1e-6, atol=0)
+        diff = (q.cpu().int() - rq.int()).abs()
+        assert diff.max() <= 1 and diff.count_nonzero() <= diff.numel() // 1000
+
+
+@pytest.mark.parametrize("fnuz", [False, True])
+def test_gpu_v_fp8_matches_the_cpu_op(ops: Any, fnuz: bool) -> None:
+    from test_ext_cpu import bhnd
+
+    from sagebuild import ext
+
+    v = bhnd(1, 8, 777, 64, torch.float16, "NHD", seed=12) * 20
+    v8, vs = ops.quant_v_fp8_per_channel(v.cuda(), fnuz)
+    c8, cs = ext.get_quant_ops("cpu").quant_v_fp8_per_channel(v, fnuz)
+    torch.testing.assert_close(vs.cpu(), cs, rtol=0, atol=0)
+    assert torch.equal(v8.cpu().view(torch.uint8), c8.view(torch.uint8))
