@@ -19,6 +19,8 @@ _LAZY = {
     "patch_stats": "sagebuild.patch",
     "enable": "sagebuild.patch",
     "disable": "sagebuild.patch",
+    "is_active": "sagebuild.patch",
+    "reset_stats": "sagebuild.patch",
 }
 
 __all__ = ["__version__", *_LAZY]
