@@ -484,6 +484,14 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Check:
                 f"GPU {', '.join(found)} present but the cpu profile is selected",
                 f"sagebuild doctor --profile {best.name} (or --profile auto)",
             )
+        if unsupported:
+            return Check(
+                "arch-supported",
+                title,
+                "warn",
+                f"{'; '.join(unsupported)}: the quantized kernels cannot run on it; the cpu profile applies",
+                "keep torch.nn.functional.scaled_dot_product_attention on this GPU",
+            )
         return Check(
             "arch-supported",
             title,

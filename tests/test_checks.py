@@ -212,6 +212,7 @@ FAILING = [
         "HIP_VISIBLE_DEVICES=0",
     ),
     ("arch-supported", "cpu", _set("kfd_archs", ["gfx1201"]), "warn", "--profile rdna4-rocm6"),
+    ("arch-supported", "cpu", _set("kfd_archs", ["gfx1030"]), "warn", "scaled_dot_product_attention"),
     (
         "arch-supported",
         "cuda",
