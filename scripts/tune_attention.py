@@ -1,0 +1,97 @@
+"""Tuning sweep for the attention launch-config table (kernels/triton/configs.py).
+
+For each benchmark shape and P·V variant, time the whole call (quantization included) for a
+grid of (BLOCK_M, BLOCK_N, num_warps, num_stages) against SDPA's default backend in the same
+run, and print the winners. The winners go into the config table by hand (with the date and
+the numbers in docs/performance.md): users never pay for autotuning.
+
+    python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c] [--variants fp8,fp16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+from sagebuild.attention.metrics import accuracy
+
+DEFAULT_SHAPES = "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
+GRID = [
+    (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 128, 8, 2),
+    (128, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3), (128, 32, 4, 4),
+]
+FN = {"fp16": sageattn_qk_int8_pv_fp16_triton, "fp8": sageattn_qk_int8_pv_fp8_triton}
+
+
+def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
+    causal = s.endswith("c")
+    b, h, n, d = (int(x) for x in s.rstrip("c").split("x"))
+    return b, h, n, d, causal
+
+
+def bench(fn, reps_ms: int = 200) -> float:
+    return do_bench(fn, warmup=25, rep=reps_ms, return_mode="median")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--variants", default="fp8,fp16")
+    ap.add_argument("--grid", default="", help="semicolon-separated configs 'M,N,W,S;...' (default: built-in grid)")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    grid = [tuple(int(x) for x in g.split(",")) for g in args.grid.split(";")] if args.grid else GRID
+    dtype = getattr(torch, args.dtype)
+    rows = []
+    for spec in args.shapes.split(","):
+        b, h, n, d, causal = parse_shape(spec)
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
+        sdpa = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        for var in args.variants.split(","):
+            best = None
+            for cfg in grid:
+                fn = FN[var]
+                try:
+                    out = fn(q, k, v, is_causal=causal, config=cfg)
+                    torch.cuda.synchronize()
+                    ms = bench(lambda fn=fn, cfg=cfg: fn(q, k, v, is_causal=causal, config=cfg))
+                except Exception as e:  # a config that does not fit (shared memory, registers)
+                    print(f"  {spec} {var} {cfg}: failed: {str(e).splitlines()[0][:100]}", flush=True)
+                    continue
+                acc = accuracy(out, ref)
+                row = {"shape": spec, "variant": var, "config": cfg, "ms": ms, "sdpa_ms": sdpa,
+                       "ratio": ms / sdpa, "tflops": flops / ms / 1e9, "cos": acc["cos"],
+                       "rel_l1": acc["rel_l1"]}
+                rows.append(row)
+                print(f"  {spec:>16} {var} {str(cfg):>18} {ms:8.4f} ms  ratio {ms / sdpa:5.3f}  "
+                      f"{row['tflops']:6.0f} TFLOPS  cos {acc['cos']:.5f} l1 {acc['rel_l1']:.4f}", flush=True)
+                if best is None or ms < best["ms"]:
+                    best = row
+            if best:
+                best["best"] = True
+    print("\n==== best config per shape/variant (whole call vs SDPA default, same run) ====")
+    print(f"{'shape':>16} {'var':>4} {'config':>18} {'ms':>8} {'sdpa':>8} {'ratio':>6} {'TFLOPS':>6} {'cos':>8} {'l1':>6}")
+    for r in rows:
+        if r.get("best"):
+            print(f"{r['shape']:>16} {r['variant']:>4} {str(r['config']):>18} {r['ms']:8.4f} {r['sdpa_ms']:8.4f} "
+                  f"{r['ratio']:6.3f} {r['tflops']:6.0f} {r['cos']:8.5f} {r['rel_l1']:6.4f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not rows or any(math.isnan(r["cos"]) for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
