@@ -342,3 +342,20 @@ def test_cli_source_failure_exits_20(tmp_path: Path, monkeypatch: pytest.MonkeyP
     doc = json.loads(res.stdout)
     assert doc["result"]["ok"] is False and "no extension file" in doc["result"]["error"]
     assert (tmp_path / "cli.log").is_file()
+
+
+def test_ops_agree_with_the_golden_models_quantization(ops: Any) -> None:
+    """Same int8 values (up to one rounding step) and scales (to fp32 rounding) as the golden model."""
+    reference = pytest.importorskip("sagebuild.attention.reference")
+    k = bhnd(2, 2, 300, 64, torch.bfloat16, "NHD", seed=5)
+    km = ops.k_mean(k)
+    q, s = ops.quant_per_block_int8(k, km, 64, 1.0)
+    gq, gs = reference.quant_int8_blocks(k.float() - k.float().mean(dim=2, keepdim=True), 64)
+    assert (q.float() - gq).abs().max() <= 1
+    assert (q.float() != gq).float().mean() < 1e-3
+    torch.testing.assert_close(s, gs, rtol=1e-6, atol=0)
+    for fnuz, dt in ((False, torch.float8_e4m3fn), (True, torch.float8_e4m3fnuz)):
+        v8, vs = ops.quant_v_fp8_per_channel(k, fnuz)
+        gv, gvs = reference.quant_v_fp8(k.float(), dt)
+        torch.testing.assert_close(vs, gvs, rtol=1e-6, atol=0)
+        assert torch.equal(v8.float(), gv)
