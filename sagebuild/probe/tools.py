@@ -78,7 +78,8 @@ def find(
     root: Root, names: Sequence[str], env: Mapping[str, str], extra_dirs: Sequence[str] = ()
 ) -> Optional[str]:
     """First executable among ``names`` on PATH (then ``extra_dirs``), as a host path under ``root``."""
-    dirs = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d] + list(extra_dirs)
+    # Relative PATH entries would resolve against our working directory, not the root: skipped.
+    dirs = [d for d in env.get("PATH", os.defpath).split(os.pathsep) if d.startswith("/")] + list(extra_dirs)
     for name in names:
         for d in dirs:
             p = root.path(d) / name
