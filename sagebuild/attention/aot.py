@@ -1,0 +1,154 @@
+"""Ahead-of-time compiles of the attention kernel for a GPU that is not present.
+
+``triton.compile`` with a ``GPUTarget`` needs no GPU: this proves that a variant lowers for an
+arch and that the matrix instructions we count on (``archs.Arch.int8_mma`` / ``fp8_mma``) are
+really in the assembly (PTX for CUDA, AMDGCN for ROCm) rather than an emulation.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterable, Optional
+
+from sagebuild import archs
+
+VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")
+
+
+@dataclass
+class AotResult:
+    """One compile: whether it lowered and which expected matrix instruction(s) were found."""
+
+    arch: str
+    variant: str
+    head_dim: int
+    ok: bool
+    instruction: Optional[str]
+    seconds: float
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _fp8_type(row: archs.Arch) -> str:
+    return "fp8e4b8" if row.fp8_dtype == "float8_e4m3fnuz" else "fp8e4nv"
+
+
+def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
+    from triton.compiler import ASTSource
+
+    from sagebuild.kernels.triton import configs
+    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel
+
+    fn = _attn_fwd_kernel
+    fp8 = variant == "qk_int8_pv_fp8"
+    cfg = configs.lookup(row.family, head_dim, "fp8" if fp8 else "fp16", causal)
+    ptr = {
+        "QF": "*fp16",
+        "QI": "*fp16",
+        "QS": "*fp32",
+        "K": "*i8",
+        "KS": "*fp32",
+        "V": f"*{_fp8_type(row)}" if fp8 else "*fp16",
+        "VS": "*fp32",
+        "KM": "*fp32",
+        "Out": "*fp16",
+        "LSE": "*fp32",
+        "CUQ": "*i32",
+        "CUK": "*i32",
+    }
+    constexprs = {
+        "HEAD_DIM": head_dim,
+        "BLOCK_D": head_dim,
+        "BLOCK_M": cfg.block_m,
+        "BLOCK_N": cfg.block_n,
+        "Q_BLK": cfg.q_blk("per_warp"),
+        "KS_BLK": configs.K_BLK,
+        "CAUSAL": causal,
+        "PV_FP8": fp8,
+        "FP8_MAX": 240.0 if _fp8_type(row) == "fp8e4b8" else 448.0,
+        "Q_INT8": False,
+        "RETURN_LSE": False,
+        "SMOOTH_K": True,
+        "IS_VARLEN": False,
+        "V_PADDED": False,
+    }
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in ptr:
+            signature[name] = ptr[name]
+        elif name in ("q_scale_mul", "sm_scale"):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+    return ASTSource(fn, signature, constexprs), cfg
+
+
+def compile_variant(variant: str, arch: str, head_dim: int = 128, causal: bool = False) -> AotResult:
+    """Compile one variant for one arch and look for its INT8 (and FP8) matrix instructions."""
+    t0 = time.perf_counter()
+    name = archs.normalize(arch)
+    try:
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
+        row = archs.get(name)
+        if variant == "qk_int8_pv_fp8" and not row.fp8_mma:
+            raise ValueError(f"{row.name} has no FP8 matrix path in the arch table (fp8_mma is empty)")
+        if not row.int8_mma:
+            raise ValueError(f"{row.name} has no INT8 matrix instruction in the arch table")
+        import triton
+        from triton.backends.compiler import GPUTarget
+
+        src, cfg = _source(variant, row, head_dim, causal)
+        kernel = triton.compile(
+            src,
+            target=GPUTarget(*row.triton_target),
+            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+        )
+        asm = kernel.asm.get("ptx") if row.vendor == "cuda" else kernel.asm.get("amdgcn")
+        if isinstance(asm, bytes):
+            asm = asm.decode(errors="replace")
+        found = []
+        for label, pattern in (
+            ("int8", row.int8_mma),
+            ("fp8", row.fp8_mma if variant.endswith("fp8") else None),
+        ):
+            if not pattern:
+                continue
+            m = re.search(pattern, asm or "")
+            if m is None:
+                return AotResult(
+                    name,
+                    variant,
+                    head_dim,
+                    False,
+                    None,
+                    time.perf_counter() - t0,
+                    f"no {label} matrix instruction matching {pattern!r} in the {row.vendor} assembly",
+                )
+            found.append(m.group(0))
+        return AotResult(name, variant, head_dim, True, "; ".join(found), time.perf_counter() - t0)
+    except Exception as exc:  # report, never raise: callers tabulate results across archs
+        return AotResult(
+            name,
+            variant,
+            head_dim,
+            False,
+            None,
+            time.perf_counter() - t0,
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
+        )
+
+
+def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int = 128) -> list[AotResult]:
+    """Every (variant, arch) pair that the arch table says should work."""
+    results = []
+    for arch in arch_names:
+        for variant in variants:
+            results.append(compile_variant(variant, arch, head_dim))
+    return results
