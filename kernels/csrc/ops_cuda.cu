@@ -1,5 +1,6 @@
 // CUDA (and, through hipify, HIP) implementations of the ops: checks, allocation, launch.
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
