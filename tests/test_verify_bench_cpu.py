@@ -1,0 +1,169 @@
+"""verify and bench on a CPU-only machine: golden model, CPU-labelled timings, the gates and exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sagebuild import bench, verify
+from sagebuild.cli.app import app
+from sagebuild.errors import Exit, SagebuildError
+from sagebuild.profiles import Accuracy, load_bundled
+
+CPU = load_bundled("cpu")
+SMALL = (1, 2, 128, 64)
+runner = CliRunner()
+
+
+def tight(profile):
+    """The profile with accuracy bounds no quantized kernel can meet."""
+    acc = {k: Accuracy(cos_min=0.99999999, rel_l1_max=1e-6) for k in profile.kernels}
+    return dataclasses.replace(profile, accuracy=acc)
+
+
+def test_verify_golden_passes_and_says_it_is_not_a_gpu():
+    res = verify.run_verify(CPU, SMALL)
+    assert res.ok and res.exit_code == Exit.OK
+    assert res.mode == "golden" and res.device == "cpu"
+    assert "not a GPU" in res.note
+    by = {r.variant: r for r in res.results}
+    for v in CPU.kernels:
+        r = by[v]
+        assert r.shape == list(SMALL)
+        assert CPU.accuracy[v].cos_min <= r.accuracy["cos"] < 1.0  # quantized: close, never exact
+        assert r.accuracy["rel_l1"] <= CPU.accuracy[v].rel_l1_max
+    # FP8 P·V is coarser than FP16 P·V: the golden model must show it
+    assert by["qk_int8_pv_fp8"].accuracy["rel_l1"] > by["qk_int8_pv_fp16"].accuracy["rel_l1"]
+
+
+def test_verify_fails_outside_bounds_with_cause_and_fix():
+    res = verify.run_verify(tight(CPU), SMALL)
+    assert not res.ok and res.exit_code == Exit.VERIFY_FAILED
+    for r in res.results:
+        if r.variant in CPU.kernels:
+            assert any("cosine similarity" in p for p in r.problems)
+            assert r.cause and r.fix
+    assert "qk_int8_pv_fp16" in res.failure_text()
+
+
+def test_verify_refuses_fp32_naming_the_nan_trap():
+    with pytest.raises(SagebuildError, match="float16 or bfloat16") as e:
+        verify.run_verify(CPU, SMALL, dtype="float32")
+    assert "NaN" in (e.value.fix or "")
+
+
+def test_diagnose_invalid_device_function_names_the_arch():
+    cause, fix = verify.diagnose("RuntimeError: HIP error: invalid device function", "gfx1201")
+    assert "gfx1201" in cause and fix == "sagebuild compile --arch gfx1201"
+    cause, fix = verify.diagnose(
+        "CUDA error: no kernel image is available for execution on the device", "sm90"
+    )
+    assert fix == "sagebuild compile --arch sm90"
+
+
+def test_cli_verify_exit_30_and_json(tmp_path: Path):
+    data = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "cpu.yaml").read_text())
+    data["accuracy"]["qk_int8_pv_fp8"]["cos_min"] = 0.9999999
+    prof = tmp_path / "strict.yaml"
+    prof.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["verify", "--profile", str(prof), "--shape", "1,2,128,64", "--json"])
+    assert r.exit_code == 30, r.output
+    doc = json.loads(r.stdout)
+    status = {x["variant"]: x["ok"] for x in doc["results"]}
+    assert status["qk_int8_pv_fp8"] is False and status["qk_int8_pv_fp16"] is True
+    bad = runner.invoke(app, ["verify", "--profile", "cpu", "--shape", "1,2,128"])
+    assert bad.exit_code == 2 and "B,H,N,D" in bad.output
+
+
+def test_timing_quantiles_and_flops():
+    t = bench.Timing.from_samples([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (t.median_ms, t.p20_ms, t.p80_ms, t.reps) == (3.0, 1.8, 4.2, 5)
+    assert bench.attention_flops(1, 16, 1024, 64, False) == 4 * 16 * 1024 * 1024 * 64
+    assert bench.attention_flops(1, 16, 1024, 64, True) == 2 * 16 * 1024 * 1024 * 64
+
+
+def test_parse_int_list():
+    assert bench.parse_int_list("1024,4096, 16384", "seq") == (1024, 4096, 16384)
+    for bad in ("", "10x", "0", "-5"):
+        with pytest.raises(SagebuildError, match="--seq"):
+            bench.parse_int_list(bad, "seq")
+
+
+def _row(provider, speedup, cos=0.9999, kind="whole_call", seq=1024):
+    acc = {
+        "cos": cos,
+        "rel_l1": 0.01,
+        "rmse": 0.0,
+        "max_abs": 0.0,
+        "finite": True,
+        "nan_count": 0,
+        "inf_count": 0,
+    }
+    t = bench.Timing(1.0, 1.0, 1.0, 1)
+    return bench.BenchRow(seq, provider, kind, t, 1.0, speedup, acc, {"cos_min": 0.9998, "rel_l1_max": 0.015})
+
+
+def test_gate_speed_only_for_sageattn_on_gpu_accuracy_always():
+    rows = [_row("sdpa", None, kind="baseline"), _row("sageattn", 0.8), _row("qk_int8_pv_fp8", 0.5, cos=0.99)]
+    gpu = bench.gate(rows, 1.0, speed_gate=True)
+    assert "sageattn speed-up 0.800× < 1× at seq=1024" in gpu
+    assert "qk_int8_pv_fp8 cosine 0.990000 < 0.9998 at seq=1024" in gpu
+    assert not any("qk_int8_pv_fp8 speed-up" in f for f in gpu)  # per-variant rows are informational
+    cpu = bench.gate(rows, 1.0, speed_gate=False)
+    assert cpu == ["qk_int8_pv_fp8 cosine 0.990000 < 0.9998 at seq=1024"]
+    assert bench.gate([_row("sageattn", 1.2)], 1.0, speed_gate=True) == []
+
+
+def test_bench_cpu_labels_timings_and_applies_no_speed_gate():
+    prof = dataclasses.replace(CPU, bench=dataclasses.replace(CPU.bench, min_speedup=100.0))
+    cfg = bench.config_from_profile(prof, seq=(128, 256), heads=2, warmup=1, reps=3)
+    res = bench.run_bench(prof, cfg)
+    assert res.ok and res.timing_kind == "cpu" and not res.speed_gate_applied
+    assert "not a GPU result" in res.note
+    assert res.sdpa_backend["name"] in ("cpu-flash", "math") and res.sdpa_backend["ops"]
+    rows = {(r.seq, r.provider): r for r in res.rows}
+    assert set(rows) == {
+        (n, p) for n in (128, 256) for p in ("sdpa", "golden:qk_int8_pv_fp16", "golden:qk_int8_pv_fp8")
+    }
+    for (n, p), r in rows.items():
+        assert r.timing.reps == 3 and r.timing.p20_ms <= r.timing.median_ms <= r.timing.p80_ms
+        assert r.tflops == pytest.approx(bench.attention_flops(1, 2, n, 64, False) / r.timing.median_ms / 1e9)
+        assert (r.speedup is None) == (p == "sdpa")
+    assert rows[(256, "sdpa")].accuracy["cos"] > 0.99999  # SDPA itself is near exact
+
+
+def test_bench_accuracy_gate_exit_40():
+    prof = tight(CPU)
+    res = bench.run_bench(prof, bench.config_from_profile(prof, seq=(128,), heads=1, warmup=0, reps=1))
+    assert not res.ok and res.exit_code == Exit.BENCH_BELOW_THRESHOLD
+    assert any(f.startswith("golden:qk_int8_pv_fp16 cosine") for f in res.failures)
+
+
+def test_cli_bench_json():
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "--profile",
+            "cpu",
+            "--seq",
+            "64",
+            "--heads",
+            "1",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["timing_kind"] == "cpu" and doc["config"]["seq"] == [64]
+    bad = runner.invoke(app, ["bench", "--profile", "cpu", "--seq", "abc"])
+    assert bad.exit_code == 2 and "--seq" in bad.output
