@@ -167,3 +167,23 @@ def test_cli_bench_json():
     assert doc["timing_kind"] == "cpu" and doc["config"]["seq"] == [64]
     bad = runner.invoke(app, ["bench", "--profile", "cpu", "--seq", "abc"])
     assert bad.exit_code == 2 and "--seq" in bad.output
+
+
+def test_kernel_only_adapter_matches_the_whole_call():
+    """bench's kernel-only timing runs B's attention launch on pre-quantized inputs: same output.
+
+    Runs in Triton's interpreter here (conftest), on the GPU in the lead's run.
+    """
+    import torch
+
+    from sagebuild import attention
+
+    gen = torch.Generator().manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = (torch.randn(1, 1, 64, 64, generator=gen).half().to(dev) for _ in range(3))
+    for var, whole in (
+        ("qk_int8_pv_fp16", attention.sageattn_qk_int8_pv_fp16_triton),
+        ("qk_int8_pv_fp8", attention.sageattn_qk_int8_pv_fp8_triton),
+    ):
+        out = bench._kernel_only(var, q, k, v, "HND", False)()
+        assert torch.equal(out, whole(q, k, v, quantization_backend="triton")), var
