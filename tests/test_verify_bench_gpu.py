@@ -1,0 +1,45 @@
+"""verify and bench on a real GPU (skipped without one): every variant of the matched profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagebuild import bench, verify
+from sagebuild.profiles import match
+
+pytestmark = pytest.mark.gpu
+
+
+def _profile():
+    from sagebuild.attention import dispatch
+
+    return match([dispatch.device_arch("cuda")])[0]
+
+
+def test_verify_every_variant_on_the_gpu():
+    from sagebuild.attention import dispatch
+
+    prof = _profile()
+    res = verify.run_verify(prof)
+    assert res.mode == "gpu", res.note
+    names = {r.variant for r in res.results}
+    assert verify.AUTO in names
+    assert {v for v in prof.kernels if v in dispatch.available_variants("cuda")} <= names
+    assert res.ok, res.failure_text()
+    for r in res.results:
+        if r.variant != verify.EXT_CHECK:
+            assert r.dtype == "float16" and r.device.startswith("cuda")
+
+
+def test_bench_gpu_rows_backend_and_timing():
+    prof = _profile()
+    cfg = bench.config_from_profile(prof, seq=(1024, 4096), warmup=5, reps=20)
+    res = bench.run_bench(prof, cfg)
+    assert res.timing_kind == "gpu" and res.speed_gate_applied == (prof.bench.min_speedup > 0)
+    assert res.sdpa_backend["name"] in ("cudnn", "flash", "efficient", "math")
+    kinds = {(r.provider, r.kind) for r in res.rows}
+    assert ("sdpa", "baseline") in kinds and ("sageattn", "whole_call") in kinds
+    assert any(k == "kernel_only" for _, k in kinds)
+    for r in res.rows:
+        assert r.error is None, r.error
+        assert r.timing.p20_ms <= r.timing.median_ms <= r.timing.p80_ms
