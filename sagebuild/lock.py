@@ -26,6 +26,7 @@ TORCH_INDEX = "https://download.pytorch.org/whl"
 
 # ---- facts ----------------------------------------------------------------------------------
 
+
 def canonical_name(name: str) -> str:
     """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -88,8 +89,10 @@ def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
             "cuda": t.get("cuda"),
             "index_url": torch_index_url(version),
         },
-        "triton": {"distribution": triton.get("distribution"),
-                   "version": triton.get("distribution_version") or triton.get("version")},
+        "triton": {
+            "distribution": triton.get("distribution"),
+            "version": triton.get("distribution_version") or triton.get("version"),
+        },
     }
 
 
@@ -114,8 +117,13 @@ def _torch_in_process() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             tri_ver = None
     return {
-        "torch": {"version": str(version) if version else None, "build": build, "hip": hip, "cuda": cuda,
-                  "index_url": torch_index_url(str(version) if version else None)},
+        "torch": {
+            "version": str(version) if version else None,
+            "build": build,
+            "hip": hip,
+            "cuda": cuda,
+            "index_url": torch_index_url(str(version) if version else None),
+        },
         "triton": {"distribution": tri_dist, "version": tri_ver},
     }
 
@@ -124,8 +132,10 @@ def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     torch_devs = (facts.get("torch") or {}).get("devices") or []
     archs: list[str] = list(facts.get("gpu_archs") or [])
     if not archs:
-        for a in [d.get("arch") for d in torch_devs] + list(facts.get("kfd_archs") or []) + list(
-            facts.get("rocminfo_archs") or []
+        for a in (
+            [d.get("arch") for d in torch_devs]
+            + list(facts.get("kfd_archs") or [])
+            + list(facts.get("rocminfo_archs") or [])
         ):
             if a and a not in archs:
                 archs.append(a)
@@ -254,6 +264,7 @@ def write(lock: Mapping[str, Any], path: Path | str) -> tuple[Path, Path]:
 
 # ---- reading and checking -------------------------------------------------------------------
 
+
 def _bad(path: Path, what: str) -> SagebuildError:
     return SagebuildError(
         f"{path} is not a usable sagebuild lockfile: {what}",
@@ -268,8 +279,10 @@ def load(path: Path | str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SagebuildError(f"cannot read lockfile {path}: {e.strerror or e}",
-                             fix="check the path; write one with `sagebuild lock --out FILE`") from None
+        raise SagebuildError(
+            f"cannot read lockfile {path}: {e.strerror or e}",
+            fix="check the path; write one with `sagebuild lock --out FILE`",
+        ) from None
     except UnicodeDecodeError:
         raise _bad(path, "it is not UTF-8 text") from None
     try:
@@ -278,18 +291,28 @@ def load(path: Path | str) -> dict[str, Any]:
         line = getattr(e, "lineno", None)
         raise _bad(path, f"invalid JSON{f' at line {line}' if line else ''}") from None
     if not isinstance(doc, dict) or doc.get("lock") != LOCK_KIND:
-        raise _bad(path, f"no \"lock\": \"{LOCK_KIND}\" marker (a different kind of file?)")
+        raise _bad(path, f'no "lock": "{LOCK_KIND}" marker (a different kind of file?)')
     ver = doc.get("version")
     if not isinstance(ver, int):
-        raise _bad(path, "its \"version\" is missing or not an integer")
+        raise _bad(path, 'its "version" is missing or not an integer')
     if ver > LOCK_VERSION:
         raise SagebuildError(
             f"{path} is lockfile version {ver}; this sagebuild reads up to version {LOCK_VERSION}",
-            fix="upgrade sagebuild (pip install -U sagebuild) to check this lockfile", code=Exit.USAGE)
-    for key, typ in (("python", dict), ("platform", dict), ("torch", dict), ("triton", dict), ("gpu", dict),
-                     ("compilers", dict), ("distributions", dict), ("artefacts", list)):
+            fix="upgrade sagebuild (pip install -U sagebuild) to check this lockfile",
+            code=Exit.USAGE,
+        )
+    for key, typ in (
+        ("python", dict),
+        ("platform", dict),
+        ("torch", dict),
+        ("triton", dict),
+        ("gpu", dict),
+        ("compilers", dict),
+        ("distributions", dict),
+        ("artefacts", list),
+    ):
         if not isinstance(doc.get(key), typ):
-            raise _bad(path, f"section \"{key}\" is missing or not a {'list' if typ is list else 'mapping'}")
+            raise _bad(path, f'section "{key}" is missing or not a {"list" if typ is list else "mapping"}')
     for name, entry in doc["distributions"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
             raise _bad(path, f"distribution {name!r} has no version string")
@@ -314,8 +337,13 @@ class Drift:
         return "changed"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "key": self.key, "change": self.change,
-                "locked": self.locked, "current": self.current}
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "change": self.change,
+            "locked": self.locked,
+            "current": self.current,
+        }
 
     def __str__(self) -> str:
         if self.change == "added":
@@ -343,8 +371,14 @@ def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any]) -> l
 def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     """Every drift, grouped by kind in a fixed order (package lines name the distribution)."""
     drifts: list[Drift] = []
-    for kind, section in (("python", "python"), ("platform", "platform"), ("torch", "torch"),
-                          ("triton", "triton"), ("gpu", "gpu"), ("compiler", "compilers")):
+    for kind, section in (
+        ("python", "python"),
+        ("platform", "platform"),
+        ("torch", "torch"),
+        ("triton", "triton"),
+        ("gpu", "gpu"),
+        ("compiler", "compilers"),
+    ):
         drifts += _flat(kind, locked.get(section) or {}, current.get(section) or {})
     la, ca = locked["distributions"], current["distributions"]
     for name in sorted(set(la) | set(ca)):
@@ -361,13 +395,17 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             continue
         if a.get("sha256") != b.get("sha256"):
             drifts.append(Drift("artefact", f"{name} sha256", a.get("sha256"), b.get("sha256")))
-        drifts += [Drift("artefact", f"{name} {d.key}", d.locked, d.current)
-                   for d in _flat("artefact", a.get("build") or {}, b.get("build") or {})]
+        drifts += [
+            Drift("artefact", f"{name} {d.key}", d.locked, d.current)
+            for d in _flat("artefact", a.get("build") or {}, b.get("build") or {})
+        ]
     lp, cp = locked.get("profile"), current.get("profile")
     if lp != cp:
         if lp and cp and lp.get("name") == cp.get("name"):
-            drifts += [Drift("profile", f"{lp['name']}.{d.key}", d.locked, d.current)
-                       for d in _flat("profile", lp, cp)]
+            drifts += [
+                Drift("profile", f"{lp['name']}.{d.key}", d.locked, d.current)
+                for d in _flat("profile", lp, cp)
+            ]
         else:
             drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
@@ -379,6 +417,7 @@ def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
 
 
 # ---- the environment now ---------------------------------------------------------------------
+
 
 def probe_facts(python: str | None = None) -> Any | None:
     """A's probe of this machine (a ``Facts``), or None while the probe is unavailable."""

@@ -20,16 +20,27 @@ def _env(**over):
     facts = {
         "python": {"version": "3.11.7"},
         "system": {"os": "Linux", "kernel": "6.8.0", "wsl": "none"},
-        "torch": {"version": "2.11.0+cu130", "build": "cuda", "hip": None, "cuda": "13.0",
-                  "devices": [{"index": 0, "name": "NVIDIA H200", "arch": "sm90"}],
-                  "triton": {"distribution": "triton", "version": "3.6.0"}},
+        "torch": {
+            "version": "2.11.0+cu130",
+            "build": "cuda",
+            "hip": None,
+            "cuda": "13.0",
+            "devices": [{"index": 0, "name": "NVIDIA H200", "arch": "sm90"}],
+            "triton": {"distribution": "triton", "version": "3.6.0"},
+        },
         "gpu_archs": ["sm90"],
-        "tools": {"nvcc": {"present": True, "version": "13.0"}, "c++": {"present": True, "version": "13.3"},
-                  "nvidia-smi": {"present": True, "version": "580.65"}},
+        "tools": {
+            "nvcc": {"present": True, "version": "13.0"},
+            "c++": {"present": True, "version": "13.3"},
+            "nvidia-smi": {"present": True, "version": "580.65"},
+        },
     }
     facts.update(over)
-    dists = {"numpy": {"version": "2.1.0"}, "torch": {"version": "2.11.0+cu130"},
-             "sagebuild": {"version": "0.1.0", "source": "editable"}}
+    dists = {
+        "numpy": {"version": "2.1.0"},
+        "torch": {"version": "2.11.0+cu130"},
+        "sagebuild": {"version": "0.1.0", "source": "editable"},
+    }
     info = {"torch": "2.11.0+cu130", "archs": ["sm90"], "sha256": "ab" * 32}
     return lk.snapshot(facts, load_bundled("hopper-cu12"), info, dists)
 
@@ -56,10 +67,17 @@ def test_render_is_canonical_and_round_trips(tmp_path: Path):
 
 def test_diff_names_every_kind_of_drift():
     locked = _env()
-    now = _env(torch={"version": "2.11.0+rocm6.4", "build": "rocm", "hip": "6.4", "cuda": None,
-                      "devices": [{"index": 0, "name": "MI300X", "arch": "gfx942"}],
-                      "triton": {"distribution": "pytorch-triton-rocm", "version": "3.6.0"}},
-               gpu_archs=["gfx942"])
+    now = _env(
+        torch={
+            "version": "2.11.0+rocm6.4",
+            "build": "rocm",
+            "hip": "6.4",
+            "cuda": None,
+            "devices": [{"index": 0, "name": "MI300X", "arch": "gfx942"}],
+            "triton": {"distribution": "pytorch-triton-rocm", "version": "3.6.0"},
+        },
+        gpu_archs=["gfx942"],
+    )
     now["distributions"]["numpy"] = {"version": "2.2.0"}
     del now["distributions"]["torch"]
     now["distributions"]["scipy"] = {"version": "1.14"}
@@ -102,7 +120,7 @@ def test_cli_lock_deterministic_check_and_drift(tmp_path: Path):
     [
         ("{not json", "invalid JSON"),
         ('{"name": "some-package", "version": "1.0"}', "marker"),
-        ('[1, 2, 3]', "marker"),
+        ("[1, 2, 3]", "marker"),
         (json.dumps({"lock": "sagebuild-lock", "version": 99}), "version 99"),
         (json.dumps({"lock": "sagebuild-lock", "version": 1, "python": {}}), "section"),
     ],

@@ -36,8 +36,14 @@ def lock(
             prof = None
         drifts = lk.diff(locked, lk.current(prof, facts))
         if json_out:
-            emit_json({"command": "lock", "check": str(check), "drift": [d.to_dict() for d in drifts],
-                       "ok": not drifts})
+            emit_json(
+                {
+                    "command": "lock",
+                    "check": str(check),
+                    "drift": [d.to_dict() for d in drifts],
+                    "ok": not drifts,
+                }
+            )
         elif drifts:
             console.print(f"[bold red]{len(drifts)} drift(s)[/] from {check}:", highlight=False)
             for d in drifts:
@@ -50,11 +56,21 @@ def lock(
     doc = lk.current(prof, facts)
     path, req = lk.write(doc, out)
     if json_out:
-        emit_json({"command": "lock", "lockfile": str(path), "requirements": str(req), "profile": prof.name,
-                   "distributions": len(doc["distributions"])})
+        emit_json(
+            {
+                "command": "lock",
+                "lockfile": str(path),
+                "requirements": str(req),
+                "profile": prof.name,
+                "distributions": len(doc["distributions"]),
+            }
+        )
     else:
-        console.print(f"wrote {path} ({len(doc['distributions'])} distributions, profile {prof.name}: {why})"
-                      f"\nwrote {req} (pip install -r {req} reinstalls the same versions)", highlight=False)
+        console.print(
+            f"wrote {path} ({len(doc['distributions'])} distributions, profile {prof.name}: {why})"
+            f"\nwrote {req} (pip install -r {req} reinstalls the same versions)",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:
