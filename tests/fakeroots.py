@@ -75,6 +75,7 @@ def make_rdna4_native(tmp: Path, rocminfo: bool = True, name: str = "rdna4") -> 
     """Native Linux with an RX 9070 XT: /dev/kfd, renderD128, KFD node 1 = gfx1201 (120001)."""
     root = _base(tmp / name, NATIVE_KERNEL, mem_gb=32, cores=16, distro="Ubuntu 24.04.1 LTS")
     write(root, "dev/kfd")
+    write(root, "sys/module/amdgpu/version", "6.10.5\n")
     write(root, "dev/dri/card0")
     write(root, "dev/dri/renderD128")
     add_kfd_node(root, 0, 0)
@@ -121,6 +122,11 @@ def make_nvidia(
 ) -> Path:
     """Native Linux with an NVIDIA GPU: /dev/nvidia0 + nvidiactl, nvidia-smi (and nvcc) stubs."""
     root = _base(tmp / name, NATIVE_KERNEL, mem_gb=64, cores=32, distro="Ubuntu 22.04.4 LTS")
+    write(
+        root,
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n",
+    )
     for n in ("nvidia0", "nvidiactl", "nvidia-uvm"):
         write(root, f"dev/{n}")
     add_tool_output(root, "usr/bin/nvidia-smi", f"550.54.14, {cc}")

@@ -45,6 +45,7 @@ def test_rdna4_native_root(tmp_path: Path) -> None:
     assert f.system.disk_free_gb is not None and f.system.disk_free_gb > 0
     assert f.devices.kfd and f.devices.render_nodes == ["/dev/dri/renderD128"]
     assert not f.devices.dxg and f.devices.nvidia == []
+    assert f.driver == "amdgpu 6.10.5"
     assert f.kfd_archs == ["gfx1201"]  # CPU node 0 (gfx_target_version 0) skipped
     rocminfo = f.tools["rocminfo"]
     assert rocminfo.present and rocminfo.path == "/opt/rocm/bin/rocminfo" and rocminfo.version == "1.14"
@@ -119,6 +120,7 @@ def test_nvidia_root(tmp_path: Path) -> None:
     assert f.devices.nvidia == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]
     assert f.tools["nvidia-smi"].version == "550.54.14"
     assert f.nvidia_smi_archs == ["sm90"]
+    assert f.driver == "nvidia 550.54.14"
     assert f.tools["nvcc"].present and f.tools["nvcc"].version == "12.4"
     assert f.tools["nvcc"].path == "/usr/local/cuda/bin/nvcc"
     assert f.gpu_archs() == ["sm90"]
@@ -136,6 +138,7 @@ def test_cuda_home_and_rocm_home_are_searched(tmp_path: Path) -> None:
 def test_cpu_only_root(tmp_path: Path) -> None:
     f = _collect(make_cpu_only(tmp_path), tmp_path)
     assert not f.devices.kfd and not f.devices.dxg and f.devices.nvidia == [] and f.devices.render_nodes == []
+    assert f.driver is None
     assert f.kfd_archs == [] and f.rocminfo_archs == [] and f.nvidia_smi_archs == []
     assert not f.tools["nvcc"].present and f.tools["nvcc"].path is None
     assert f.gpu_archs() == []

@@ -88,6 +88,8 @@ def render(doc: dict[str, Any]) -> None:
         f"{', '.join(f['gpu_archs']) or 'none'}",
         highlight=False,
     )
+    if f.get("driver"):
+        console.print(f"[bold]driver[/] {f['driver']}", highlight=False)
     p = doc["profile"]
     console.print(f"[bold]profile[/] {p['name']} — {p['why']}", highlight=False)
     table = Table(show_lines=False, expand=False)

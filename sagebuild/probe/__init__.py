@@ -138,6 +138,7 @@ def collect(
         system=system.system_facts(rt, env),
         python=py_facts,
         devices=system.device_facts(rt),
+        driver=system.driver_version(rt),
         kfd_archs=system.kfd_archs(rt),
         rocminfo_archs=rocm_archs,
         nvidia_smi_archs=smi_archs,

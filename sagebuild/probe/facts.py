@@ -129,6 +129,7 @@ class Facts:
     system: SystemFacts = field(default_factory=SystemFacts)
     python: PythonFacts = field(default_factory=PythonFacts)
     devices: DeviceFacts = field(default_factory=DeviceFacts)
+    driver: Optional[str] = None  # "amdgpu 6.10.5" / "nvidia 550.54.14" from the kernel module
     kfd_archs: list[str] = field(default_factory=list)
     rocminfo_archs: list[str] = field(default_factory=list)
     nvidia_smi_archs: list[str] = field(default_factory=list)

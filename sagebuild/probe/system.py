@@ -199,3 +199,14 @@ def kfd_archs(root: Root) -> list[str]:
         if name and name not in found:
             found.append(name)
     return found
+
+
+def driver_version(root: Root) -> Optional[str]:
+    """The GPU kernel driver: NVIDIA's module version, or amdgpu's (DKMS builds carry one)."""
+    nv = root.read("proc/driver/nvidia/version")
+    if nv:
+        m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([\d.]+)", nv)
+        if m:
+            return f"nvidia {m.group(1)}"
+    amd = (root.read("sys/module/amdgpu/version") or "").strip()
+    return f"amdgpu {amd}" if amd else None
