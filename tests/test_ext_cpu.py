@@ -359,3 +359,15 @@ def test_ops_agree_with_the_golden_models_quantization(ops: Any) -> None:
         gv, gvs = reference.quant_v_fp8(k.float(), dt)
         torch.testing.assert_close(vs, gvs, rtol=1e-6, atol=0)
         assert torch.equal(v8.float(), gv)
+
+
+def test_triton_aot_step_checks_each_variant_and_arch(built: dict[str, Any], tmp_path: Path) -> None:
+    pytest.importorskip("sagebuild.attention.aot")
+    pairs = [("qk_int8_pv_fp16", "gfx1201"), ("no_such_variant", "gfx1201")]
+    plan = dataclasses.replace(built["plan"], aot=pairs)
+    res = run_compile(plan, tmp_path / "aot.log", progress=False)
+    assert not res.ok and "no_such_variant@gfx1201" in res.error
+    good, bad = res.aot
+    assert good["ok"] is True and good["instruction"] == "v_wmma_i32_16x16x16_iu8"
+    assert bad["ok"] is False and "no_such_variant" in res.key_lines[0]
+    assert paths.current_lib(built["dir"]).is_file()  # the extension itself still built and installed

@@ -116,7 +116,7 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
         return build_source(plan, log_path, progress)
     result = _build_bundled(plan, log_path, progress, t0)
     if result.ok and plan.aot:
-        result.aot = run_aot(plan.aot, log_path)
+        result.aot = run_aot(plan.aot, log_path, plan.python)
         failed = [a for a in result.aot if a.get("ok") is False]
         if failed:
             result.ok = False
@@ -309,21 +309,44 @@ def _build_info(plan: BuildPlan, lib: Path, report: dict[str, Any], jobs: int, r
     }
 
 
-def run_aot(pairs: list[tuple[str, str]], log_path: Path) -> list[dict[str, Any]]:
-    """Compile each (variant, arch) with Triton for the target; missing machinery is reported, not hidden."""
+_AOT_SCRIPT = r"""
+import json, sys
+from dataclasses import asdict
+from sagebuild.attention import aot
+for variant, arch in json.loads(sys.argv[1]):
     try:
-        from sagebuild.attention import aot
-    except ImportError as e:
-        msg = f"sagebuild.attention.aot is not importable ({e}); the Triton ahead-of-time step was skipped"
+        d = asdict(aot.compile_variant(variant, arch))
+    except Exception as e:
+        d = {"variant": variant, "arch": arch, "ok": False, "error": type(e).__name__ + ": " + str(e)}
+    print("SAGEBUILD_AOT " + json.dumps(d, default=str), flush=True)
+"""
+
+
+def run_aot(pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] = None,
+            timeout: float = 1800.0) -> list[dict[str, Any]]:
+    """Compile each (variant, arch) with Triton for the target, in a subprocess.
+
+    The subprocess isolates compiler crashes and runs without ``TRITON_INTERPRET`` (the
+    interpreter cannot compile ahead of time). Missing machinery is reported, not hidden.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("sagebuild.attention.aot") is None:
+        msg = "sagebuild.attention.aot is not available; the Triton ahead-of-time step was skipped"
         _append_log(log_path, f"[sagebuild] {msg}\n")
         return [{"variant": v, "arch": a, "ok": None, "skipped": msg} for v, a in pairs]
-    results = []
-    for variant, arch in pairs:
-        try:
-            r = aot.compile_variant(variant, arch)
-            d = asdict(r) if hasattr(r, "__dataclass_fields__") else dict(vars(r))
-        except Exception as e:  # a crash in the compiler is a failed compile, with its message
-            d = {"variant": variant, "arch": arch, "ok": False, "error": f"{type(e).__name__}: {e}"}
-        _append_log(log_path, f"[sagebuild] aot {variant}@{arch}: {json.dumps(d, default=str)}\n")
-        results.append(d)
-    return results
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    try:
+        proc = subprocess.run([python or sys.executable, "-c", _AOT_SCRIPT, json.dumps(pairs)],
+                              capture_output=True, text=True, env=env, timeout=timeout)
+        out, err = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = f"the ahead-of-time compile took more than {timeout:.0f} s"
+    _append_log(log_path, "[sagebuild] triton ahead-of-time compile\n" + out + err)
+    done = {(d["variant"], d["arch"]): d for d in
+            (json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("SAGEBUILD_AOT "))}
+    tail = " | ".join(err.strip().splitlines()[-3:])
+    return [done.get((v, a), {"variant": v, "arch": a, "ok": False,
+                              "error": f"the compile process ended before this kernel: {tail}"})
+            for v, a in pairs]
