@@ -44,7 +44,7 @@ class Arch:
 
 _WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
 _MFMA_I8 = r"v_mfma_i32_\w+i8"
-_MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32"
+_MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col(\.satfinite)?\.s32\.s8\.s8\.s32"
 _MMA_E4M3 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32"
 _WGMMA_S8 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.s32\.s8\.s8"
 _WGMMA_E4M3 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.e4m3\.e4m3"
@@ -76,7 +76,8 @@ _ROWS = [
     Arch("sm89", "cuda", "Ada", "RTX 40xx / L4 / L20 / L40", "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
     Arch("sm90", "cuda", "Hopper", "H100 / H200 / H20", "fp8", "float8_e4m3fn", 32, _WGMMA_S8, _WGMMA_E4M3),
     Arch("sm100", "cuda", "Blackwell", "B200 / GB200", "fp8", "float8_e4m3fn", 32, r"\.s8", r"e4m3"),
-    Arch("sm120", "cuda", "Blackwell", "RTX 50xx / RTX PRO 6000", "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
+    Arch("sm120", "cuda", "Blackwell", "RTX 50xx / RTX PRO 6000",
+         "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
 ]
 
 ARCHS: dict[str, Arch] = {a.name: a for a in _ROWS}

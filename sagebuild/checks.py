@@ -948,6 +948,48 @@ def check_shadowing(facts: Facts, profile: Profile) -> Check:
     )
 
 
+# ---- the built extension ---------------------------------------------------------------------
+
+
+@register
+def check_extension(facts: Facts, profile: Profile) -> Check:
+    """What `sagebuild compile` built (xformers.info style), and whether it still fits."""
+    title = "Built extension"
+    ext = facts.extension
+    if not facts.torch.importable:
+        return Check("extension", title, "skip", "torch is not importable")
+    compile_cmd = f"sagebuild compile --profile {profile.name}"
+    if not ext.built:
+        return Check(
+            "extension", title, "skip",
+            f"not built yet in {ext.dir} (optional: Triton quantizes when it is absent)", compile_cmd,
+        )
+    info = ext.info or {}
+    t = info.get("torch", {})
+    summary = (
+        f"built {info.get('built_at', '?')} for {', '.join(info.get('archs') or ['cpu'])} "
+        f"(MAX_JOBS={info.get('jobs', '?')}, torch {t.get('version', '?')}, {info.get('seconds', '?')} s); "
+        f"sha256 {str(info.get('sha256', '?'))[:12]}…"
+    )
+    if not ext.sha256_ok:
+        return Check(
+            "extension", title, "fail",
+            f"{summary}: the library in {ext.dir} is missing or changed since it was verified",
+            compile_cmd,
+        )
+    built_archs = set(info.get("archs") or [])
+    gpus = [a for a in facts.gpu_archs() if a in archs.ARCHS and archs.ARCHS[a].vendor == profile.vendor]
+    missing = [a for a in gpus if built_archs and a not in built_archs]
+    if missing:
+        return Check(
+            "extension", title, "warn",
+            f"{summary}; this machine's {', '.join(missing)} is not in the build (the runtime falls back "
+            "to Triton's quantization for it)",
+            f"sagebuild compile --arch {','.join(sorted(built_archs | set(missing)))}",
+        )
+    return Check("extension", title, "ok", summary)
+
+
 # ---- the verdict ------------------------------------------------------------------------------
 
 

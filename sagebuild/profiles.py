@@ -127,7 +127,9 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
     try:
         SpecifierSet(val)
     except InvalidSpecifier:
-        raise ProfileError(src, f"versions.{key}", "a valid PEP 440 specifier such as '>=2.5,<2.15'", val) from None
+        raise ProfileError(
+            src, f"versions.{key}", "a valid PEP 440 specifier such as '>=2.5,<2.15'", val
+        ) from None
     return val
 
 
@@ -245,8 +247,10 @@ def load_file(path: Path | str) -> Profile:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SagebuildError(f"cannot read profile {path}: {e.strerror}",
-                             fix="pass an existing YAML file or a bundled name (sagebuild profiles)") from None
+        raise SagebuildError(
+            f"cannot read profile {path}: {e.strerror}",
+            fix="pass an existing YAML file or a bundled name (sagebuild profiles)",
+        ) from None
     return _parse_text(text, str(path))
 
 

@@ -317,8 +317,18 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
         vq_ref, vs_ref = reference.quant_v_fp8(vh.float(), torch.float8_e4m3fn)
         if not torch.allclose(vs.float().reshape(vs_ref.shape), vs_ref, rtol=1e-4, atol=1e-9):
             vc.problems.append("FP8 V scales differ from the reference")
-        if (vq.float() - vq_ref).abs().max().item() > 0:
-            vc.problems.append("FP8 V values differ from the reference")
+        # Same codes, or (rarely: a quotient that lands within an ulp of a rounding boundary)
+        # the adjacent code: the contract's "one rounding step", as for INT8.
+        got, want = vq.float().reshape(vq_ref.shape), vq_ref.float()
+        ulp = torch.exp2(torch.floor(torch.log2(want.abs().clamp_min(2.0**-6))) - 3)
+        vdiff = (got - want).abs()
+        far = int((vdiff > ulp * 1.0001).sum())
+        near = int((vdiff > 0).sum())
+        if far or near > 1e-3 * vdiff.numel():
+            vc.problems.append(
+                f"FP8 V values differ from the reference: {near} of {vdiff.numel()} differ, {far} by more "
+                f"than one FP8 step (max {vdiff.max().item():.4g})"
+            )
         vc.shape, vc.dtype = list(kq.shape), str(kq.dtype).replace("torch.", "")
     except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
         text = f"{type(e).__name__}: {e}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [accept] [example] [tune]   (default: all but tune)
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [host] [accept] [example] [tune]
+#   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # Carry `.whl` (sageattention 1.0.6 wheel, for the comparison) when calling through the device tool.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ if has ceilings; then
   $PY scripts/gpu_ceilings.py 2>&1 | tee "$OUT/ceilings.txt" | grep ceiling >> "$summary"
 fi
 if has tests; then
-  $PY -m pytest -q -m gpu tests -x -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
+  $PY -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
   echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
 fi
 if has ext; then
@@ -35,8 +36,12 @@ fi
 if has bench; then
   PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py 2>&1 | tee "$OUT/bench.txt" | tail -n 40
 fi
+if has host; then
+  $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40
+fi
 if has tune; then
-  $PY scripts/tune_attention.py 2>&1 | tee "$OUT/tune.txt" | tail -n 60
+  # shellcheck disable=SC2086
+  $PY scripts/tune_attention.py ${TUNE_ARGS:-} --json "$OUT/tune.json" 2>&1 | tee "$OUT/tune.txt" | tail -n 30
 fi
 if has accept; then
   $PY -m sagebuild accept --profile hopper-cu12 --out "$OUT/accept" --json > "$OUT/accept.json" 2> "$OUT/accept.err"

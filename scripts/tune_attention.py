@@ -11,6 +11,7 @@ the numbers in docs/performance.md): users never pay for autotuning.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -22,7 +23,9 @@ from triton.testing import do_bench
 from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
 from sagebuild.attention.metrics import accuracy
 
-DEFAULT_SHAPES = "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
+DEFAULT_SHAPES = (
+    "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
+)
 GRID = [
     (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 128, 8, 2),
     (128, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3), (128, 32, 4, 4),
@@ -44,8 +47,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--variants", default="fp8,fp16")
-    ap.add_argument("--grid", default="", help="semicolon-separated configs 'M,N,W,S;...' (default: built-in grid)")
+    ap.add_argument("--grid", default="", help="configs 'M,N,W,S;...' (default: the built-in grid)")
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--backend", default="triton", help="quantization_backend: triton | ext | auto")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     grid = [tuple(int(x) for x in g.split(",")) for g in args.grid.split(";")] if args.grid else GRID
@@ -55,7 +59,7 @@ def main() -> None:
         b, h, n, d, causal = parse_shape(spec)
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
-        sdpa = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        sdpa = bench(lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c))
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         for var in args.variants.split(","):
@@ -63,9 +67,11 @@ def main() -> None:
             for cfg in grid:
                 fn = FN[var]
                 try:
-                    out = fn(q, k, v, is_causal=causal, config=cfg)
+                    call = functools.partial(fn, q, k, v, is_causal=causal, config=cfg,
+                                             quantization_backend=args.backend)
+                    out = call()
                     torch.cuda.synchronize()
-                    ms = bench(lambda fn=fn, cfg=cfg: fn(q, k, v, is_causal=causal, config=cfg))
+                    ms = bench(call)
                 except Exception as e:  # a config that does not fit (shared memory, registers)
                     print(f"  {spec} {var} {cfg}: failed: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
@@ -75,16 +81,19 @@ def main() -> None:
                        "rel_l1": acc["rel_l1"]}
                 rows.append(row)
                 print(f"  {spec:>16} {var} {str(cfg):>18} {ms:8.4f} ms  ratio {ms / sdpa:5.3f}  "
-                      f"{row['tflops']:6.0f} TFLOPS  cos {acc['cos']:.5f} l1 {acc['rel_l1']:.4f}", flush=True)
+                      f"{row['tflops']:6.0f} TFLOPS  cos {acc['cos']:.5f} l1 {acc['rel_l1']:.4f}",
+                      flush=True)
                 if best is None or ms < best["ms"]:
                     best = row
             if best:
                 best["best"] = True
     print("\n==== best config per shape/variant (whole call vs SDPA default, same run) ====")
-    print(f"{'shape':>16} {'var':>4} {'config':>18} {'ms':>8} {'sdpa':>8} {'ratio':>6} {'TFLOPS':>6} {'cos':>8} {'l1':>6}")
+    print(f"{'shape':>16} {'var':>4} {'config':>18} {'ms':>8} {'sdpa':>8} {'ratio':>6} {'TFLOPS':>6} "
+          f"{'cos':>8} {'l1':>6}")
     for r in rows:
         if r.get("best"):
-            print(f"{r['shape']:>16} {r['variant']:>4} {str(r['config']):>18} {r['ms']:8.4f} {r['sdpa_ms']:8.4f} "
+            print(f"{r['shape']:>16} {r['variant']:>4} {str(r['config']):>18} {r['ms']:8.4f} "
+                  f"{r['sdpa_ms']:8.4f} "
                   f"{r['ratio']:6.3f} {r['tflops']:6.0f} {r['cos']:8.5f} {r['rel_l1']:6.4f}")
     if args.json:
         with open(args.json, "w") as f:

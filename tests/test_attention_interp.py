@@ -191,3 +191,16 @@ def test_sageattn_dispatches_and_config_override(monkeypatch):
     monkeypatch.setenv(configs.ENV_VAR, "64,30,4,1")
     with pytest.raises(AttentionInputError, match="power of two"):
         sageattn(q, k, v)
+
+
+@pytest.mark.parametrize("variant", list(FNS))
+def test_key_tiles_wider_than_k_scale_blocks(variant):
+    """BLOCK_N = 128 spans two 64-token K scale blocks: the per-column scale path (causal, ragged)."""
+    cfg = configs.LaunchConfig(32, 128, 4, 1)
+    q, k, v = _qkv(hq=2, hk=1, nq=96, nk=200)
+    out, lse = FNS[variant](q, k, v, is_causal=True, return_lse=True, config=cfg,
+                            quantization_backend="triton")
+    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True, return_lse=True,
+                                    config=cfg)
+    _close(out.cpu(), ref)
+    assert torch.allclose(lse.cpu(), ref_lse, atol=1e-4, rtol=1e-5)

@@ -12,6 +12,7 @@ from sagebuild.probe.facts import (
     ConflictFacts,
     DeviceFacts,
     DeviceInfo,
+    ExtensionFacts,
     Facts,
     PythonFacts,
     ShadowFact,
@@ -60,6 +61,12 @@ def healthy(vendor: str) -> Facts:
         tools["nvcc"] = ToolFact(True, "/usr/local/cuda/bin/nvcc", "13.0")
     else:
         f.torch = cpu_torch()
+    built_for = {"rocm": ["gfx1201"], "cuda": ["sm90"], "cpu": []}[vendor]
+    f.extension = ExtensionFacts(
+        dir="/home/me/.cache/sagebuild/ext/cp311-torch", built=True, lib_present=True, sha256_ok=True,
+        info={"archs": built_for, "jobs": 4, "sha256": "ab" * 32, "built_at": "2026-11-30T12:00:00+00:00",
+              "torch": {"version": f.torch.version}, "seconds": 51.0},
+    )
     return f
 
 
@@ -344,6 +351,9 @@ FAILING = [
         "fail",
         "mv sageattention sageattention-src",
     ),
+    ("extension", "cuda", _set("extension.sha256_ok", False), "fail", "compile --profile hopper-cu12"),
+    ("extension", "rocm", _set("extension.info", {"archs": ["gfx1100"]}), "warn", "--arch gfx1100,gfx1201"),
+    ("extension", "cpu", _set("extension", ExtensionFacts(dir="/x")), "skip", "compile --profile cpu"),
 ]
 
 
@@ -417,23 +427,23 @@ def test_verdicts() -> None:
 def test_registry_is_extensible_and_guarded() -> None:
     seen = []
 
-    def check_extension(facts: Facts, profile: profiles.Profile) -> checks.Check:
+    def check_custom(facts: Facts, profile: profiles.Profile) -> checks.Check:
         seen.append(profile.name)
-        return checks.Check("extension", "Built extension", "warn", "not built", "sagebuild compile")
+        return checks.Check("custom", "A custom check", "warn", "not built", "sagebuild compile")
 
     def check_broken(facts: Facts, profile: profiles.Profile) -> checks.Check:
         raise KeyError("oops")
 
-    checks.register(check_extension)
+    checks.register(check_custom)
     checks.register(check_broken)
     try:
         res = by_id(healthy("cpu"), "cpu")
     finally:
-        checks.REGISTRY.remove(check_extension)
+        checks.REGISTRY.remove(check_custom)
         checks.REGISTRY.remove(check_broken)
-    assert seen == ["cpu"] and res["extension"].status == "warn"
+    assert seen == ["cpu"] and res["custom"].status == "warn"
     assert res["broken"].status == "warn" and "KeyError" in res["broken"].detail
-    assert "extension" not in by_id(healthy("cpu"), "cpu")
+    assert "custom" not in by_id(healthy("cpu"), "cpu")
 
 
 def test_check_rejects_unknown_status() -> None:

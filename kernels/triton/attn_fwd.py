@@ -18,6 +18,8 @@ One kernel serves every variant through constexpr switches:
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -49,6 +51,7 @@ def _attn_tiles(
     diag,
     stride_kn,
     stride_vn,
+    stride_vd,
     offs_m,
     offs_d,
     HEAD_DIM: tl.constexpr,
@@ -60,36 +63,49 @@ def _attn_tiles(
     PV_FP8: tl.constexpr,
     FP8_MAX: tl.constexpr,
     V_PADDED: tl.constexpr,
+    P_SHIFT: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         cols = start_n + offs_n
         if MASKED:
             col_ok = cols < n_k
             k = tl.load(
                 K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=col_ok[:, None], other=0
             )
-            ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
         else:
             k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
-            ks = tl.load(KS + ks_base + cols // KS_BLK)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * qs[:, None] * ks[None, :]
+        s = tl.dot(q, tl.trans(k)).to(tl.float32)
+        # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
+        # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
+        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+            c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+        else:
+            if MASKED:
+                ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
+            else:
+                ks = tl.load(KS + ks_base + cols // KS_BLK)
+            s = s * ks[None, :]
+            c = qs
         if MASKED:
             ok = col_ok[None, :]
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c)
             m_use = m_new
-        p = tl.math.exp2(s - m_use[:, None])
+        # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
+        # (summed from the same P) carries the same factor, which cancels in acc / l.
+        p = tl.math.exp2(s * c[:, None] - (m_use - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
-        v_ptrs = V + v_base + cols[:, None] * stride_vn + offs_d[None, :]
+        v_ptrs = V + v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
         if MASKED:
             v_mask = col_ok[:, None]
             if V_PADDED:
@@ -100,7 +116,7 @@ def _attn_tiles(
         else:
             v = tl.load(v_ptrs)
         if PV_FP8:
-            acc += tl.dot((p * FP8_MAX).to(v.dtype), v)
+            acc += tl.dot(p.to(v.dtype), v)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -133,6 +149,7 @@ def _attn_fwd_kernel(
     stride_vb,
     stride_vh,
     stride_vn,
+    stride_vd,
     stride_ob,
     stride_oh,
     stride_on,
@@ -158,6 +175,8 @@ def _attn_fwd_kernel(
     SMOOTH_K: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     V_PADDED: tl.constexpr,
+    P_SHIFT: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -197,7 +216,8 @@ def _attn_fwd_kernel(
             q = tl.load(
                 QI + i_base + offs_m[:, None] * stride_in + offs_d[None, :], mask=row_ok[:, None], other=0
             )
-            qs = tl.load(QS + pid_bh.to(tl.int64) * QS_NBLK + offs_m // Q_BLK, mask=row_ok, other=0.0)
+            # rows past the end get scale 1, not 0: 0 · (-inf) in masked tiles would be NaN
+            qs = tl.load(QS + pid_bh.to(tl.int64) * QS_NBLK + offs_m // Q_BLK, mask=row_ok, other=1.0)
         else:
             amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * BLOCK_D)), axis=1)
             step = tl.maximum(amax, 1e-8) / 127.0
@@ -238,6 +258,7 @@ def _attn_fwd_kernel(
             diag,
             stride_kn,
             stride_vn,
+            stride_vd,
             offs_m,
             offs_d,
             HEAD_DIM,
@@ -249,6 +270,8 @@ def _attn_fwd_kernel(
             PV_FP8,
             FP8_MAX,
             V_PADDED,
+            P_SHIFT,
+            WARP_SPEC,
         )
         acc, l_i, m_i = _attn_tiles(
             acc,
@@ -268,6 +291,7 @@ def _attn_fwd_kernel(
             diag,
             stride_kn,
             stride_vn,
+            stride_vd,
             offs_m,
             offs_d,
             HEAD_DIM,
@@ -279,12 +303,14 @@ def _attn_fwd_kernel(
             PV_FP8,
             FP8_MAX,
             V_PADDED,
+            P_SHIFT,
+            WARP_SPEC,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
         if PV_FP8:
             vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
-            out = acc * (vs / FP8_MAX)[None, :] * inv_l[:, None]
+            out = acc * vs[None, :] * inv_l[:, None]  # l carries P's FP8_MAX factor
         else:
             out = acc * inv_l[:, None]
         tl.store(
@@ -293,7 +319,7 @@ def _attn_fwd_kernel(
             mask=row_ok[:, None] & d_ok[None, :],
         )
         if RETURN_LSE:
-            lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634
+            lse = (m_i + tl.math.log2(l_i) - P_SHIFT) / 1.4426950408889634
             if SMOOTH_K:
                 km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
                 lse += tl.sum(qf * km[None, :], axis=1) * sm_scale
@@ -363,6 +389,7 @@ def attention_forward(
         *qi.strides(),
         *kv.k.strides(),
         *kv.v.strides(),
+        kv.v.stride_d,
         *out.strides(),
         q.heads,
         group,
@@ -386,6 +413,9 @@ def attention_forward(
         SMOOTH_K=kv.km is not None,
         IS_VARLEN=q.is_varlen,
         V_PADDED=kv.v.head_dim != head_dim_pad,
+        P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
+        # Experimental (Triton's automatic warp specialization of the key loop): tuning runs only.
+        WARP_SPEC=os.environ.get("SAGEBUILD_ATTN_WARP_SPEC") == "1",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -125,6 +125,7 @@ def _quant_blocks_kernel(
     stride_wb,
     stride_wh,
     stride_wn,
+    stride_wd,
     H,
     N,
     NBLK,
@@ -169,7 +170,7 @@ def _quant_blocks_kernel(
         vq = tl.math.div_rn(v.to(tl.float32), vs[None, :])
         vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
         tl.store(
-            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :],
+            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
             vq.to(VQ.dtype.element_ty),
             mask=row_ok[:, None],
         )
@@ -235,7 +236,7 @@ def quant_blocks(
     nblk = triton.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     want_v = v is not None and vs is not None and fp8_dtype is not None
-    vq = empty_like_view(v, head_dim_pad, fp8_dtype) if want_v else None
+    vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
     vv, ww = (v, vq) if want_v else (x, xq)
     _quant_blocks_kernel[(nblk, x.batch * x.heads)](
         x.t,
@@ -250,6 +251,7 @@ def quant_blocks(
         *xq.strides(),
         *vv.strides(),
         *ww.strides(),
+        ww.stride_d,
         x.heads,
         x.max_len,
         nblk,

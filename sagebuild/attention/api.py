@@ -6,6 +6,7 @@ for FP8 P·V) in two launches → one attention launch that also quantizes Q in 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -18,7 +19,7 @@ from sagebuild.attention.validate import (
     check_varlen,
 )
 from sagebuild.kernels.triton import configs, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
 GRANULARITIES = ("per_warp", "per_block")
 BACKENDS = ("auto", "triton", "ext")
@@ -34,12 +35,7 @@ def _ext_ops(device: torch.device, backend: str) -> Any:
         )
     if backend == "triton":
         return None
-    try:
-        from sagebuild import ext
-    except ImportError:
-        ops = None
-    else:
-        ops = ext.get_quant_ops(device)
+    ops = _cached_ext_ops(device.type, device.index)
     if ops is None and backend == "ext":
         raise AttentionInputError(
             "quantization_backend='ext' but the C++ extension is not built for this device",
@@ -48,31 +44,43 @@ def _ext_ops(device: torch.device, backend: str) -> Any:
     return ops
 
 
+@functools.cache
+def _cached_ext_ops(device_type: str, index: Optional[int]) -> Any:
+    """Looked up once per device and process: the lookup touches the file system, and an
+    attention call at a small shape lasts only microseconds. A rebuilt extension is picked
+    up by the next process."""
+    from sagebuild import ext
+
+    return ext.get_quant_ops(torch.device(device_type, index))
+
+
 def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
 
 
-def _quantize_with_ext(
+def _quantize_kv_with_ext(
     ops: Any,
-    q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     dp: int,
-    q_blk: int,
-    sm_scale: float,
     smooth_k: bool,
     fp8: Optional[torch.dtype],
-) -> tuple[QuantizedQ, QuantizedKV]:
-    """Q, K (and V) quantized by the C++ extension in the contract's layout."""
-    qp, kp, vp = _pad(q, dp), _pad(k, dp), _pad(v, dp)
+) -> QuantizedKV:
+    """K (and V) pre-processed by the C++ extension in the contract's layout.
+
+    Q is not quantized here: the attention kernel quantizes its Q tile in registers, which
+    saves a launch and a pass over Q whichever backend prepares K and V.
+    """
+    kp, vp = _pad(k, dp), _pad(v, dp)
     km = ops.k_mean(kp) if smooth_k else None
     kq, ks = ops.quant_per_block_int8(kp, km, configs.K_BLK, 1.0)
-    qq, qs = ops.quant_per_block_int8(qp, None, q_blk, sm_scale * quant.LOG2E)
     vq = vs = None
     if fp8 is not None:
         vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
+        # The kernel wants V channel-major (see layout.empty_like_view); same logical view.
+        vq = vq.transpose(-1, -2).contiguous().transpose(-1, -2)
     km_flat = km.reshape(km.shape[0], km.shape[1], -1).float().contiguous() if km is not None else None
-    kv = QuantizedKV(
+    return QuantizedKV(
         layout.dense(kq),
         ks,
         configs.K_BLK,
@@ -80,7 +88,6 @@ def _quantize_with_ext(
         layout.dense(vq) if vq is not None else layout.dense(v),
         vs,
     )
-    return QuantizedQ(layout.dense(qq), qs, q_blk), kv
 
 
 def _resolve(
@@ -128,7 +135,7 @@ def _attend(
     qv = layout.dense(q)
     q_int8 = None
     if ops is not None:
-        q_int8, kv = _quantize_with_ext(ops, q, k, v, dp, q_blk, scale, smooth_k, fp8)
+        kv = _quantize_kv_with_ext(ops, k, v, dp, smooth_k, fp8)
     else:
         kq, ks, km, vq, vs = quant.quant_kv(
             layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK

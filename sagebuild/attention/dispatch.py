@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sagebuild import archs
@@ -25,7 +27,13 @@ def device_arch(device: torch.device | str | int) -> str:
         )
     if dev.type != "cuda":
         raise AttentionInputError(f"unsupported device {dev}", "use a CUDA or ROCm GPU")
-    props = torch.cuda.get_device_properties(dev)
+    return _gpu_arch(dev.index if dev.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _gpu_arch(index: int) -> str:
+    """A GPU's arch never changes within a process: read its properties once."""
+    props = torch.cuda.get_device_properties(index)
     if getattr(torch.version, "hip", None):
         return archs.normalize(props.gcnArchName)
     return archs.cuda_arch(props.major, props.minor)

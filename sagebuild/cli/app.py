@@ -8,8 +8,7 @@ them. Command modules import torch inside their functions, never at module level
 from __future__ import annotations
 
 import importlib
-import importlib.util
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -36,17 +35,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        Optional[bool],
+        bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
-    ] = None,
+    ] = False,
 ) -> None:
     """Quantized attention that builds, verifies and benchmarks itself."""
 
 
 for _name in COMMAND_MODULES:
-    # TEMPORARY during parallel development: skip command modules not written yet.
-    if importlib.util.find_spec(f"sagebuild.cli.{_name}_cmd") is not None:
-        importlib.import_module(f"sagebuild.cli.{_name}_cmd").register(app)
+    importlib.import_module(f"sagebuild.cli.{_name}_cmd").register(app)
 
 
 def main() -> None:

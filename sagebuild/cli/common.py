@@ -28,11 +28,15 @@ ProfileOpt = Annotated[
 ]
 RootOpt = Annotated[
     Path,
-    typer.Option("--root", help="Probe this directory as the system root (a system image, chroot or test fixture)."),
+    typer.Option(
+        "--root", help="Probe this directory as the system root (a system image, chroot or test fixture)."
+    ),
 ]
 PythonOpt = Annotated[
     Optional[str],
-    typer.Option("--python", help="Probe this interpreter's torch/triton (default: the one running sagebuild)."),
+    typer.Option(
+        "--python", help="Probe this interpreter's torch/triton (default: the one running sagebuild)."
+    ),
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -19,6 +19,7 @@ from sagebuild.probe.facts import (
     ConflictFacts,
     DeviceFacts,
     DeviceInfo,
+    ExtensionFacts,
     Facts,
     PythonFacts,
     ShadowFact,
@@ -146,4 +147,32 @@ def collect(
         tools=tool_facts,
         torch=torch_facts,
         conflicts=_conflicts(raw_py, cwd),
+        extension=_extension(torch_facts, py_facts, env),
     )
+
+
+def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str, str]) -> ExtensionFacts:
+    """The extension built for this interpreter + torch: where, its metadata, and whether the
+    library on disk is still the one that was verified (its sha256)."""
+    import hashlib
+    import json
+
+    from sagebuild.build import paths
+
+    if not torch_facts.version:
+        return ExtensionFacts()
+    base = paths.ext_dir(torch_facts.version, py_facts.version or None, env)
+    facts = ExtensionFacts(dir=str(base))
+    lib, info_path = paths.current_lib(base), paths.current_info(base)
+    facts.lib_present = lib.is_file()
+    try:
+        facts.info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return facts
+    facts.built = True
+    if facts.lib_present:
+        digest = hashlib.sha256(lib.read_bytes()).hexdigest()
+        facts.sha256_ok = digest == facts.info.get("sha256")
+    else:
+        facts.sha256_ok = False
+    return facts

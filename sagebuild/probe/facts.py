@@ -121,6 +121,17 @@ class ConflictFacts:
 
 
 @dataclass
+class ExtensionFacts:
+    """The built C++/CUDA extension for the probed interpreter + torch (``sagebuild compile``)."""
+
+    dir: Optional[str] = None
+    built: bool = False
+    lib_present: bool = False
+    sha256_ok: Optional[bool] = None  # None when nothing is built
+    info: Optional[dict] = None  # build_info.json: archs, jobs, compilers, torch, time
+
+
+@dataclass
 class Facts:
     """Everything the probe learned about one machine (or system image) and interpreter."""
 
@@ -137,6 +148,7 @@ class Facts:
     tools: dict[str, ToolFact] = field(default_factory=dict)
     torch: TorchFacts = field(default_factory=TorchFacts)
     conflicts: ConflictFacts = field(default_factory=ConflictFacts)
+    extension: ExtensionFacts = field(default_factory=ExtensionFacts)
 
     @property
     def hsa_override(self) -> Optional[str]:
