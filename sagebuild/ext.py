@@ -151,8 +151,9 @@ def _register_fakes() -> None:
     @register("sagebuild::quant_v_fp8_per_channel")
     def _quant_v(v: torch.Tensor, fnuz: bool) -> tuple[torch.Tensor, torch.Tensor]:
         dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
-        return (v.new_empty(tuple(v.shape), dtype=dt),
-                v.new_empty((v.shape[0], v.shape[1], v.shape[3]), dtype=torch.float32))
+        # channel-major codes: physical [B, H, D, N] behind the logical [B, H, N, D] view
+        codes = v.new_empty((v.shape[0], v.shape[1], v.shape[3], v.shape[2]), dtype=dt).transpose(-1, -2)
+        return codes, v.new_empty((v.shape[0], v.shape[1], v.shape[3]), dtype=torch.float32)
 
     _fakes_registered = True
 

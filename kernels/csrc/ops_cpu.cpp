@@ -93,7 +93,8 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_per_channel_cpu(const at::Tensor&
   check_bhnd(v_in, "v");
   const View4 v = view_of(v_in);
   const int64_t BH = v_in.size(0) * v_in.size(1);
-  at::Tensor out = at::empty({v_in.size(0), v_in.size(1), v.N, v.D}, v_in.options().dtype(fp8_dtype(fnuz)));
+  // Channel-major codes: physical [B, H, D, N], returned as the logical [B, H, N, D] view.
+  at::Tensor out = at::empty({v_in.size(0), v_in.size(1), v.D, v.N}, v_in.options().dtype(fp8_dtype(fnuz)));
   at::Tensor scale = at::empty({v_in.size(0), v_in.size(1), v.D}, v_in.options().dtype(at::kFloat));
   auto* o = reinterpret_cast<uint8_t*>(out.data_ptr());
   float* s = scale.data_ptr<float>();
@@ -109,15 +110,15 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_per_channel_cpu(const at::Tensor&
           for (int d = 0; d < v.D; ++d)
             srow[d] = fmaxf(srow[d], fabsf(T::load(x[offset(v, static_cast<int>(bh), n, d)])));
         for (int d = 0; d < v.D; ++d) srow[d] = fmaxf(srow[d], kAmaxEps) / fmax;
-        for (int n = 0; n < v.N; ++n) {
-          uint8_t* dst = o + (bh * v.N + n) * v.D;
+        uint8_t* oh = o + bh * v.D * v.N;
+        for (int n = 0; n < v.N; ++n)
           for (int d = 0; d < v.D; ++d)
-            dst[d] = float_to_e4m3(T::load(x[offset(v, static_cast<int>(bh), n, d)]) / srow[d], fnuz);
-        }
+            oh[static_cast<int64_t>(d) * v.N + n] =
+                float_to_e4m3(T::load(x[offset(v, static_cast<int>(bh), n, d)]) / srow[d], fnuz);
       }
     });
   });
-  return {out, scale};
+  return {out.transpose(-1, -2), scale};
 }
 
 }  // namespace

@@ -23,10 +23,11 @@ at::Tensor k_mean_cuda(const at::Tensor& k) {
   const View4 v = view_of(k);
   const int BH = static_cast<int>(k.size(0) * k.size(1));
   at::Tensor out = at::empty({k.size(0), k.size(1), 1, k.size(3)}, k.options().dtype(at::kFloat));
+  at::Tensor work = at::empty({reduce_workspace_floats(v.N, v.D, BH)}, k.options().dtype(at::kFloat));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   dispatch_storage(k, [&](auto tag) {
     using T = decltype(tag);
-    launch_k_mean<T>(data_of<T>(k), out.data_ptr<float>(), v, BH, stream);
+    launch_k_mean<T>(data_of<T>(k), out.data_ptr<float>(), work.data_ptr<float>(), v, BH, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -61,16 +62,18 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_per_channel_cuda(const at::Tensor
   const c10::cuda::CUDAGuard guard(vin.device());
   const View4 v = view_of(vin);
   const int BH = static_cast<int>(vin.size(0) * vin.size(1));
-  at::Tensor out = at::empty({vin.size(0), vin.size(1), v.N, v.D}, vin.options().dtype(fp8_dtype(fnuz)));
+  // Channel-major codes: physical [B, H, D, N], returned as the logical [B, H, N, D] view.
+  at::Tensor out = at::empty({vin.size(0), vin.size(1), v.D, v.N}, vin.options().dtype(fp8_dtype(fnuz)));
   at::Tensor scale = at::empty({vin.size(0), vin.size(1), v.D}, vin.options().dtype(at::kFloat));
+  at::Tensor work = at::empty({reduce_workspace_floats(v.N, v.D, BH)}, vin.options().dtype(at::kFloat));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   dispatch_storage(vin, [&](auto tag) {
     using T = decltype(tag);
     launch_quant_v_fp8<T>(data_of<T>(vin), reinterpret_cast<uint8_t*>(out.data_ptr()), scale.data_ptr<float>(),
-                          v, BH, fnuz, stream);
+                          work.data_ptr<float>(), v, BH, fnuz, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {out, scale};
+  return {out.transpose(-1, -2), scale};
 }
 
 }  // namespace

@@ -5,6 +5,12 @@
 // the same code the CPU ops run, so both back-ends agree on the same float inputs.
 // Inputs are read through their raw 16/32-bit storage (see the F16/BF16/F32 tags), which
 // keeps this header free of cuda_fp16.h / cuda_bf16.h and their HIP counterparts.
+//
+// The column reductions over tokens (k_mean, V's per-channel amax) run in two deterministic
+// steps, without float atomics: a partial kernel with one block per (32 channels, head, chunk
+// of tokens) writes one value per chunk and channel to a float32 workspace, and a small
+// finalize kernel combines the chunks of each channel in a fixed order. V's FP8 codes are
+// written channel-major ([B, H, D, N], tokens contiguous) through a shared-memory transpose.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,34 +19,94 @@
 
 namespace sagebuild {
 
-// Tile of the column-wise reductions (k_mean, V amax): 32 columns x 8 row lanes.
+// Tile of the column-wise reductions: 32 columns x 8 row lanes.
 constexpr int kColTile = 32;
 constexpr int kRowLanes = 8;
-// Threads of one per-block INT8 quantization block.
+// Tokens per block of the partial reductions (doubled while the chunk count exceeds kMaxGridZ).
+constexpr int kReduceChunk = 128;
+constexpr int kMaxGridZ = 65535;
+// Tokens per tile of V's transposing FP8 kernel (a multiple of 4: codes are stored 4 at a time).
+constexpr int kVTileN = 64;
+// Threads of one per-block INT8 quantization block; of the finalize kernels.
 constexpr int kQuantThreads = 256;
+constexpr int kFinalizeThreads = 256;
 
-// Mean over the token axis: out[bh, d] = sum_n x[bh, n, d] / N  (float32, [B, H, 1, D]).
-template <class T>
-__global__ void k_mean_kernel(const typename T::storage* __restrict__ x, float* __restrict__ out,
-                              View4 v) {
+// Element offset of (bh, n = 0, d = 0).
+__device__ __forceinline__ int64_t head_base(const View4& v, int bh) {
+  const int b = bh / v.H;
+  const int h = bh % v.H;
+  return b * v.sb + h * v.sh;
+}
+
+struct SumOp {
+  static __device__ __forceinline__ float init() { return 0.0f; }
+  static __device__ __forceinline__ float add(float acc, float x) { return acc + x; }
+  static __device__ __forceinline__ float combine(float a, float b) { return a + b; }
+};
+
+struct AbsMaxOp {
+  static __device__ __forceinline__ float init() { return 0.0f; }
+  static __device__ __forceinline__ float add(float acc, float x) { return fmaxf(acc, fabsf(x)); }
+  static __device__ __forceinline__ float combine(float a, float b) { return fmaxf(a, b); }
+};
+
+// Partial column reduction: work[bh, c, d] = Op over tokens [c * chunk, (c + 1) * chunk) of x[bh, :, d].
+// grid (cdiv(D, 32), B*H, nchunks), block (32, 8).
+template <class T, class Op>
+__global__ void col_partial_kernel(const typename T::storage* __restrict__ x, float* __restrict__ work,
+                                   View4 v, int chunk, int nchunks) {
   __shared__ float part[kRowLanes][kColTile + 1];
   const int bh = blockIdx.y;
+  const int c = blockIdx.z;
   const int d = blockIdx.x * kColTile + threadIdx.x;
-  float s = 0.0f;
+  const int n0 = c * chunk;
+  const int n1 = (v.N - n0 < chunk) ? v.N : n0 + chunk;
+  float acc = Op::init();
   if (d < v.D) {
-    for (int n = threadIdx.y; n < v.N; n += kRowLanes) s += T::load(x[offset(v, bh, n, d)]);
+    const typename T::storage* xc = x + head_base(v, bh) + d * v.sd;
+    for (int n = n0 + threadIdx.y; n < n1; n += kRowLanes) acc = Op::add(acc, T::load(xc[n * v.sn]));
   }
-  part[threadIdx.y][threadIdx.x] = s;
+  part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && d < v.D) {
-    float t = 0.0f;
-    for (int r = 0; r < kRowLanes; ++r) t += part[r][threadIdx.x];
-    out[static_cast<int64_t>(bh) * v.D + d] = t / static_cast<float>(v.N);
+    float t = part[0][threadIdx.x];
+    for (int r = 1; r < kRowLanes; ++r) t = Op::combine(t, part[r][threadIdx.x]);
+    work[(static_cast<int64_t>(bh) * nchunks + c) * v.D + d] = t;
+  }
+}
+
+// out[bh, d] = (sum over chunks of work[bh, :, d]) / N, chunks summed in order.
+__global__ void k_mean_finalize_kernel(const float* __restrict__ work, float* __restrict__ out, int64_t total,
+                                       int D, int nchunks, int N) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / D;
+    const int d = static_cast<int>(i % D);
+    const float* w = work + bh * nchunks * D + d;
+    float s = 0.0f;
+    for (int c = 0; c < nchunks; ++c) s += w[static_cast<int64_t>(c) * D];
+    out[i] = s / static_cast<float>(N);
+  }
+}
+
+// scale[bh, d] = max(max over chunks of work[bh, :, d], eps) / fp8_max.
+__global__ void v_scale_finalize_kernel(const float* __restrict__ work, float* __restrict__ scale, int64_t total,
+                                        int D, int nchunks, float fp8_max) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / D;
+    const int d = static_cast<int>(i % D);
+    const float* w = work + bh * nchunks * D + d;
+    float m = 0.0f;
+    for (int c = 0; c < nchunks; ++c) m = fmaxf(m, w[static_cast<int64_t>(c) * D]);
+    scale[i] = fmaxf(m, kAmaxEps) / fp8_max;
   }
 }
 
 // Per-block symmetric INT8 of y = x - km (km may be null): one CUDA block per (bh, token block).
 // scale[bh, i] = max(amax, eps) / 127 * scale_mul;  out = round_half_away(y / (amax / 127)).
+// Thread t visits the flat indices t, t + 256, ... of the block as (row, column) pairs stepped
+// without a division per element.
 template <class T>
 __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, const float* __restrict__ km,
                                   int8_t* __restrict__ out, float* __restrict__ scale, View4 v, int blk,
@@ -50,16 +116,24 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   const int ib = blockIdx.x % nblk;
   const int n0 = ib * blk;
   const int rows = (v.N - n0 < blk) ? (v.N - n0) : blk;
-  const int count = rows * v.D;
   const float* kmrow = km ? km + static_cast<int64_t>(bh) * v.D : nullptr;
+  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn;
+  const int rstep = kQuantThreads / v.D;
+  const int cstep = kQuantThreads % v.D;
+  const int r_first = threadIdx.x / v.D;
+  const int c_first = threadIdx.x % v.D;
 
   float amax = 0.0f;
-  for (int i = threadIdx.x; i < count; i += kQuantThreads) {
-    const int r = i / v.D;
-    const int c = i % v.D;
-    float y = T::load(x[offset(v, bh, n0 + r, c)]);
+  for (int r = r_first, c = c_first; r < rows;) {
+    float y = T::load(xb[r * v.sn + c * v.sd]);
     if (kmrow) y -= kmrow[c];
     amax = fmaxf(amax, fabsf(y));
+    r += rstep;
+    c += cstep;
+    if (c >= v.D) {
+      c -= v.D;
+      ++r;
+    }
   }
   red[threadIdx.x] = amax;
   __syncthreads();
@@ -71,50 +145,96 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
 
   int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D;
-  for (int i = threadIdx.x; i < count; i += kQuantThreads) {
-    const int r = i / v.D;
-    const int c = i % v.D;
-    float y = T::load(x[offset(v, bh, n0 + r, c)]);
+  for (int r = r_first, c = c_first; r < rows;) {
+    float y = T::load(xb[r * v.sn + c * v.sd]);
     if (kmrow) y -= kmrow[c];
-    dst[i] = quant_int8(y, step);
+    dst[static_cast<int64_t>(r) * v.D + c] = quant_int8(y, step);
+    r += rstep;
+    c += cstep;
+    if (c >= v.D) {
+      c -= v.D;
+      ++r;
+    }
   }
 }
 
-// Per-channel FP8 of V: scale[bh, d] = max(amax_n |v|, eps) / fp8_max, out = e4m3(v / scale).
+// FP8 codes of V, channel-major: out[bh, d, n] = e4m3(x[bh, n, d] / scale[bh, d]).
+// grid (cdiv(D, 32), B*H, <= kMaxGridZ tiles, striding over the token tiles), block (32, 8).
+// A 64-token x 32-channel tile is loaded along D (coalesced), transposed in shared memory
+// (rows padded to 33 floats: no bank conflicts on the loads, two-way on the reads) and
+// stored along N, four codes per thread (one 32-bit store when N % 4 == 0).
 template <class T>
-__global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, uint8_t* __restrict__ out,
-                                   float* __restrict__ scale, View4 v, bool fnuz) {
-  __shared__ float part[kRowLanes][kColTile + 1];
+__global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, const float* __restrict__ scale,
+                                   uint8_t* __restrict__ out, View4 v, int ntiles, bool fnuz) {
+  __shared__ float tile[kVTileN][kColTile + 1];
+  __shared__ float sc[kColTile];
+  constexpr int kQuads = kVTileN / 4;  // 4-token groups per channel of a tile
   const int bh = blockIdx.y;
-  const int d = blockIdx.x * kColTile + threadIdx.x;
-  float amax = 0.0f;
-  if (d < v.D) {
-    for (int n = threadIdx.y; n < v.N; n += kRowLanes) amax = fmaxf(amax, fabsf(T::load(x[offset(v, bh, n, d)])));
-  }
-  part[threadIdx.y][threadIdx.x] = amax;
-  __syncthreads();
-  if (threadIdx.y == 0) {
-    float m = 0.0f;
-    for (int r = 0; r < kRowLanes; ++r) m = fmaxf(m, part[r][threadIdx.x]);
-    part[0][threadIdx.x] = fmaxf(m, kAmaxEps) / (fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax);
-  }
-  __syncthreads();
-  if (d >= v.D) return;
-  const float s = part[0][threadIdx.x];
-  if (threadIdx.y == 0) scale[static_cast<int64_t>(bh) * v.D + d] = s;
-  uint8_t* dst = out + static_cast<int64_t>(bh) * v.N * v.D + d;
-  for (int n = threadIdx.y; n < v.N; n += kRowLanes) {
-    dst[static_cast<int64_t>(n) * v.D] = float_to_e4m3(T::load(x[offset(v, bh, n, d)]) / s, fnuz);
+  const int d0 = blockIdx.x * kColTile;
+  const int tid = threadIdx.y * kColTile + threadIdx.x;
+  if (tid < kColTile) sc[tid] = (d0 + tid < v.D) ? scale[static_cast<int64_t>(bh) * v.D + d0 + tid] : 1.0f;
+  const typename T::storage* xh = x + head_base(v, bh);
+  uint8_t* oh = out + static_cast<int64_t>(bh) * v.D * v.N;
+  const int dl = d0 + threadIdx.x;
+  const bool packed_store = (v.N % 4) == 0;
+  for (int t = blockIdx.z; t < ntiles; t += gridDim.z) {
+    const int n0 = t * kVTileN;
+    __syncthreads();  // the previous tile is consumed (and sc is visible on the first pass)
+    for (int r = threadIdx.y; r < kVTileN; r += kRowLanes) {
+      const int n = n0 + r;
+      tile[r][threadIdx.x] = (n < v.N && dl < v.D) ? T::load(xh[n * v.sn + dl * v.sd]) : 0.0f;
+    }
+    __syncthreads();
+    for (int u = tid; u < kColTile * kQuads; u += kColTile * kRowLanes) {
+      const int dc = u / kQuads;
+      const int q = u % kQuads;
+      const int d = d0 + dc;
+      const int n = n0 + 4 * q;
+      if (d >= v.D || n >= v.N) continue;
+      const float s = sc[dc];
+      uint8_t* dst = oh + static_cast<int64_t>(d) * v.N + n;
+      if (packed_store) {
+        uint32_t codes = 0;
+        for (int k = 0; k < 4; ++k)
+          codes |= static_cast<uint32_t>(float_to_e4m3(tile[4 * q + k][dc] / s, fnuz)) << (8 * k);
+        *reinterpret_cast<uint32_t*>(dst) = codes;
+      } else {
+        for (int k = 0; k < 4 && n + k < v.N; ++k) dst[k] = float_to_e4m3(tile[4 * q + k][dc] / s, fnuz);
+      }
+    }
   }
 }
 
 // ---- launchers: grids chosen here so the bindings only pass pointers and shapes ----
 
+// Tokens per partial-reduction block: kReduceChunk, doubled until the chunks fit in grid.z.
+inline int reduce_chunk(int N) {
+  int chunk = kReduceChunk;
+  while (cdiv(N, chunk) > kMaxGridZ) chunk *= 2;
+  return chunk;
+}
+
+// Floats of workspace launch_k_mean and launch_quant_v_fp8 need: one per (bh, chunk, channel).
+inline int64_t reduce_workspace_floats(int N, int D, int BH) {
+  return static_cast<int64_t>(BH) * cdiv(N, reduce_chunk(N)) * D;
+}
+
+inline unsigned finalize_blocks(int64_t total) {
+  const int64_t blocks = (total + kFinalizeThreads - 1) / kFinalizeThreads;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
+// work: reduce_workspace_floats(v.N, v.D, BH) floats.
 template <class T>
-void launch_k_mean(const typename T::storage* x, float* out, View4 v, int BH, cudaStream_t stream) {
-  dim3 grid(cdiv(v.D, kColTile), BH);
+void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
+  const int chunk = reduce_chunk(v.N);
+  const int nchunks = cdiv(v.N, chunk);
+  dim3 grid(cdiv(v.D, kColTile), BH, nchunks);
   dim3 block(kColTile, kRowLanes);
-  k_mean_kernel<T><<<grid, block, 0, stream>>>(x, out, v);
+  col_partial_kernel<T, SumOp><<<grid, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  const int64_t total = static_cast<int64_t>(BH) * v.D;
+  k_mean_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
+                                                                                  v.N);
 }
 
 template <class T>
@@ -125,12 +245,21 @@ void launch_quant_int8(const typename T::storage* x, const float* km, int8_t* ou
   quant_int8_kernel<T><<<grid, kQuantThreads, 0, stream>>>(x, km, out, scale, v, blk, nblk, scale_mul);
 }
 
+// out: channel-major [B, H, D, N] codes; work: reduce_workspace_floats(v.N, v.D, BH) floats.
 template <class T>
-void launch_quant_v_fp8(const typename T::storage* x, uint8_t* out, float* scale, View4 v, int BH, bool fnuz,
-                        cudaStream_t stream) {
-  dim3 grid(cdiv(v.D, kColTile), BH);
+void launch_quant_v_fp8(const typename T::storage* x, uint8_t* out, float* scale, float* work, View4 v, int BH,
+                        bool fnuz, cudaStream_t stream) {
+  const int chunk = reduce_chunk(v.N);
+  const int nchunks = cdiv(v.N, chunk);
   dim3 block(kColTile, kRowLanes);
-  quant_v_fp8_kernel<T><<<grid, block, 0, stream>>>(x, out, scale, v, fnuz);
+  dim3 grid_amax(cdiv(v.D, kColTile), BH, nchunks);
+  col_partial_kernel<T, AbsMaxOp><<<grid_amax, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  const int64_t total = static_cast<int64_t>(BH) * v.D;
+  v_scale_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(
+      work, scale, total, v.D, nchunks, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax);
+  const int ntiles = cdiv(v.N, kVTileN);
+  dim3 grid_q(cdiv(v.D, kColTile), BH, ntiles < kMaxGridZ ? ntiles : kMaxGridZ);
+  quant_v_fp8_kernel<T><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
 }
 
 }  // namespace sagebuild

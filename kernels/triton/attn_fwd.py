@@ -19,7 +19,6 @@ One kernel serves every variant through constexpr switches:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -64,11 +63,10 @@ def _attn_tiles(
     FP8_MAX: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+    for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if MASKED:
             col_ok = cols < n_k
@@ -176,7 +174,6 @@ def _attn_fwd_kernel(
     IS_VARLEN: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -271,7 +268,6 @@ def _attn_fwd_kernel(
             FP8_MAX,
             V_PADDED,
             P_SHIFT,
-            WARP_SPEC,
         )
         acc, l_i, m_i = _attn_tiles(
             acc,
@@ -304,7 +300,6 @@ def _attn_fwd_kernel(
             FP8_MAX,
             V_PADDED,
             P_SHIFT,
-            WARP_SPEC,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -414,8 +409,6 @@ def attention_forward(
         IS_VARLEN=q.is_varlen,
         V_PADDED=kv.v.head_dim != head_dim_pad,
         P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
-        # Experimental (Triton's automatic warp specialization of the key loop): tuning runs only.
-        WARP_SPEC=os.environ.get("SAGEBUILD_ATTN_WARP_SPEC") == "1",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2025.1"
+CONFIG_TABLE_VERSION = "2026.11.30"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry.
 NATIVE_HEAD_DIMS = (64, 128)
@@ -51,10 +51,13 @@ ConfigLike = Union[LaunchConfig, tuple, list, str]
 
 # (family, head_dim, variant, causal) -> config. variant: "fp16" | "fp8" | "*"; causal: bool | "*".
 _TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] = [
-    # Hopper: wgmma wants BLOCK_M 128 over two warpgroups at head dim 128.
-    ("Hopper", 128, "fp8", "*", LaunchConfig(128, 128, 8, 3)),
+    # Hopper, tuned on an H200 (2026-11-30, Triton 3.6, docs/performance.md "run 3"): FP8 P·V
+    # wins with one warpgroup per 64 query rows and wide key tiles (several CTAs per SM overlap
+    # each other's softmax and MMA); FP16 P·V prefers two warpgroups over 128 rows.
+    ("Hopper", 128, "fp8", "*", LaunchConfig(64, 128, 4, 3)),
     ("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
-    ("Hopper", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    ("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
+    ("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
     # Ampere / Ada / consumer Blackwell: mma.sync, smaller shared memory.
     ("Ampere", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
     ("Ampere", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),

@@ -7,15 +7,17 @@ Dense inputs (``HND`` as is, ``NHD`` as a transposed view) and packed variable-l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 
-@dataclass(frozen=True)
-class SeqView:
-    """A tensor plus the strides and sizes the kernels index it with."""
+class SeqView(NamedTuple):
+    """A tensor plus the strides and sizes the kernels index it with.
+
+    A NamedTuple, not a frozen dataclass: several are built per attention call, and at small
+    shapes the host path is the whole call.
+    """
 
     t: torch.Tensor
     stride_b: int  # 0 for varlen: sequences start at cu[b] tokens instead

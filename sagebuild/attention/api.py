@@ -77,8 +77,10 @@ def _quantize_kv_with_ext(
     vq = vs = None
     if fp8 is not None:
         vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
-        # The kernel wants V channel-major (see layout.empty_like_view); same logical view.
-        vq = vq.transpose(-1, -2).contiguous().transpose(-1, -2)
+        # The kernel wants V channel-major (see layout.empty_like_view); the op returns it so
+        # (tokens contiguous). Only an older build's token-major output pays for a copy here.
+        if vq.stride(-2) != 1:
+            vq = vq.transpose(-1, -2).contiguous().transpose(-1, -2)
     km_flat = km.reshape(km.shape[0], km.shape[1], -1).float().contiguous() if km is not None else None
     return QuantizedKV(
         layout.dense(kq),

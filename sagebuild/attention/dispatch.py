@@ -39,6 +39,7 @@ def _gpu_arch(index: int) -> str:
     return archs.cuda_arch(props.major, props.minor)
 
 
+@functools.cache
 def _row(arch: str) -> archs.Arch:
     try:
         archs.pv_path(arch)
@@ -67,11 +68,13 @@ def available_variants(device: torch.device | str | int) -> list[str]:
     return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if row.fp8_dtype else [])
 
 
+@functools.cache
 def family(arch: str) -> str:
     """The arch family that keys the launch-config table."""
     return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
 
 
+@functools.cache
 def fp8_dtype(arch: str) -> torch.dtype:
     """The FP8 E4M3 dtype the arch's matrix units take, or a clear error when it has none."""
     if arch == INTERPRETER:
