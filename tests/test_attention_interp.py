@@ -135,7 +135,7 @@ def test_prequantized_q_path_matches_fused():
     kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
     kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
     q_blk = CFG.q_blk("per_warp")
-    qq, qs, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+    qq, qs, _, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
     outs = []
     for q_int8 in (None, QuantizedQ(qq, qs, q_blk)):
         o = torch.empty_like(q)

@@ -156,6 +156,9 @@ def test_v_fp8_per_channel_matches_torch_rounding(ops: Any, fnuz: bool, dtype: t
     v8, vs = ops.quant_v_fp8_per_channel(v, fnuz)
     rv, rs = ref_quant_v(v, fnuz)
     assert v8.dtype == rv.dtype and v8.shape == (2, 2, 90, 64) and vs.shape == (2, 2, 64)
+    # channel-major: physical [B, H, D, N] (tokens contiguous) behind the logical [B, H, N, D] view
+    assert v8.stride() == (2 * 64 * 90, 64 * 90, 1, 90)
+    assert v8.transpose(-1, -2).is_contiguous()
     torch.testing.assert_close(vs, rs, rtol=0, atol=0)
     assert torch.equal(v8.view(torch.uint8), rv.view(torch.uint8))  # bit-exact RNE, saturating
 
@@ -165,7 +168,7 @@ def test_fp8_encoder_edge_values(ops: Any) -> None:
     vals = torch.tensor([448.0, -448.0, 0.0, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -10, 1.0625, 1.1875,
                          240.0, 232.0, 447.0, 1e-12, -17.5, 0.013671875])
     v8, vs = ops.quant_v_fp8_per_channel(vals.reshape(1, 1, -1, 1), False)
-    assert vs.item() == 1.0
+    assert vs.item() == 1.0 and v8.stride(-2) == 1
     expect = vals.to(torch.float8_e4m3fn)
     assert torch.equal(v8.view(torch.uint8).flatten(), expect.view(torch.uint8))
 
@@ -356,6 +359,7 @@ def test_ops_agree_with_the_golden_models_quantization(ops: Any) -> None:
     torch.testing.assert_close(s, gs, rtol=1e-6, atol=0)
     for fnuz, dt in ((False, torch.float8_e4m3fn), (True, torch.float8_e4m3fnuz)):
         v8, vs = ops.quant_v_fp8_per_channel(k, fnuz)
+        assert v8.stride(-2) == 1  # channel-major
         gv, gvs = reference.quant_v_fp8(k.float(), dt)
         torch.testing.assert_close(vs, gvs, rtol=1e-6, atol=0)
         assert torch.equal(v8.float(), gv)

@@ -21,10 +21,10 @@ _INSTANTIATE = """
 #include "{header}"
 namespace sagebuild {{
 #define SB_INST(T, S)                                                                                \\
-  template void launch_k_mean<T>(const S*, float*, View4, int, {stream});                            \\
+  template void launch_k_mean<T>(const S*, float*, float*, View4, int, {stream});                    \\
   template void launch_quant_int8<T>(const S*, const float*, int8_t*, float*, View4, int, int, float, \\
                                      {stream});                                                       \\
-  template void launch_quant_v_fp8<T>(const S*, uint8_t*, float*, View4, int, bool, {stream});
+  template void launch_quant_v_fp8<T>(const S*, uint8_t*, float*, float*, View4, int, bool, {stream});
 SB_INST(F16, uint16_t)
 SB_INST(BF16, uint16_t)
 SB_INST(F32, float)
@@ -74,7 +74,8 @@ def test_hipified_kernels_compile_for_gfx90a(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     blob = obj.read_bytes()
     assert b"amdgcn-amd-amdhsa--gfx90a" in blob  # a gfx90a code object is bundled in
-    for kernel in (b"k_mean_kernel", b"quant_int8_kernel", b"quant_v_fp8_kernel"):
+    for kernel in (b"col_partial_kernel", b"k_mean_finalize_kernel", b"v_scale_finalize_kernel",
+                   b"quant_int8_kernel", b"quant_v_fp8_kernel"):
         assert kernel in blob
 
 

@@ -10,8 +10,8 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 * FP8 V per channel: ``v_scale = max(amax over tokens of |v|, EPS) / FP8_MAX`` float32
   [B, H, Dp], ``v_fp8 = saturate(v / v_scale)`` rounded to nearest even.
 
-Two launches for K and V together: one pass for the statistics (mean of K, amax of V), one
-pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
+K and V together: the statistics (mean of K, amax of V; torch reductions for dense inputs),
+then one Triton pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
 (no launch at all); ``quant_per_block_int8`` quantizes Q on its own for the pre-quantized path.
 """
 
@@ -100,7 +100,7 @@ def _kv_stats_kernel(
     if SMOOTH_K:
         tl.store(KM + out, ksum / tl.maximum(n, 1).to(tl.float32), mask=offs_d < BLOCK_D)
     if V_FP8:
-        tl.store(VS + out, tl.maximum(vmax, 1e-8) / FP8_MAX, mask=offs_d < BLOCK_D)
+        tl.store(VS + out, vmax, mask=offs_d < BLOCK_D)  # amax; quant_blocks turns it into the scale
 
 
 @triton.jit
@@ -110,7 +110,8 @@ def _quant_blocks_kernel(
     XQ,
     XS,
     V,
-    VS,
+    VA,
+    VSO,
     VQ,
     CU,
     stride_xb,
@@ -166,7 +167,10 @@ def _quant_blocks_kernel(
         vbase += h.to(tl.int64) * stride_vh
         wbase += h.to(tl.int64) * stride_wh
         v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-        vs = tl.load(VS + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        vs = tl.maximum(va, 1e-8) / FP8_MAX
+        if pid_n == 0:
+            tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = tl.math.div_rn(v.to(tl.float32), vs[None, :])
         vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
         tl.store(
@@ -184,10 +188,26 @@ def fp8_max(dtype: torch.dtype) -> float:
 def kv_stats(
     k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype]
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """(km float32 [B, Hkv, Dp] or None, v_scale float32 [B, Hkv, Dp] or None) in one launch."""
+    """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None).
+
+    Dense inputs use torch's reductions: they split the token axis across the whole GPU and
+    cost a few microseconds to launch, where a Triton launch costs tens (measured on an H200,
+    docs/performance.md). Packed variable-length inputs need per-sequence statistics: one
+    Triton launch over all sequences.
+    """
     want_v = v is not None and fp8_dtype is not None
     if not smooth_k and not want_v:
         return None, None
+    if not k.is_varlen:
+        pad = head_dim_pad - k.head_dim
+        km = va = None
+        if smooth_k:
+            km = torch.mean(k.t, dim=2, dtype=torch.float32)
+            km = torch.nn.functional.pad(km, (0, pad)) if pad else km
+        if want_v:
+            va = torch.linalg.vector_norm(v.t, ord=float("inf"), dim=2, dtype=torch.float32)
+            va = torch.nn.functional.pad(va, (0, pad)) if pad else va
+        return km, va
     dev = k.t.device
     km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if smooth_k else None
     vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
@@ -224,19 +244,21 @@ def quant_blocks(
     scale_mul: float,
     head_dim_pad: int,
     v: Optional[SeqView] = None,
-    vs: Optional[torch.Tensor] = None,
+    v_amax: Optional[torch.Tensor] = None,
     fp8_dtype: Optional[torch.dtype] = None,
-) -> tuple[SeqView, torch.Tensor, Optional[SeqView]]:
-    """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when vs is given.
+) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
+    """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
-    Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None); outputs are
-    contiguous with the padded head dim.
+    Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None, v_scale
+    float32 [B, H, Dp] or None). INT8 output is contiguous with the padded head dim; FP8 V is
+    channel-major (see ``layout.empty_like_view``).
     """
     xq = empty_like_view(x, head_dim_pad, torch.int8)
     nblk = triton.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
-    want_v = v is not None and vs is not None and fp8_dtype is not None
+    want_v = v is not None and v_amax is not None and fp8_dtype is not None
     vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
+    vs = torch.empty_like(v_amax) if want_v else None
     vv, ww = (v, vq) if want_v else (x, xq)
     _quant_blocks_kernel[(nblk, x.batch * x.heads)](
         x.t,
@@ -244,7 +266,8 @@ def quant_blocks(
         xq.t,
         xs,
         vv.t,
-        vs if vs is not None else xs,
+        v_amax if want_v else xs,
+        vs if want_v else xs,
         ww.t,
         x.cu,
         *x.strides(),
@@ -265,16 +288,18 @@ def quant_blocks(
         IS_VARLEN=x.is_varlen,
         num_warps=4,
     )
-    return xq, xs, vq
+    return xq, xs, vq, vs
 
 
 def quant_kv(
     k: SeqView, v: SeqView, head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype], blk: int
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
-    """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel: two launches.
+    """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
-    Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale or None).
+    Statistics (K's mean, V's amax: torch reductions, or one Triton launch for varlen), then one
+    Triton launch quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or
+    None, v_scale or None).
     """
-    km, vs = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
-    kq, ks, vq = quant_blocks(k, km, blk, 1.0, head_dim_pad, v=v, vs=vs, fp8_dtype=fp8_dtype)
+    km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
+    kq, ks, vq, vs = quant_blocks(k, km, blk, 1.0, head_dim_pad, v=v, v_amax=va, fp8_dtype=fp8_dtype)
     return kq, ks, km, vq, vs
