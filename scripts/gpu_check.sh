@@ -44,8 +44,12 @@ if has tune; then
   $PY scripts/tune_attention.py ${TUNE_ARGS:-} --json "$OUT/tune.json" 2>&1 | tee "$OUT/tune.txt" | tail -n 30
 fi
 if has accept; then
-  $PY -m sagebuild accept --profile hopper-cu12 --out "$OUT/accept" --json > "$OUT/accept.json" 2> "$OUT/accept.err"
-  echo "accept: rc=$?" >> "$summary"; tail -n 20 "$OUT/accept.err"
+  $PY -m sagebuild doctor --json > "$OUT/doctor.json" 2> "$OUT/doctor.err"; echo "doctor: rc=$?" >> "$summary"
+  $PY -m sagebuild accept --profile hopper-cu12 --out "$OUT/accept" --seq 1024,4096,16384 --json \
+    > "$OUT/accept.json" 2> "$OUT/accept.err"
+  echo "accept: rc=$?" >> "$summary"; tail -n 30 "$OUT/accept.err"
+  $PY -m sagebuild lock --check "$OUT/accept/sagebuild.lock" > /dev/null 2> "$OUT/lock_check.err"
+  echo "lock --check: rc=$?" >> "$summary"
   cp "$OUT/accept/report.md" "$OUT/accept_report.md" 2>/dev/null
 fi
 if has example; then
