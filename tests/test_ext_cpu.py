@@ -197,6 +197,12 @@ def test_fake_impls_support_torch_compile(ops: Any) -> None:
         return torch.ops.sagebuild.quant_per_block_int8(q, None, 16, 2.0)[1], \
             torch.ops.sagebuild.quant_per_block_int8(kk, m, 16, 1.0)[0]
 
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:  # the fake V codes have the real op's channel-major strides
+        fake8, _ = torch.ops.sagebuild.quant_v_fp8_per_channel(mode.from_tensor(k), False)
+    assert fake8.shape == k.shape and fake8.stride() == ops.quant_v_fp8_per_channel(k, False)[0].stride()
+
     compiled = torch.compile(pre, backend="eager", fullgraph=True)
     got = compiled(k, k)
     want = pre(k, k)

@@ -71,14 +71,35 @@ def test_gpu_int8_ops_match_the_contract(ops: Any, dtype: torch.dtype) -> None:
         assert diff.max() <= 1 and diff.count_nonzero() <= diff.numel() // 1000
 
 
+# (B, H, N, D, dtype, layout): odd N (byte stores, a partial tile), N % 4 == 0 (packed stores,
+# many chunks), D not a multiple of the 32-channel tile.
+V_SHAPES = [(1, 8, 777, 64, torch.float16, "NHD"), (2, 4, 4096, 128, torch.bfloat16, "HND"),
+            (1, 3, 130, 72, torch.float32, "NHD")]
+
+
 @pytest.mark.parametrize("fnuz", [False, True])
-def test_gpu_v_fp8_matches_the_cpu_op(ops: Any, fnuz: bool) -> None:
+@pytest.mark.parametrize("shape", V_SHAPES, ids=lambda s: "x".join(map(str, s[:4])) + f"-{s[5]}")
+def test_gpu_v_fp8_matches_the_cpu_op(ops: Any, fnuz: bool, shape: tuple) -> None:
     from test_ext_cpu import bhnd
 
     from sagebuild import ext
 
-    v = bhnd(1, 8, 777, 64, torch.float16, "NHD", seed=12) * 20
+    b, h, n, d, dtype, layout = shape
+    v = bhnd(b, h, n, d, dtype, layout, seed=12) * 20
     v8, vs = ops.quant_v_fp8_per_channel(v.cuda(), fnuz)
     c8, cs = ext.get_quant_ops("cpu").quant_v_fp8_per_channel(v, fnuz)
+    assert v8.shape == (b, h, n, d) and v8.stride() == (h * d * n, d * n, 1, n)  # channel-major
     torch.testing.assert_close(vs.cpu(), cs, rtol=0, atol=0)
     assert torch.equal(v8.cpu().view(torch.uint8), c8.view(torch.uint8))
+
+
+@pytest.mark.parametrize("shape", V_SHAPES, ids=lambda s: "x".join(map(str, s[:4])) + f"-{s[5]}")
+def test_gpu_k_mean_is_deterministic_and_matches(ops: Any, shape: tuple) -> None:
+    from test_ext_cpu import bhnd
+
+    b, h, n, d, dtype, layout = shape
+    k = bhnd(b, h, n, d, dtype, layout, seed=13)
+    kd = k.cuda()
+    km = ops.k_mean(kd)
+    assert torch.equal(km, ops.k_mean(kd))  # no float atomics: the same bits every run
+    torch.testing.assert_close(km.cpu(), k.float().mean(dim=2, keepdim=True), atol=1e-5, rtol=1e-5)
