@@ -194,8 +194,9 @@ def test_sageattn_dispatches_and_config_override(monkeypatch):
 
 
 @pytest.mark.parametrize("variant", list(FNS))
-def test_key_tiles_wider_than_k_scale_blocks(variant):
+def test_key_tiles_wider_than_k_scale_blocks(variant, monkeypatch):
     """BLOCK_N = 128 spans two 64-token K scale blocks: the per-column scale path (causal, ragged)."""
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "0")  # pre-quantized K: the path under test
     cfg = configs.LaunchConfig(32, 128, 4, 1)
     q, k, v = _qkv(hq=2, hk=1, nq=96, nk=200)
     out, lse = FNS[variant](q, k, v, is_causal=True, return_lse=True, config=cfg,
@@ -204,3 +205,33 @@ def test_key_tiles_wider_than_k_scale_blocks(variant):
                                     config=cfg)
     _close(out.cpu(), ref)
     assert torch.allclose(lse.cpu(), ref_lse, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(FNS))
+@pytest.mark.parametrize(("block_n", "d", "causal"), [(64, 64, True), (128, 40, False), (64, 96, False)])
+def test_kv_quantized_inside_the_kernel(variant, block_n, d, causal):
+    """Short sequences: K (and FP8 V) quantized in the attention kernel give the golden model's
+    result (same 64-token K blocks, same rounding) with GQA, ragged tiles, padding and LSE."""
+    cfg = configs.LaunchConfig(32, block_n, 4, 1)
+    assert configs.fuse_kv(cfg, 200, varlen=False)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=200, d=d, seed=3)
+    out, lse = FNS[variant](q, k, v, is_causal=causal, return_lse=True, config=cfg,
+                            quantization_backend="triton")
+    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True,
+                                    config=cfg)
+    assert out.shape == q.shape
+    _close(out.cpu(), ref)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.cpu()), finite)
+    assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def test_fused_kv_threshold(monkeypatch):
+    """The fused path covers short sequences only, and needs key tiles made of whole K blocks."""
+    cfg = configs.LaunchConfig(64, 64, 4, 3)
+    assert configs.fuse_kv(cfg, configs.FUSED_KV_MAX_TOKENS, varlen=False)
+    assert not configs.fuse_kv(cfg, configs.FUSED_KV_MAX_TOKENS + 1, varlen=False)
+    assert not configs.fuse_kv(cfg, 128, varlen=True)
+    assert not configs.fuse_kv(configs.LaunchConfig(64, 32, 4, 3), 128, varlen=False)
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "0")
+    assert not configs.fuse_kv(cfg, 128, varlen=False)

@@ -53,6 +53,8 @@ def _attn_tiles(
     stride_vd,
     offs_m,
     offs_d,
+    km_row,
+    vs_row,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -63,30 +65,52 @@ def _attn_tiles(
     FP8_MAX: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
+    KV_FUSED: tl.constexpr,
+    P_DTYPE: tl.constexpr,
 ):
-    """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality."""
+    """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
+
+    KV_FUSED: K (and V for FP8 P·V) arrive in 16 bits and are quantized here, tile by tile,
+    exactly as the quantization kernels would (same 64-token K blocks, same rounding): no
+    launch of their own, for short sequences where launches, not arithmetic, set the time.
+    """
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if MASKED:
             col_ok = cols < n_k
-            k = tl.load(
-                K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=col_ok[:, None], other=0
-            )
-        else:
-            k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k)).to(tl.float32)
-        # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
-        # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
-        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
-            c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+        if KV_FUSED:
+            kmask = (offs_d < HEAD_DIM)[None, :]
+            if MASKED:
+                kmask = kmask & col_ok[:, None]
+            kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
+            y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
+            kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
+            kstep = tl.maximum(kamax, 1e-8) / 127.0
+            kstep_col = tl.reshape(tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,))
+            kr = round_half_away(tl.math.div_rn(y, kstep_col[:, None]))
+            k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
+            c = qs
         else:
             if MASKED:
-                ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
+                k = tl.load(
+                    K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=col_ok[:, None], other=0
+                )
             else:
-                ks = tl.load(KS + ks_base + cols // KS_BLK)
-            s = s * ks[None, :]
-            c = qs
+                k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
+            s = tl.dot(q, tl.trans(k)).to(tl.float32)
+            # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
+            # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
+            if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+                c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+            else:
+                if MASKED:
+                    ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
+                else:
+                    ks = tl.load(KS + ks_base + cols // KS_BLK)
+                s = s * ks[None, :]
+                c = qs
         if MASKED:
             ok = col_ok[None, :]
             if CAUSAL:
@@ -113,7 +137,11 @@ def _attn_tiles(
             v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
         else:
             v = tl.load(v_ptrs)
-        if PV_FP8:
+        if PV_FP8 and KV_FUSED:
+            vq = tl.math.div_rn(v.to(tl.float32), vs_row[None, :])
+            vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX).to(P_DTYPE)
+            acc += tl.dot(p.to(P_DTYPE), vq)
+        elif PV_FP8:
             acc += tl.dot(p.to(v.dtype), v)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
@@ -174,6 +202,8 @@ def _attn_fwd_kernel(
     IS_VARLEN: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
+    KV_FUSED: tl.constexpr,
+    P_DTYPE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -227,6 +257,14 @@ def _attn_fwd_kernel(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
+        if KV_FUSED and SMOOTH_K:
+            km_row = tl.load(KM + kv_bh * BLOCK_D + offs_d)
+        else:
+            km_row = tl.zeros([BLOCK_D], dtype=tl.float32)
+        if KV_FUSED and PV_FP8:  # VS holds V's amax per channel: the scale is derived here
+            vs_row = tl.maximum(tl.load(VS + kv_bh * BLOCK_D + offs_d), 1e-8) / FP8_MAX
+        else:
+            vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
 
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
@@ -258,6 +296,8 @@ def _attn_fwd_kernel(
             stride_vd,
             offs_m,
             offs_d,
+            km_row,
+            vs_row,
             HEAD_DIM,
             BLOCK_D,
             BLOCK_N,
@@ -268,6 +308,8 @@ def _attn_fwd_kernel(
             FP8_MAX,
             V_PADDED,
             P_SHIFT,
+            KV_FUSED,
+            P_DTYPE,
         )
         acc, l_i, m_i = _attn_tiles(
             acc,
@@ -290,6 +332,8 @@ def _attn_fwd_kernel(
             stride_vd,
             offs_m,
             offs_d,
+            km_row,
+            vs_row,
             HEAD_DIM,
             BLOCK_D,
             BLOCK_N,
@@ -300,11 +344,13 @@ def _attn_fwd_kernel(
             FP8_MAX,
             V_PADDED,
             P_SHIFT,
+            KV_FUSED,
+            P_DTYPE,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
         if PV_FP8:
-            vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
+            vs = vs_row if KV_FUSED else tl.load(VS + kv_bh * BLOCK_D + offs_d)
             out = acc * vs[None, :] * inv_l[:, None]  # l carries P's FP8_MAX factor
         else:
             out = acc * inv_l[:, None]
@@ -332,6 +378,9 @@ class QuantizedKV:
     km: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] or None (smooth_k=False)
     v: SeqView  # fp8 [.., Dp] (FP8 path) or the caller's fp16/bf16 V
     v_scale: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] (FP8 path)
+    # True: k and v are the caller's 16-bit tensors, quantized inside the attention kernel;
+    # k_scale is unused and v_scale holds V's amax per channel (FP8 path).
+    fused: bool = False
 
 
 @dataclass
@@ -341,6 +390,9 @@ class QuantizedQ:
     q: SeqView  # int8 [.., Dp]
     scale: torch.Tensor  # float32 [B, H, cdiv(N_q, blk)], sm_scale·log2e folded in
     blk: int
+
+
+_TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
 
 
 def attention_forward(
@@ -355,6 +407,7 @@ def attention_forward(
     pv_fp8: bool,
     q_blk: int,
     fp8_max: float = 448.0,
+    fp8_dtype: Optional[torch.dtype] = None,
     q_int8: Optional[QuantizedQ] = None,
     lse: Optional[torch.Tensor] = None,
 ) -> None:
@@ -409,6 +462,8 @@ def attention_forward(
         IS_VARLEN=q.is_varlen,
         V_PADDED=kv.v.head_dim != head_dim_pad,
         P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
+        KV_FUSED=kv.fused,
+        P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -27,6 +27,21 @@ K_BLK = 64
 
 ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
 
+# Up to this many keys, K (and V for FP8 P·V) are quantized inside the attention kernel instead
+# of by a launch of their own: at short sequences each Triton launch costs more host time than
+# the GPU work (docs/performance.md); beyond it, re-quantizing every key tile in each of the
+# N_q / BLOCK_M programs costs more than the launch saves. Override for tuning with the env
+# var SAGEBUILD_FUSE_KV_MAX_TOKENS (0 turns the fused path off).
+FUSED_KV_MAX_TOKENS = 1024
+FUSE_ENV_VAR = "SAGEBUILD_FUSE_KV_MAX_TOKENS"
+
+
+def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
+    """Whether K/V are quantized inside the attention kernel for this launch."""
+    limit = os.environ.get(FUSE_ENV_VAR)
+    max_tokens = int(limit) if limit else FUSED_KV_MAX_TOKENS
+    return not varlen and n_k <= max_tokens and cfg.block_n % K_BLK == 0
+
 
 @dataclass(frozen=True)
 class LaunchConfig:

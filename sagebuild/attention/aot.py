@@ -7,6 +7,7 @@ really in the assembly (PTX for CUDA, AMDGCN for ROCm) rather than an emulation.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ def _fp8_type(row: archs.Arch) -> str:
 
 
 def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
+    import triton.language as tl
     from triton.compiler import ASTSource
 
     from sagebuild.kernels.triton import configs
@@ -75,6 +77,10 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "SMOOTH_K": True,
         "IS_VARLEN": False,
         "V_PADDED": False,
+        # the long-sequence path (K/V pre-quantized); the fused short-sequence path shares its dots
+        "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
+        "KV_FUSED": False,
+        "P_DTYPE": tl.float16,
     }
     signature = {}
     for name in fn.arg_names:

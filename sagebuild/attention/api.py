@@ -132,12 +132,21 @@ def _attend(
     scale = check_sm_scale(sm_scale, d)
     dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
     q_blk = cfg.q_blk(qk_quant_gran)
-    ops = _ext_ops(q.device, quantization_backend)
+    # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
+    # all) unless the extension is asked for by name; otherwise the extension when built
+    # ("auto"), else Triton's quantization kernels.
+    fused = quantization_backend in ("auto", "triton") and configs.fuse_kv(cfg, k.shape[2], varlen=False)
+    ops = None if fused else _ext_ops(q.device, quantization_backend)
 
     qv = layout.dense(q)
     q_int8 = None
     if ops is not None:
         kv = _quantize_kv_with_ext(ops, k, v, dp, smooth_k, fp8)
+    elif fused:
+        kd, vd = layout.dense(k), layout.dense(v)
+        km, va = quant.kv_stats(kd, vd, dp, smooth_k, fp8)
+        stub = km if km is not None else va if va is not None else torch.empty(1, device=q.device)
+        kv = QuantizedKV(kd, stub, configs.K_BLK, km, vd, va, fused=True)
     else:
         kq, ks, km, vq, vs = quant.quant_kv(
             layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK
@@ -162,6 +171,7 @@ def _attend(
         pv_fp8=fp8 is not None,
         q_blk=q_blk,
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
+        fp8_dtype=fp8,
         q_int8=q_int8,
         lse=lse,
     )
@@ -317,5 +327,6 @@ def sageattn_varlen(
         pv_fp8=fp8 is not None,
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
+        fp8_dtype=fp8,
     )
     return out
