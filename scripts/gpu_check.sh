@@ -3,6 +3,7 @@
 # acceptance pipeline, print a short table last. Stages can be picked:
 #   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [host] [accept] [example] [tune]
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
+# The extension is built before the tests, so that the GPU tests exercise it.
 # Carry `.whl` (sageattention 1.0.6 wheel, for the comparison) when calling through the device tool.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +25,14 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.ve
 if has ceilings; then
   $PY scripts/gpu_ceilings.py 2>&1 | tee "$OUT/ceilings.txt" | grep ceiling >> "$summary"
 fi
-if has tests; then
-  $PY -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
-  echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
-fi
 if has ext; then
   t0=$(date +%s)
   $PY -m sagebuild compile --profile hopper-cu12 --json --log "$OUT/build.log" > "$OUT/compile.json" 2> "$OUT/compile.err"
   rc=$?; echo "compile: rc=$rc in $(( $(date +%s) - t0 )) s" >> "$summary"; tail -n 15 "$OUT/compile.err"
+fi
+if has tests; then
+  $PY -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
+  echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
 fi
 if has bench; then
   PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py 2>&1 | tee "$OUT/bench.txt" | tail -n 40
