@@ -9,41 +9,52 @@ from __future__ import annotations
 
 import cProfile
 import io
+import os
 import pstats
 import time
 
 import torch
 import torch.nn.functional as F
+from sagebuild.kernels.triton import configs
 from triton.testing import do_bench
 
-from sagebuild.attention import sageattn
+from sagebuild.attention import sageattn, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+
+
+def _measure(name: str, fn) -> None:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    reps = 2000
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    host = (time.perf_counter() - t0) / reps * 1e6
+    torch.cuda.synchronize()
+    dev = do_bench(fn, warmup=25, rep=200, return_mode="median")
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        fn()
+    graph = do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+    print(f"host-profile {name}: host {host:.1f} us/call (loop, no sync), do_bench {dev * 1e3:.1f} us, "
+          f"graph replay {graph * 1e3:.1f} us", flush=True)
 
 
 def main(b: int = 1, h: int = 16, n: int = 1024, d: int = 64) -> None:
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-    for name, fn in (("sdpa", lambda: F.scaled_dot_product_attention(q, k, v)),
-                     ("sageattn", lambda: sageattn(q, k, v))):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        reps = 2000
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        host = (time.perf_counter() - t0) / reps * 1e6
-        torch.cuda.synchronize()
-        dev = do_bench(fn, warmup=25, rep=200, return_mode="median")
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            fn()
-        graph = do_bench(g.replay, warmup=25, rep=200, return_mode="median")
-        print(f"host-profile {name}: host {host:.1f} us/call, do_bench {dev * 1e3:.1f} us, "
-              f"graph replay {graph * 1e3:.1f} us")
+    _measure("sdpa", lambda: F.scaled_dot_product_attention(q, k, v))
+    # K/V quantized inside the attention kernel (default up to 1024 keys) against the
+    # separate quantization launch, for both P·V variants.
+    for fuse in ("1024", "0"):
+        os.environ[configs.FUSE_ENV_VAR] = fuse
+        for name, fn in (("fp16", sageattn_qk_int8_pv_fp16_triton), ("fp8", sageattn_qk_int8_pv_fp8_triton)):
+            _measure(f"{name} fuse_kv_max={fuse}", lambda fn=fn: fn(q, k, v, quantization_backend="triton"))
+    os.environ.pop(configs.FUSE_ENV_VAR)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(500):

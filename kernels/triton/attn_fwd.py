@@ -85,13 +85,22 @@ def _attn_tiles(
                 kmask = kmask & col_ok[:, None]
             kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
             y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
-            kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
-            kstep = tl.maximum(kamax, 1e-8) / 127.0
-            kstep_col = tl.reshape(tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,))
-            kr = round_half_away(tl.math.div_rn(y, kstep_col[:, None]))
-            k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
-            c = qs
+            if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
+                kstep = tl.maximum(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 1e-8) / 127.0
+                kr = round_half_away(tl.math.div_rn(y, kstep))
+                k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
+                s = tl.dot(q, tl.trans(k)).to(tl.float32)
+                c = qs * kstep
+            else:
+                kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
+                kstep = tl.maximum(kamax, 1e-8) / 127.0
+                kstep_col = tl.reshape(
+                    tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
+                )
+                kr = round_half_away(tl.math.div_rn(y, kstep_col[:, None]))
+                k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
+                s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
+                c = qs
         else:
             if MASKED:
                 k = tl.load(
