@@ -62,6 +62,11 @@ class DeviceSupport:
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
 
+# Fewer queries than this go to SDPA: a decode step would re-quantize the whole KV cache and
+# fill 1 row of a 64-row tile (measured on an H200: generation 0.79× SDPA's speed when decode
+# steps were accelerated too; docs/performance.md).
+MIN_Q_LEN = 16
+
 
 def decide(
     query: Any,
@@ -124,6 +129,8 @@ def decide(
         return "empty tensor"
     if is_causal and lq != lk:
         return "is_causal with q_len != kv_len"
+    if lq < MIN_Q_LEN:
+        return f"q_len {lq} < {MIN_Q_LEN} (decode: quantizing all keys for a few queries is slower than SDPA)"
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         return "non-positive or non-finite scale"
     support = support_for(dev)

@@ -191,7 +191,8 @@ def _decide(q, k=None, v=None, mask=None, dropout_p=0.0, is_causal=False, scale=
     [
         (lambda: _decide(_meta(2, 8, 128, 64)), None),
         (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.bfloat16), is_causal=True, scale=0.1), None),
-        (lambda: _decide(_meta(1, 32, 1, 128), _meta(1, 8, 77, 128), gqa=True), None),
+        (lambda: _decide(_meta(1, 32, 16, 128), _meta(1, 8, 77, 128), gqa=True), None),
+        (lambda: _decide(_meta(1, 32, 1, 128), _meta(1, 8, 77, 128), gqa=True), "q_len 1 < 16 (decode"),
         (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.float32)), "dtype float32"),
         (lambda: _decide(_meta(2, 8, 128, 64, dtype=torch.float64)), "dtype float64"),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64, dtype=torch.bfloat16)), "dtypes differ"),
@@ -208,7 +209,8 @@ def _decide(q, k=None, v=None, mask=None, dropout_p=0.0, is_causal=False, scale=
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 2, 128, 64)), "heads differ without enable_gqa"),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 3, 128, 64), gqa=True), "not a multiple"),
         (lambda: _decide(_meta(2, 8, 1, 64), _meta(2, 8, 9, 64), is_causal=True), "q_len != kv_len"),
-        (lambda: _decide(_meta(2, 8, 1, 64), _meta(2, 8, 9, 64), is_causal=False), None),
+        (lambda: _decide(_meta(2, 8, 16, 64), _meta(2, 8, 9, 64), is_causal=False), None),
+        (lambda: _decide(_meta(2, 8, 15, 64), _meta(2, 8, 9, 64), is_causal=False), "q_len 15 < 16"),
         (lambda: _decide(_meta(2, 8, 0, 64)), "empty tensor"),
         (lambda: _decide(_meta(2, 8, 128, 64), scale=-1.0), "non-positive"),
         (lambda: _decide(_meta(2, 8, 128, 64), scale=math.nan), "non-finite"),
@@ -270,7 +272,7 @@ def test_scale_is_honoured(fake_gpu):
 @pytest.mark.parametrize("native_gqa", [True, False])
 def test_enable_gqa_is_honoured(fake_gpu, native_gqa):
     fake_gpu.supports_gqa = native_gqa
-    q, k, v = _qkv(hq=8, hk=2, lq=8, lk=20)
+    q, k, v = _qkv(hq=8, hk=2, lq=16, lk=20)
     want = ORIG(q, k, v, enable_gqa=True)
     with patch.patch_sdpa():
         got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
@@ -372,8 +374,8 @@ def test_someone_else_replacing_sdpa_is_left_alone():
 
 
 def test_threads_counts_add_up(fake_gpu):
-    q16, k16, v16 = _qkv(hq=2, lq=8, d=16)
-    q32, k32, v32 = _qkv(hq=2, lq=8, d=16, dtype=torch.float32)
+    q16, k16, v16 = _qkv(hq=2, lq=16, d=16)
+    q32, k32, v32 = _qkv(hq=2, lq=16, d=16, dtype=torch.float32)
     n_threads, n_calls = 8, 25
     errors: list[BaseException] = []
     start = threading.Barrier(n_threads)
@@ -446,7 +448,7 @@ def test_real_kernels_through_patch(monkeypatch):
     )
     patch._dispatch_support_cached.cache_clear()
     q, k, v = _qkv(b=1, hq=4, hk=2, lq=40, d=32, device=dev, seed=5)
-    qo, ko, vo = _qkv(b=1, hq=2, lq=8, d=160, device=dev)
+    qo, ko, vo = _qkv(b=1, hq=2, lq=16, d=160, device=dev)
     try:
         with patch.patch_sdpa():
             got = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=0.2)

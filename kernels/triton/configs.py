@@ -27,12 +27,13 @@ K_BLK = 64
 
 ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
 
-# Up to this many keys, K (and V for FP8 P·V) are quantized inside the attention kernel instead
-# of by a launch of their own: at short sequences each Triton launch costs more host time than
-# the GPU work (docs/performance.md); beyond it, re-quantizing every key tile in each of the
-# N_q / BLOCK_M programs costs more than the launch saves. Override for tuning with the env
-# var SAGEBUILD_FUSE_KV_MAX_TOKENS (0 turns the fused path off).
-FUSED_KV_MAX_TOKENS = 1024
+# Up to this many keys, K (and V for FP8 P·V) can be quantized inside the attention kernel
+# instead of by launches of their own. Off by default: on an H200 (docs/performance.md, run 5)
+# it saved host time but the kernel got slower (K/V tiles go through registers instead of the
+# pipelined copy into shared memory): at 1×16×1024×64 a CUDA-graph replay took 69.6 µs fused
+# vs 40.2 µs separate (FP16 P·V), 124.6 vs 52.3 µs (FP8). Kept as a tuning knob for other
+# GPUs: SAGEBUILD_FUSE_KV_MAX_TOKENS=1024 turns it on.
+FUSED_KV_MAX_TOKENS = 0
 FUSE_ENV_VAR = "SAGEBUILD_FUSE_KV_MAX_TOKENS"
 
 
