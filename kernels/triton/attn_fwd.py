@@ -14,6 +14,9 @@ One kernel serves every variant through constexpr switches:
   and masks (see ``layout.SeqView``); nothing is copied.
 * ``RETURN_LSE``: log-sum-exp (natural log) of the *unsmoothed* scores sm_scale·q·kᵀ, i.e. the
   smoothed kernel's value plus sm_scale·q·mean(K)ᵀ.
+* ``KV_FUSED``: K (and V for FP8) arrive in 16 bits and are quantized tile by tile in here
+  (opt-in, ``configs.fuse_kv``; measured slower on an H200, kept for other GPUs).
+* FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
 """
 
 from __future__ import annotations

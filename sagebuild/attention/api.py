@@ -1,7 +1,8 @@
 """Public attention functions, with upstream SageAttention's names and keywords.
 
-Each call: validate (views, no copies) → pick the variant and launch config → quantize K (and V
-for FP8 P·V) in two launches → one attention launch that also quantizes Q in registers.
+Each call: validate (views, no copies) → pick the variant and launch config → K's mean and V's
+amax (torch reductions) and one launch quantizing K (and V for FP8 P·V), or the C++ extension's
+ops → one attention launch that also quantizes Q in registers.
 """
 
 from __future__ import annotations
