@@ -10,8 +10,8 @@ import math
 from html import escape
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-W, H = 640, 320
-_L, _R, _T, _B = 60, 170, 30, 45  # margins: left, right (legend), top, bottom
+W, H = 760, 320
+_L, _R, _T, _B = 60, 290, 30, 45  # margins: left, right (legend: the longest label fits), top, bottom
 
 
 def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: float | None = None) -> str:
