@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sagebuild.errors import Exit, SagebuildError
+from sagebuild.explain import explain_for_report
 
 STEPS = ("doctor", "compile", "verify", "bench")
 STEP_EXIT = {
@@ -78,15 +79,6 @@ class AcceptResult:
         }
 
 
-def explain_text(text: str) -> list[dict[str, Any]]:
-    """``sagebuild.explain`` matches for a failure text (empty when nothing matches)."""
-    try:
-        from sagebuild.explain import explain
-    except ImportError:
-        return []
-    return [m.to_dict() for m in explain(text)]
-
-
 def _match(id_: str, title: str, cause: str, fix: str, line: Optional[str]) -> dict[str, Any]:
     return {"id": id_, "title": title, "cause": cause, "fix": fix, "matched_line": line}
 
@@ -129,7 +121,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         error = "\n".join(f"{c.title}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in failed)
         expl = [_match(f"doctor.{c.id}", c.title, c.detail, c.fix, None) for c in failed if c.fix]
         return StepResult(
-            "doctor", "fail", int(Exit.DOCTOR_FAILED), None, summary, error, expl + explain_text(error)
+            "doctor", "fail", int(Exit.DOCTOR_FAILED), None, summary, error, expl + explain_for_report(error)
         )
 
     def compile_() -> StepResult:
@@ -152,7 +144,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         error = "\n".join([str(res.error), *res.key_lines])
         expl = list(res.explanation)
         if not expl and log_path.is_file():
-            expl = explain_text(log_path.read_text(encoding="utf-8", errors="replace")[-200_000:])
+            expl = explain_for_report(log_path.read_text(encoding="utf-8", errors="replace")[-200_000:])
         return StepResult("compile", "fail", int(Exit.COMPILE_FAILED), None, str(res.error), error, expl)
 
     def verify() -> StepResult:
@@ -176,7 +168,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
             if not r.ok and r.cause and r.fix
         ]
         return StepResult(
-            "verify", "fail", int(Exit.VERIFY_FAILED), None, summary, error, expl + explain_text(error)
+            "verify", "fail", int(Exit.VERIFY_FAILED), None, summary, error, expl + explain_for_report(error)
         )
 
     def bench() -> StepResult:
@@ -197,7 +189,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
             return StepResult("bench", "ok", 0, None, summary)
         error = "\n".join(res.failures)
         return StepResult(
-            "bench", "fail", int(Exit.BENCH_BELOW_THRESHOLD), None, summary, error, explain_text(error)
+            "bench", "fail", int(Exit.BENCH_BELOW_THRESHOLD), None, summary, error, explain_for_report(error)
         )
 
     runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
@@ -223,7 +215,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
                 e.message,
                 text,
                 ([_match(f"{name}.error", f"{name} stopped", e.message, e.fix, None)] if e.fix else [])
-                + explain_text(text),
+                + explain_for_report(text),
             )
         except Exception as e:  # noqa: BLE001 - an unexpected failure is a failed step with its traceback
             text = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]
@@ -234,7 +226,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
                 None,
                 f"{type(e).__name__}: {e}"[:300],
                 text,
-                explain_text(text),
+                explain_for_report(text),
             )
         step.seconds = round(time.monotonic() - t0, 3)
         steps.append(step)

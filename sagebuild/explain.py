@@ -218,3 +218,12 @@ def troubleshooting_markdown() -> str:
             f"*Source: {f.source}.*",
         ]
     return "\n".join(lines) + "\n"
+
+
+def explain_for_report(text: str) -> list[dict[str, Any]]:
+    """``explain`` as plain dicts for compile/verify/accept reports; never raises, so that an
+    explanation can never hide the failure it explains."""
+    try:
+        return [m.to_dict() for m in explain(text)]
+    except Exception as e:  # noqa: BLE001 - a broken database must not mask the real failure
+        return [{"id": "explain-error", "title": f"explaining the log failed: {e}"}]

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Optional
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
 from sagebuild.build.proc import key_lines, run_with_oom_retry
+from sagebuild.explain import explain_for_report
 
 KEEP_BUILDS = 2  # the current build and the one before it
 
@@ -64,25 +65,13 @@ def default_log_path(plan: BuildPlan) -> Path:
     return paths.logs_dir(Path(plan.ext_dir)) / f"compile-{stamp}.log"
 
 
-def explain_text(text: str) -> list[dict[str, Any]]:
-    """Known-failure matches for a log (engineer E's matcher), or nothing when it is unavailable."""
-    try:
-        from sagebuild.explain import explain
-    except ImportError:
-        return []
-    try:
-        return [m.to_dict() for m in explain(text)]
-    except Exception as e:  # the explanation must never hide the build's own failure
-        return [{"id": "explain-error", "title": f"explaining the log failed: {e}"}]
-
-
 def _fail(plan: BuildPlan, log_path: Path, t0: float, error: str, lines: list[str], jobs: int,
           retried: bool = False, aot: Optional[list[dict[str, Any]]] = None) -> CompileResult:
     keys = key_lines(lines) if lines else []
     return CompileResult(
         ok=False, mode=plan.mode, artefact=None, sha256=None, seconds=time.monotonic() - t0,
         log_path=str(log_path), jobs=jobs, retried_with_half_jobs=retried, key_lines=keys,
-        explanation=explain_text(error + "\n" + "\n".join(lines[-400:])), aot=aot or [], error=error,
+        explanation=explain_for_report(error + "\n" + "\n".join(lines[-400:])), aot=aot or [], error=error,
     )
 
 
@@ -123,7 +112,7 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
             result.error = "Triton ahead-of-time compile failed for " + ", ".join(
                 f"{a['variant']}@{a['arch']}" for a in failed)
             result.key_lines = [f"{a['variant']}@{a['arch']}: {a.get('error')}" for a in failed]
-            result.explanation = explain_text("\n".join(str(a.get("error")) for a in failed))
+            result.explanation = explain_for_report("\n".join(str(a.get("error")) for a in failed))
     result.seconds = time.monotonic() - t0
     return result
 
