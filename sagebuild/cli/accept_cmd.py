@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from sagebuild.cli.common import (
+    ArchOpt,
+    BatchOpt,
+    CausalOpt,
+    HeadDimOpt,
+    HeadsOpt,
+    JobsOpt,
     JsonOpt,
     ProfileOpt,
     PythonOpt,
+    RepsOpt,
     RootOpt,
+    SeqOpt,
+    WarmupOpt,
     console,
     emit_json,
     exit_with,
@@ -31,26 +40,18 @@ def register(app: typer.Typer) -> None:
         profile: ProfileOpt = "auto",
         out: Annotated[Path, typer.Option("--out", "-o", help=_OUT)] = Path("sagebuild-out"),
         keep_going: Annotated[bool, typer.Option("--keep-going", help=_KEEP)] = False,
-        jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="MAX_JOBS for the build.")] = None,
-        arch: Annotated[
-            Optional[str], typer.Option("--arch", help="Build for these archs (default: detected).")
-        ] = None,
+        jobs: JobsOpt = None,
+        arch: ArchOpt = None,
         verify_shape: Annotated[
             str, typer.Option("--verify-shape", help="B,H,N,D of the smoke test.")
         ] = "1,8,512,64",
-        batch: Annotated[
-            Optional[int], typer.Option("--batch", help="Bench batch (default: profile).")
-        ] = None,
-        heads: Annotated[
-            Optional[int], typer.Option("--heads", help="Bench heads (default: profile).")
-        ] = None,
-        seq: Annotated[
-            Optional[str], typer.Option("--seq", help="Bench sequence length(s), e.g. 1024,4096,16384.")
-        ] = None,
-        head_dim: Annotated[Optional[int], typer.Option("--head-dim", help="Bench head dim.")] = None,
-        causal: Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Bench causal.")] = None,
-        warmup: Annotated[Optional[int], typer.Option("--warmup", help="Bench warm-up calls.")] = None,
-        reps: Annotated[Optional[int], typer.Option("--reps", help="Bench timed calls.")] = None,
+        batch: BatchOpt = None,
+        heads: HeadsOpt = None,
+        seq: SeqOpt = None,
+        head_dim: HeadDimOpt = None,
+        causal: CausalOpt = None,
+        warmup: WarmupOpt = None,
+        reps: RepsOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         json_out: JsonOpt = False,

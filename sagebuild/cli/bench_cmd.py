@@ -7,7 +7,21 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, ProfileOpt, console, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import (
+    BatchOpt,
+    CausalOpt,
+    HeadDimOpt,
+    HeadsOpt,
+    JsonOpt,
+    ProfileOpt,
+    RepsOpt,
+    SeqOpt,
+    WarmupOpt,
+    console,
+    emit_json,
+    exit_with,
+    handle_errors,
+)
 
 
 def render(res: Any) -> None:
@@ -73,26 +87,15 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def bench_cmd(
         profile: ProfileOpt = "auto",
-        batch: Annotated[
-            Optional[int], typer.Option("--batch", help="Batch size (default: profile).")
-        ] = None,
-        heads: Annotated[
-            Optional[int], typer.Option("--heads", help="Attention heads (default: profile).")
-        ] = None,
-        seq: Annotated[
-            Optional[str],
-            typer.Option(
-                "--seq", help="Sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."
-            ),
-        ] = None,
-        head_dim: Annotated[
-            Optional[int], typer.Option("--head-dim", help="Head dim (default: profile).")
-        ] = None,
+        batch: BatchOpt = None,
+        heads: HeadsOpt = None,
+        seq: SeqOpt = None,
+        head_dim: HeadDimOpt = None,
         dtype: Annotated[Optional[str], typer.Option("--dtype", help="float16 or bfloat16.")] = None,
-        causal: Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Causal mask.")] = None,
+        causal: CausalOpt = None,
         layout: Annotated[str, typer.Option("--layout", help="HND or NHD.")] = "HND",
-        warmup: Annotated[Optional[int], typer.Option("--warmup", help="Warm-up calls.")] = None,
-        reps: Annotated[Optional[int], typer.Option("--reps", help="Timed calls.")] = None,
+        warmup: WarmupOpt = None,
+        reps: RepsOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out: Annotated[

@@ -39,6 +39,28 @@ PythonOpt = Annotated[
     ),
 ]
 
+# Build and bench options shared by `compile`/`bench` and `accept` (one declaration each).
+JobsOpt = Annotated[
+    Optional[int],
+    typer.Option("--jobs", "-j", help="MAX_JOBS for the build (default: from free memory, cores and the "
+                 "profile's cap)."),
+]
+ArchOpt = Annotated[
+    Optional[str],
+    typer.Option("--arch", help="Target archs: 'gfx1201', 'gfx1201,gfx1100', '9.0', 'sm90' (default: the "
+                 "detected GPUs)."),
+]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", help="Bench batch size (default: profile).")]
+HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Bench attention heads (default: profile).")]
+SeqOpt = Annotated[
+    Optional[str],
+    typer.Option("--seq", help="Bench sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."),
+]
+HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Bench head dim (default: profile).")]
+CausalOpt = Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Bench with a causal mask.")]
+WarmupOpt = Annotated[Optional[int], typer.Option("--warmup", help="Bench warm-up calls (default: profile).")]
+RepsOpt = Annotated[Optional[int], typer.Option("--reps", help="Bench timed calls (default: profile).")]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -7,11 +7,19 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, ProfileOpt, RootOpt, console, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import (
+    ArchOpt,
+    JobsOpt,
+    JsonOpt,
+    ProfileOpt,
+    RootOpt,
+    console,
+    emit_json,
+    exit_with,
+    handle_errors,
+)
 from sagebuild.errors import Exit, SagebuildError
 
-_HELP_JOBS = "MAX_JOBS for the build (default: from free memory, cores and the profile's cap)."
-_HELP_ARCH = "Target archs: 'gfx1201', 'gfx1201,gfx1100', '9.0', 'sm90' (default: the detected GPUs)."
 _HELP_SOURCE = "Build this external torch-extension tree (setup.py build_ext --inplace) instead."
 _HELP_DRY = "Print the plan (env vars, jobs, archs, commands, output paths) and build nothing."
 _HELP_LOG = "Write the full build log to this file (default: under the extension cache)."
@@ -93,8 +101,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def compile_cmd(
         profile: ProfileOpt = "auto",
-        jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help=_HELP_JOBS)] = None,
-        arch: Annotated[Optional[str], typer.Option("--arch", help=_HELP_ARCH)] = None,
+        jobs: JobsOpt = None,
+        arch: ArchOpt = None,
         source: Annotated[Optional[Path], typer.Option("--source", help=_HELP_SOURCE)] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help=_HELP_DRY)] = False,
         root: RootOpt = Path("/"),
