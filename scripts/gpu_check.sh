@@ -35,10 +35,11 @@ if has tests; then
   echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
 fi
 if has bench; then
-  PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py 2>&1 | tee "$OUT/bench.txt" | tail -n 40
+  # shellcheck disable=SC2086
+  PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | tail -n 40
 fi
 if has host; then
-  $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40
+  PYTHONPATH=/tmp/sage106 $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40
 fi
 if has tune; then
   # shellcheck disable=SC2086

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import cProfile
 import io
-import os
 import pstats
 import time
 
 import torch
 import torch.nn.functional as F
-from sagebuild.kernels.triton import configs
 from triton.testing import do_bench
 
 from sagebuild.attention import sageattn, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
@@ -48,13 +46,14 @@ def _measure(name: str, fn) -> None:
 def main(b: int = 1, h: int = 16, n: int = 1024, d: int = 64) -> None:
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
     _measure("sdpa", lambda: F.scaled_dot_product_attention(q, k, v))
-    # K/V quantized inside the attention kernel (default up to 1024 keys) against the
-    # separate quantization launch, for both P·V variants.
-    for fuse in ("1024", "0"):
-        os.environ[configs.FUSE_ENV_VAR] = fuse
-        for name, fn in (("fp16", sageattn_qk_int8_pv_fp16_triton), ("fp8", sageattn_qk_int8_pv_fp8_triton)):
-            _measure(f"{name} fuse_kv_max={fuse}", lambda fn=fn: fn(q, k, v, quantization_backend="triton"))
-    os.environ.pop(configs.FUSE_ENV_VAR)
+    for name, fn in (("fp16", sageattn_qk_int8_pv_fp16_triton), ("fp8", sageattn_qk_int8_pv_fp8_triton)):
+        _measure(name, lambda fn=fn: fn(q, k, v, quantization_backend="triton"))
+    try:  # sageattention 1.0.6 (PyPI), when installed next to us for the comparison
+        from sageattention import sageattn as sageattn_106
+
+        _measure("sageattention-1.0.6", lambda: sageattn_106(q, k, v))
+    except ImportError:
+        pass
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(500):

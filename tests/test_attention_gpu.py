@@ -59,6 +59,8 @@ def _check(acc: dict, variant: str) -> None:
         ((1, 8, 2048, 128), True),
         ((1, 2, 8192, 128), False),
         ((1, 4, 777, 96), True),
+        ((1, 4, 2048, 256), False),
+        ((1, 4, 1500, 256), True),
     ],
 )
 @pytest.mark.parametrize("dist", ["normal", "k_offset", "q_outliers"])
@@ -145,3 +147,32 @@ def test_extension_quantization_agrees_with_triton():
         a = FNS[variant](q, k, v, quantization_backend="ext")
         b = FNS[variant](q, k, v, quantization_backend="triton")
         assert accuracy(a, b)["cos"] >= 0.99999
+
+
+@pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", "qk_int8_pv_fp8"])
+def test_repeated_calls_skip_the_binder_and_stay_exact(variant):
+    """The second call with one signature launches the kept compiled kernels directly: same
+    bits as the first call; a new signature (other length, unaligned view, NHD) compiles or
+    binds afresh and is still accurate."""
+    if variant not in _variants():
+        pytest.skip(f"{variant} does not run on this GPU")
+    from sagebuild.kernels.triton import launcher
+
+    fn = FNS[variant]
+    q, k, v = _inputs(1, 4, 1000, 64, seed=5)
+    first = fn(q, k, v)
+    cached = launcher.cached_launches()
+    second = fn(q, k, v)
+    assert launcher.cached_launches() == cached  # nothing new: the key hit
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    # other data, same signature: the cached kernels must read the new pointers
+    q2, k2, v2 = _inputs(1, 4, 1000, 64, seed=6)
+    _check(accuracy(fn(q2, k2, v2), exact_attention(q2, k2, v2)), variant)
+    # a view 2 elements into a buffer: pointers no longer 16-byte aligned → another key
+    big = torch.randn(3, 1, 4, 1000 * 64 + 8, device="cuda", dtype=torch.float16)
+    qu, ku, vu = (big[i, :, :, 2 : 2 + 1000 * 64].view(1, 4, 1000, 64) for i in range(3))
+    assert qu.data_ptr() % 16
+    _check(accuracy(fn(qu, ku, vu), exact_attention(qu, ku, vu)), variant)
+    qn, kn, vn = (t.transpose(1, 2).contiguous() for t in (q2, k2, v2))
+    out = fn(qn, kn, vn, tensor_layout="NHD")
+    _check(accuracy(out.transpose(1, 2), exact_attention(q2, k2, v2)), variant)

@@ -86,7 +86,8 @@ def test_nhd_layout_matches_hnd():
 
 
 @pytest.mark.parametrize(("variant", "d"), [("qk_int8_pv_fp16", 40), ("qk_int8_pv_fp16", 72),
-                                            ("qk_int8_pv_fp8", 96)])
+                                            ("qk_int8_pv_fp8", 96), ("qk_int8_pv_fp16", 256),
+                                            ("qk_int8_pv_fp8", 200)])
 def test_padded_head_dims(variant, d):
     q, k, v = _qkv(d=d, nq=40, nk=48, seed=d)
     out = _run(variant, q, k, v)
@@ -238,3 +239,29 @@ def test_fused_kv_threshold(monkeypatch):
     assert not configs.fuse_kv(cfg, 1025, varlen=False)
     assert not configs.fuse_kv(cfg, 128, varlen=True)
     assert not configs.fuse_kv(configs.LaunchConfig(64, 32, 4, 3), 128, varlen=False)
+
+
+def test_plan_cache_reuses_decisions_and_never_caches_bad_input(monkeypatch):
+    """A repeated call signature reuses its plan (one entry, same result); a changed config
+    variable or layout is another signature; bad input raises every time, never cached."""
+    from sagebuild.attention import api
+
+    q, k, v = _qkv(nq=40, nk=40, seed=11)
+    api._PLANS.clear()
+    first = sageattn_qk_int8_pv_fp16_triton(q, k, v, quantization_backend="triton", config=CFG)
+    assert len(api._PLANS) == 1
+    again = sageattn_qk_int8_pv_fp16_triton(q, k, v, quantization_backend="triton", config=CFG)
+    assert len(api._PLANS) == 1
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    monkeypatch.setenv(configs.ENV_VAR, "16,16,4,1")
+    sageattn_qk_int8_pv_fp16_triton(q, k, v, quantization_backend="triton")
+    assert len(api._PLANS) == 2
+    plan = next(p for key, p in api._PLANS.items() if "16,16,4,1" in key)
+    assert (plan.cfg.block_m, plan.cfg.block_n) == (16, 16)
+    for _ in range(2):
+        with pytest.raises(AttentionInputError, match="float32"):
+            sageattn_qk_int8_pv_fp16_triton(q.float(), k.float(), v.float())
+        with pytest.raises(AttentionInputError, match="qk_quant_gran"):
+            sageattn_qk_int8_pv_fp16_triton(q, k, v, qk_quant_gran="per_thread")
+    assert len(api._PLANS) == 2
+    assert api._plan_key("not a tensor", k, v) is None

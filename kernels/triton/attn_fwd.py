@@ -29,9 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
+from . import launcher
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
 from .quant import LOG2E, round_half_away, seq_base
+
+# float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
+MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
+MAGIC_I: tl.constexpr = tl.constexpr(0x4B400000)
 
 
 @triton.jit
@@ -104,6 +109,7 @@ def _attn_tiles(
                 k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
                 s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
                 c = qs
+            off = tl.zeros_like(qs)
         else:
             if MASKED:
                 k = tl.load(
@@ -111,31 +117,37 @@ def _attn_tiles(
                 )
             else:
                 k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
-            s = tl.dot(q, tl.trans(k)).to(tl.float32)
+            # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
+            # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
+            # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
+            # accumulator. The offset is removed per row or per column, never per score.
+            s = (tl.dot(q, tl.trans(k)) + MAGIC_I).to(tl.float32, bitcast=True)
             # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
             # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
             if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
                 c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+                off = c * MAGIC_F
             else:
                 if MASKED:
                     ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
                 else:
                     ks = tl.load(KS + ks_base + cols // KS_BLK)
-                s = s * ks[None, :]
+                s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
                 c = qs
+                off = tl.zeros_like(qs)
         if MASKED:
             ok = col_ok[None, :]
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = m_new
         # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
         # (summed from the same P) carries the same factor, which cancels in acc / l.
-        p = tl.math.exp2(s * c[:, None] - (m_use - P_SHIFT)[:, None])
+        p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
@@ -422,8 +434,12 @@ def attention_forward(
     fp8_dtype: Optional[torch.dtype] = None,
     q_int8: Optional[QuantizedQ] = None,
     lse: Optional[torch.Tensor] = None,
+    launch_key: Optional[tuple] = None,
 ) -> None:
-    """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given)."""
+    """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
+
+    ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key).
+    """
     group = q.heads // kv.k.heads
     qi = q_int8.q if q_int8 is not None else q
     qs = q_int8.scale if q_int8 is not None else kv.k_scale
@@ -432,52 +448,59 @@ def attention_forward(
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
     grid = (triton.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
-    _attn_fwd_kernel[grid](
-        q.t,
-        qi.t,
-        qs,
-        kv.k.t,
-        kv.k_scale,
-        kv.v.t,
-        kv.v_scale if kv.v_scale is not None else dummy,
-        kv.km if kv.km is not None else dummy,
-        out.t,
-        lse if lse is not None else dummy,
-        q.cu,
-        kv.k.cu,
-        *q.strides(),
-        *qi.strides(),
-        *kv.k.strides(),
-        *kv.v.strides(),
-        kv.v.stride_d,
-        *out.strides(),
-        q.heads,
-        group,
-        q.max_len,
-        kv.k.max_len,
-        qs.shape[-1],
-        kv.k_scale.shape[-1],
-        sm_scale * LOG2E,
-        sm_scale,
-        HEAD_DIM=q.head_dim,
-        BLOCK_D=head_dim_pad,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        Q_BLK=q_blk,
-        KS_BLK=kv.k_blk,
-        CAUSAL=causal,
-        PV_FP8=pv_fp8,
-        FP8_MAX=fp8_max,
-        Q_INT8=q_int8 is not None,
-        RETURN_LSE=lse is not None,
-        SMOOTH_K=kv.km is not None,
-        IS_VARLEN=q.is_varlen,
-        V_PADDED=kv.v.head_dim != head_dim_pad,
-        P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
-        KV_FUSED=kv.fused,
-        P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
+    launcher.launch(
+        _attn_fwd_kernel,
+        grid,
+        (
+            q.t,
+            qi.t,
+            qs,
+            kv.k.t,
+            kv.k_scale,
+            kv.v.t,
+            kv.v_scale if kv.v_scale is not None else dummy,
+            kv.km if kv.km is not None else dummy,
+            out.t,
+            lse if lse is not None else dummy,
+            q.cu,
+            kv.k.cu,
+            *q.strides(),
+            *qi.strides(),
+            *kv.k.strides(),
+            *kv.v.strides(),
+            kv.v.stride_d,
+            *out.strides(),
+            q.heads,
+            group,
+            q.max_len,
+            kv.k.max_len,
+            qs.shape[-1],
+            kv.k_scale.shape[-1],
+            sm_scale * LOG2E,
+            sm_scale,
+        ),
+        dict(
+            HEAD_DIM=q.head_dim,
+            BLOCK_D=head_dim_pad,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            Q_BLK=q_blk,
+            KS_BLK=kv.k_blk,
+            CAUSAL=causal,
+            PV_FP8=pv_fp8,
+            FP8_MAX=fp8_max,
+            Q_INT8=q_int8 is not None,
+            RETURN_LSE=lse is not None,
+            SMOOTH_K=kv.km is not None,
+            IS_VARLEN=q.is_varlen,
+            V_PADDED=kv.v.head_dim != head_dim_pad,
+            P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
+            KV_FUSED=kv.fused,
+            P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
+        ),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        key=launch_key,
     )
 
 

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import launcher
 from .layout import SeqView, empty_like_view
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
@@ -246,6 +247,7 @@ def quant_blocks(
     v: Optional[SeqView] = None,
     v_amax: Optional[torch.Tensor] = None,
     fp8_dtype: Optional[torch.dtype] = None,
+    launch_key: Optional[tuple] = None,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
@@ -260,39 +262,52 @@ def quant_blocks(
     vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
     vs = torch.empty_like(v_amax) if want_v else None
     vv, ww = (v, vq) if want_v else (x, xq)
-    _quant_blocks_kernel[(nblk, x.batch * x.heads)](
-        x.t,
-        km if km is not None else xs,
-        xq.t,
-        xs,
-        vv.t,
-        v_amax if want_v else xs,
-        vs if want_v else xs,
-        ww.t,
-        x.cu,
-        *x.strides(),
-        *xq.strides(),
-        *vv.strides(),
-        *ww.strides(),
-        ww.stride_d,
-        x.heads,
-        x.max_len,
-        nblk,
-        float(scale_mul),
-        HEAD_DIM=x.head_dim,
-        BLOCK_D=head_dim_pad,
-        BLK=blk,
-        HAS_MEAN=km is not None,
-        V_FP8=want_v,
-        FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
-        IS_VARLEN=x.is_varlen,
+    launcher.launch(
+        _quant_blocks_kernel,
+        (nblk, x.batch * x.heads),
+        (
+            x.t,
+            km if km is not None else xs,
+            xq.t,
+            xs,
+            vv.t,
+            v_amax if want_v else xs,
+            vs if want_v else xs,
+            ww.t,
+            x.cu,
+            *x.strides(),
+            *xq.strides(),
+            *vv.strides(),
+            *ww.strides(),
+            ww.stride_d,
+            x.heads,
+            x.max_len,
+            nblk,
+            float(scale_mul),
+        ),
+        dict(
+            HEAD_DIM=x.head_dim,
+            BLOCK_D=head_dim_pad,
+            BLK=blk,
+            HAS_MEAN=km is not None,
+            V_FP8=want_v,
+            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+            IS_VARLEN=x.is_varlen,
+        ),
         num_warps=4,
+        key=launch_key,
     )
     return xq, xs, vq, vs
 
 
 def quant_kv(
-    k: SeqView, v: SeqView, head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype], blk: int
+    k: SeqView,
+    v: SeqView,
+    head_dim_pad: int,
+    smooth_k: bool,
+    fp8_dtype: Optional[torch.dtype],
+    blk: int,
+    launch_key: Optional[tuple] = None,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
@@ -301,5 +316,7 @@ def quant_kv(
     None, v_scale or None).
     """
     km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
-    kq, ks, vq, vs = quant_blocks(k, km, blk, 1.0, head_dim_pad, v=v, v_amax=va, fp8_dtype=fp8_dtype)
+    kq, ks, vq, vs = quant_blocks(
+        k, km, blk, 1.0, head_dim_pad, v=v, v_amax=va, fp8_dtype=fp8_dtype, launch_key=launch_key
+    )
     return kq, ks, km, vq, vs

@@ -82,17 +82,27 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
     }
-    signature = {}
-    for name in fn.arg_names:
+    # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
+    # channel-major (token stride 1).
+    constexprs["stride_vn" if fp8 else "stride_vd"] = 1
+    # What the JIT sees for contiguous inputs: 16-byte aligned pointers and strides that are
+    # multiples of 16 elements. Without these hints loads are not vectorised and the assembly
+    # would not be the one that runs.
+    aligned = {"H", "GROUP", "N_Q", "N_K", "QS_NBLK", "KS_NBLK"}
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             signature[name] = "constexpr"
         elif name in ptr:
             signature[name] = ptr[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in ("q_scale_mul", "sm_scale"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
-    return ASTSource(fn, signature, constexprs), cfg
+            if name.startswith("stride_") or name in aligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn, signature, constexprs, attrs), cfg
 
 
 def compile_variant(variant: str, arch: str, head_dim: int = 128, causal: bool = False) -> AotResult:

@@ -8,7 +8,8 @@ ops → one attention launch that also quantizes Q in registers.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+import os
+from typing import Any, NamedTuple, Optional
 
 import torch
 
@@ -18,8 +19,9 @@ from sagebuild.attention.validate import (
     check_dense,
     check_sm_scale,
     check_varlen,
+    unit_stride,
 )
-from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton import configs, launcher, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
 GRANULARITIES = ("per_warp", "per_block")
@@ -105,6 +107,75 @@ def _resolve(
     return dp, cfg
 
 
+class _Plan(NamedTuple):
+    """Everything an attention call decides from shapes, strides, dtypes and flags alone."""
+
+    nhd: bool
+    copies: bool  # some input's last dim is strided: validate.unit_stride copies it
+    fp8: Optional[torch.dtype]
+    scale: float
+    dp: int
+    cfg: configs.LaunchConfig
+    q_blk: int
+    fused: bool
+    ops: Any
+
+
+# Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
+# its launches skip Triton's argument binder (``launcher.launch``). Bounded like the launcher.
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
+    """A key fixing every input property the plan and the kernels' specialisation depend on
+    (shape, strides, dtype, device, 16-byte alignment); None when the inputs are not tensors or a
+    flag is unhashable (such calls take the full path, which also reports bad input)."""
+    try:
+        key = (
+            q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+            k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+            v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+            os.environ.get(configs.ENV_VAR), os.environ.get(configs.FUSE_ENV_VAR), *flags,
+        )  # fmt: skip
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
+def _make_plan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str,
+    is_causal: bool,
+    sm_scale: Optional[float],
+    qk_quant_gran: str,
+    pv: str,
+    quantization_backend: str,
+    config: Any,
+) -> _Plan:
+    """Validate the inputs (clear errors for every user mistake) and take every decision."""
+    qv, kv, vv = check_dense(q, k, v, tensor_layout)
+    if qk_quant_gran not in GRANULARITIES:
+        raise AttentionInputError(
+            f"qk_quant_gran must be one of {GRANULARITIES}, got {qk_quant_gran!r}",
+            "pass 'per_warp' (finer, default) or 'per_block'",
+        )
+    arch = dispatch.device_arch(qv.device)
+    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
+    d = qv.shape[-1]
+    scale = check_sm_scale(sm_scale, d)
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
+    # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
+    # all) unless the extension is asked for by name; otherwise the extension when built
+    # ("auto"), else Triton's quantization kernels.
+    fused = quantization_backend in ("auto", "triton") and configs.fuse_kv(cfg, kv.shape[2], varlen=False)
+    ops = None if fused else _ext_ops(qv.device, quantization_backend)
+    copies = any(t.stride(-1) != 1 for t in (q, k, v))
+    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops)
+
+
 def _attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -120,42 +191,50 @@ def _attend(
     quantization_backend: str,
     config: Any = None,
 ) -> Any:
-    q_in = q
-    q, k, v = check_dense(q, k, v, tensor_layout)
-    if qk_quant_gran not in GRANULARITIES:
-        raise AttentionInputError(
-            f"qk_quant_gran must be one of {GRANULARITIES}, got {qk_quant_gran!r}",
-            "pass 'per_warp' (finer, default) or 'per_block'",
+    flags = (
+        tensor_layout,
+        is_causal,
+        sm_scale,
+        qk_quant_gran,
+        smooth_k,
+        return_lse,
+        pv,
+        quantization_backend,
+        config,
+    )
+    key = _plan_key(q, k, v, *flags)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _make_plan(
+            q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, pv, quantization_backend, config
         )
-    arch = dispatch.device_arch(q.device)
-    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
-    d = q.shape[-1]
-    scale = check_sm_scale(sm_scale, d)
-    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
-    q_blk = cfg.q_blk(qk_quant_gran)
-    # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
-    # all) unless the extension is asked for by name; otherwise the extension when built
-    # ("auto"), else Triton's quantization kernels.
-    fused = quantization_backend in ("auto", "triton") and configs.fuse_kv(cfg, k.shape[2], varlen=False)
-    ops = None if fused else _ext_ops(q.device, quantization_backend)
+        if key is not None:
+            if len(_PLANS) >= launcher.MAX_ENTRIES:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    b, n, d = q.shape[0], q.shape[1 if plan.nhd else 2], q.shape[-1]
+    h = q.shape[2 if plan.nhd else 1]
+    if plan.nhd:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if plan.copies:
+        q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
+    fp8, dp, cfg = plan.fp8, plan.dp, plan.cfg
 
     qv = layout.dense(q)
-    q_int8 = None
-    if ops is not None:
-        kv = _quantize_kv_with_ext(ops, k, v, dp, smooth_k, fp8)
-    elif fused:
+    if plan.ops is not None:
+        kv = _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8)
+    elif plan.fused:
         kd, vd = layout.dense(k), layout.dense(v)
         km, va = quant.kv_stats(kd, vd, dp, smooth_k, fp8)
         stub = km if km is not None else va if va is not None else torch.empty(1, device=q.device)
         kv = QuantizedKV(kd, stub, configs.K_BLK, km, vd, va, fused=True)
     else:
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK
+            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK, launch_key=key
         )
         kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else layout.dense(v), vs)
 
-    b, h, n, _ = q.shape
-    if tensor_layout == "NHD":
+    if plan.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
         out_hnd = out.transpose(1, 2)
     else:
@@ -167,16 +246,15 @@ def _attend(
         layout.dense(out_hnd),
         cfg,
         head_dim_pad=dp,
-        sm_scale=scale,
+        sm_scale=plan.scale,
         causal=bool(is_causal),
         pv_fp8=fp8 is not None,
-        q_blk=q_blk,
+        q_blk=plan.q_blk,
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
-        q_int8=q_int8,
         lse=lse,
+        launch_key=key,
     )
-    assert out.shape == q_in.shape
     return (out, lse) if return_lse else out
 
 

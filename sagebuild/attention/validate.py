@@ -13,10 +13,11 @@ from typing import Optional
 import torch
 
 from sagebuild.errors import SagebuildError
+from sagebuild.kernels.triton.configs import NATIVE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LAYOUTS = ("HND", "NHD")
-MAX_HEAD_DIM = 128
+MAX_HEAD_DIM = NATIVE_HEAD_DIMS[-1]
 
 
 class AttentionInputError(SagebuildError, ValueError):
@@ -77,10 +78,11 @@ def check_tensors(named: dict[str, torch.Tensor]) -> None:
 
 
 def check_head_dim(d: int) -> None:
-    """Head dims up to 128 are served (64 and 128 natively, others padded)."""
+    """Head dims up to MAX_HEAD_DIM are served (NATIVE_HEAD_DIMS natively, others padded)."""
     if d > MAX_HEAD_DIM or d < 1:
+        native = ", ".join(str(n) for n in NATIVE_HEAD_DIMS)
         raise _fail(
-            f"head dim {d} is not supported: the kernels run head dims 64 and 128 natively and pad "
+            f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
             f"any head dim from 1 to {MAX_HEAD_DIM}",
             "use torch.nn.functional.scaled_dot_product_attention for this head dim",
         )

@@ -1,0 +1,102 @@
+"""Re-launching a compiled Triton kernel without Triton's per-call argument binding.
+
+``fn[grid](*args)`` binds and specialises every argument on every call: with ~40 arguments
+that is tens of microseconds of Python per launch, and at small attention shapes (a few µs of
+GPU work) the host path is the whole call (docs/performance.md, runs 3 and 5). The caller
+knows when two launches specialise identically — same shapes, strides, dtypes and pointer
+alignment give the same compiled kernel — and passes a key saying so. The first launch with a
+key goes through Triton (compiling if needed) and keeps the compiled kernel; later launches call
+its launcher directly with the same argument order Triton itself uses.
+
+Not used under Triton's CPU interpreter, nor while a launch hook is installed (profilers such as
+Proton rely on Triton's own path), nor for kernels whose constexpr parameters are not all
+trailing: those take Triton's path every time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Optional
+
+import torch
+
+# Bounded: one entry per distinct (kernel, key, device); a process serving many shapes
+# recompiles nothing after eviction (Triton's own cache still holds the kernel) — it only
+# pays Triton's binder again for that key.
+MAX_ENTRIES = 2048
+
+_compiled: dict[tuple, Any] = {}
+_trailing_constexprs: dict[int, bool] = {}
+
+
+def _hooks_installed() -> bool:
+    from triton import knobs
+
+    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+
+
+def _constexprs_trailing(fn: Any, n_args: int, constexprs: dict[str, Any]) -> bool:
+    """Whether ``args + constexpr values`` (in the given order) is the kernel's full signature."""
+    ok = _trailing_constexprs.get(id(fn))
+    if ok is None:
+        names = list(fn.arg_names)
+        ok = len(names) == n_args + len(constexprs) and names[n_args:] == list(constexprs)
+        _trailing_constexprs[id(fn)] = ok
+    return ok
+
+
+def launch(
+    fn: Any,
+    grid: tuple[int, ...],
+    args: tuple,
+    constexprs: dict[str, Any],
+    *,
+    num_warps: int,
+    num_stages: Optional[int] = None,
+    key: Optional[Hashable] = None,
+) -> None:
+    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``, binder skipped on a key hit.
+
+    ``key`` must determine everything Triton specialises on apart from ``constexprs`` (which
+    are part of the cache key here): argument dtypes, which integers equal 1 or are multiples
+    of 16, and which pointers are 16-byte aligned. None launches through Triton every time.
+    """
+    opts = (
+        {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+    )
+    if key is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_cuda:
+        dev = torch.cuda.current_device()
+        cache_key = (id(fn), key, tuple(constexprs.values()), num_warps, num_stages, dev)
+        kernel = _compiled.get(cache_key)
+        if kernel is not None and not _hooks_installed():
+            g1 = grid[1] if len(grid) > 1 else 1
+            g2 = grid[2] if len(grid) > 2 else 1
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            kernel.run(
+                grid[0],
+                g1,
+                g2,
+                stream,
+                kernel.function,
+                kernel.packed_metadata,
+                None,
+                None,
+                None,
+                *args,
+                *constexprs.values(),
+            )
+            return
+        kernel = fn[grid](*args, **constexprs, **opts)
+        if kernel is not None and _constexprs_trailing(fn, len(args), constexprs):
+            if len(_compiled) >= MAX_ENTRIES:
+                _compiled.clear()
+            _compiled[cache_key] = kernel
+        return
+    fn[grid](*args, **constexprs, **opts)
+
+
+def cached_launches() -> int:
+    """How many (kernel, key) pairs launch without the binder (for tests and diagnostics)."""
+    return len(_compiled)
+
+
+__all__ = ["MAX_ENTRIES", "cached_launches", "launch"]
