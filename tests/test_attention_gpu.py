@@ -157,13 +157,21 @@ def test_repeated_calls_skip_the_binder_and_stay_exact(variant):
     if variant not in _variants():
         pytest.skip(f"{variant} does not run on this GPU")
     from sagebuild.kernels.triton import launcher
+    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel
 
     fn = FNS[variant]
     q, k, v = _inputs(1, 4, 1000, 64, seed=5)
-    first = fn(q, k, v)
-    cached = launcher.cached_launches()
-    second = fn(q, k, v)
-    assert launcher.cached_launches() == cached  # nothing new: the key hit
+    launcher._compiled.clear()
+    first = fn(q, k, v, quantization_backend="triton")
+    assert launcher.cached_launches() == 2  # K/V quantization and attention
+    binder_calls = []
+    real_run = _attn_fwd_kernel.run
+    _attn_fwd_kernel.run = lambda *a, **kw: binder_calls.append(1) or real_run(*a, **kw)
+    try:
+        second = fn(q, k, v, quantization_backend="triton")
+    finally:
+        del _attn_fwd_kernel.run
+    assert binder_calls == [] and launcher.cached_launches() == 2  # the key hit: no binder
     torch.testing.assert_close(second, first, rtol=0, atol=0)
     # other data, same signature: the cached kernels must read the new pointers
     q2, k2, v2 = _inputs(1, 4, 1000, 64, seed=6)

@@ -265,3 +265,26 @@ def test_plan_cache_reuses_decisions_and_never_caches_bad_input(monkeypatch):
             sageattn_qk_int8_pv_fp16_triton(q, k, v, qk_quant_gran="per_thread")
     assert len(api._PLANS) == 2
     assert api._plan_key("not a tensor", k, v) is None
+
+
+def test_launcher_defers_to_triton_while_a_launch_hook_is_set():
+    """Profilers hook Triton's launches; with a hook set the binder-free path must stand aside."""
+    from sagebuild.kernels.triton import launcher
+    from triton import knobs
+
+    assert not launcher._hooks_installed()
+    chain = knobs.runtime.launch_enter_hook
+    hook = lambda metadata: None  # noqa: E731
+    if hasattr(chain, "add"):
+        chain.add(hook)
+        try:
+            assert launcher._hooks_installed()
+        finally:
+            chain.remove(hook)
+    else:  # older Triton: a plain attribute
+        knobs.runtime.launch_enter_hook = hook
+        try:
+            assert launcher._hooks_installed()
+        finally:
+            knobs.runtime.launch_enter_hook = chain
+    assert not launcher._hooks_installed()

@@ -29,9 +29,14 @@ _trailing_constexprs: dict[int, bool] = {}
 
 
 def _hooks_installed() -> bool:
+    """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
+    older releases in plain attributes that are None when unset."""
     from triton import knobs
 
-    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+    rt = knobs.runtime
+    return any(
+        h is not None and getattr(h, "calls", True) for h in (rt.launch_enter_hook, rt.launch_exit_hook)
+    )
 
 
 def _constexprs_trailing(fn: Any, n_args: int, constexprs: dict[str, Any]) -> bool:
