@@ -404,7 +404,8 @@ def run_bench(
             f"{cfg.reps} timed; median and p20/p80"
         )
         note = (
-            f"sageattn dispatches to {auto_variant} on {arch}; kernel-only rows exclude the K/V "
+            f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "
+            "kernels/triton/configs.py); kernel-only rows exclude the K/V "
             "quantization launches (Q is quantized inside the attention launch)"
         )
 

@@ -87,3 +87,21 @@ def test_dispatch_reads_the_arch_table():
     assert dispatch.fp8_dtype("sm90") == torch.float8_e4m3fn
     with pytest.raises(AttentionInputError, match="no FP8 matrix units"):
         dispatch.fp8_dtype("gfx1100")
+
+
+@pytest.mark.parametrize(
+    ("arch", "head_dim", "n_k", "variant"),
+    [
+        ("sm90", 64, 1024, "qk_int8_pv_fp16"),  # short, head dim 64: FP16 P·V measured faster
+        ("sm90", 48, 4096, "qk_int8_pv_fp16"),  # padded to 64: same row
+        ("sm90", 64, 8192, "qk_int8_pv_fp8"),  # long: the arch default
+        ("sm90", 128, 1024, "qk_int8_pv_fp8"),
+        ("sm90", 256, 65536, "qk_int8_pv_fp16"),  # head dim 256: FP8's second accumulator spills
+        ("sm80", 256, 1024, "qk_int8_pv_fp16"),  # no FP8 anywhere on Ampere
+        ("gfx942", 64, 1024, "qk_int8_pv_fp8"),  # no measured preference on CDNA3: the default
+    ],
+)
+def test_sageattn_variant_follows_arch_table_and_measured_preferences(arch, head_dim, n_k, variant):
+    from sagebuild.attention import dispatch
+
+    assert dispatch.variant_for_arch_call(arch, head_dim, n_k) == variant

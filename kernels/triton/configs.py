@@ -102,6 +102,26 @@ _TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] =
 ]
 
 
+# Where the arch table's P·V path (``archs.Arch.pv``) is measurably not the faster one for a
+# call, ``sageattn`` takes the other: (family, padded head dim, at most this many keys or None
+# for any) -> variant. Measured on an H200 (docs/performance.md, run 7), whole call:
+# head dim 64 up to 4096 keys, FP16 P·V 0.141 / 0.200 ms vs FP8 0.189 / 0.214 ms at
+# 1×16×{1024, 4096}×64 (FP8 costs V's amax reduction and a heavier quantization launch);
+# head dim 256, FP16 P·V 2.15 ms vs FP8 3.13 ms at 1×16×8192×256 (FP8's second accumulator
+# costs registers).
+_PV_PREFERENCE: list[tuple[str, int, Union[int, None], str]] = [
+    ("Hopper", 64, 4096, "fp16"),
+    ("Hopper", 256, None, "fp16"),
+]
+
+
+def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
+    """The P·V variant ("fp16"/"fp8") measured faster than the arch default here, or None."""
+    for fam, hd, max_keys, pv in _PV_PREFERENCE:
+        if fam == family and hd == head_dim_pad and (max_keys is None or n_k <= max_keys):
+            return pv
+    return None
+
 def parse_config(value: ConfigLike) -> LaunchConfig:
     """A LaunchConfig from a config, a 4-tuple or a ``"128,64,8,3"`` string, validated."""
     if isinstance(value, LaunchConfig):

@@ -348,7 +348,11 @@ def sageattn(
     device = q.device if isinstance(q, torch.Tensor) else None
     if device is None:
         raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
-    variant = dispatch.variant_for_device(device)
+    try:
+        d, n_k = q.shape[-1], k.shape[1 if tensor_layout == "NHD" else 2]
+    except (AttributeError, IndexError):  # malformed input: the variant's own checks say what is wrong
+        d, n_k = 0, 0
+    variant = dispatch.variant_for_call(device, d, n_k)
     if variant == dispatch.VARIANTS["fp8"]:
         return sageattn_qk_int8_pv_fp8_triton(
             q, k, v, tensor_layout, is_causal, sm_scale, return_lse=return_lse, **kwargs

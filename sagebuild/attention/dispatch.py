@@ -59,6 +59,27 @@ def variant_for_device(device: torch.device | str | int) -> str:
     return VARIANTS[archs.pv_path(arch)]
 
 
+def variant_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> str:
+    """The variant ``sageattn`` runs on a device for a head dim and key count."""
+    return variant_for_arch_call(device_arch(device), head_dim, n_k)
+
+
+@functools.lru_cache(maxsize=4096)
+def variant_for_arch_call(arch: str, head_dim: int, n_k: int) -> str:
+    """The arch table's variant, unless the launch-config module records that the other P·V
+    path is measurably faster for this head dim and key count on this arch family."""
+    if arch == INTERPRETER:
+        return VARIANTS["fp16"]
+    row = _row(arch)
+    from sagebuild.kernels.triton import configs
+
+    dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
+    pv = configs.preferred_pv(row.family, dp, n_k) if dp is not None else None
+    if pv == "fp8" and not row.fp8_dtype:
+        pv = None
+    return VARIANTS[pv or archs.pv_path(arch)]
+
+
 def available_variants(device: torch.device | str | int) -> list[str]:
     """Every variant that runs on a device: FP16 P·V wherever INT8 runs, FP8 where the arch has FP8."""
     arch = device_arch(device)
