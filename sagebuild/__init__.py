@@ -15,6 +15,7 @@ _LAZY = {
     "sageattn_varlen": "sagebuild.attention",
     "sageattn_qk_int8_pv_fp16_triton": "sagebuild.attention",
     "sageattn_qk_int8_pv_fp8_triton": "sagebuild.attention",
+    "GraphedAttention": "sagebuild.attention",
     "patch_sdpa": "sagebuild.patch",
     "patch_stats": "sagebuild.patch",
     "enable": "sagebuild.patch",

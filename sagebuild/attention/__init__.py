@@ -6,10 +6,12 @@ from sagebuild.attention.api import (
     sageattn_qk_int8_pv_fp16_triton,
     sageattn_varlen,
 )
+from sagebuild.attention.graphed import GraphedAttention
 from sagebuild.attention.validate import AttentionInputError
 
 __all__ = [
     "AttentionInputError",
+    "GraphedAttention",
     "sageattn",
     "sageattn_qk_int8_pv_fp16_triton",
     "sageattn_qk_int8_pv_fp8_triton",
