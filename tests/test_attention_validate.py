@@ -105,3 +105,17 @@ def test_sageattn_variant_follows_arch_table_and_measured_preferences(arch, head
     from sagebuild.attention import dispatch
 
     assert dispatch.variant_for_arch_call(arch, head_dim, n_k) == variant
+
+
+def test_launch_config_strings_with_and_without_a_register_cap():
+    from sagebuild.kernels.triton import configs
+
+    plain = configs.parse_config("64,64,4,3")
+    assert plain.maxnreg is None and plain.launch_options() == {"num_warps": 4, "num_stages": 3}
+    capped = configs.parse_config("64, 64, 4, 3, 168")
+    assert capped.launch_options() == {"num_warps": 4, "num_stages": 3, "maxnreg": 168}
+    assert capped.as_tuple() == (64, 64, 4, 3, 168)
+    bad_configs = (("64,64,4,3,300", "maxnreg"), ("64,64,4", "4 or 5 entries"), ("64,48,4,3", "power of two"))
+    for bad, msg in bad_configs:
+        with pytest.raises(ValueError, match=msg):
+            configs.parse_config(bad)

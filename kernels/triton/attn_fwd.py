@@ -498,9 +498,8 @@ def attention_forward(
             KV_FUSED=kv.fused,
             P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
         ),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
         key=launch_key,
+        **cfg.launch_options(),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
 CONFIG_TABLE_VERSION = "2026.11.30.2"
@@ -48,12 +48,17 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Tile sizes and launch parameters of one attention kernel launch."""
+    """Tile sizes and launch parameters of one attention kernel launch.
+
+    ``maxnreg`` (NVIDIA only; None = ptxas's choice, which takes up to 255 registers) caps
+    registers per thread so that more CTAs fit on an SM: at 168, three 4-warp CTAs do.
+    """
 
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
+    maxnreg: Optional[int] = None
 
     def q_blk(self, qk_quant_gran: str) -> int:
         """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
@@ -61,8 +66,16 @@ class LaunchConfig:
             return self.block_m
         return min(self.block_m, max(16, self.block_m // self.num_warps))
 
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.block_m, self.block_n, self.num_warps, self.num_stages)
+    def as_tuple(self) -> tuple[int, ...]:
+        base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
+        return base if self.maxnreg is None else (*base, self.maxnreg)
+
+    def launch_options(self) -> dict[str, int]:
+        """Triton launch options: num_warps, num_stages and, when set, maxnreg."""
+        opts = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            opts["maxnreg"] = self.maxnreg
+        return opts
 
 
 ConfigLike = Union[LaunchConfig, tuple, list, str]
@@ -128,9 +141,10 @@ def parse_config(value: ConfigLike) -> LaunchConfig:
         cfg = value
     else:
         parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
-        if len(parts) != 4:
+        if len(parts) not in (4, 5):
             raise ValueError(
-                f"attention config {value!r} must have 4 entries: BLOCK_M,BLOCK_N,num_warps,num_stages"
+                f"attention config {value!r} must have 4 or 5 entries: "
+                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg]"
             )
         try:
             cfg = LaunchConfig(*(int(p) for p in parts))
@@ -143,6 +157,8 @@ def parse_config(value: ConfigLike) -> LaunchConfig:
         raise ValueError(f"attention config {value!r}: BLOCK_M and BLOCK_N must be at least 16")
     if cfg.num_stages < 1:
         raise ValueError(f"attention config {value!r}: num_stages must be at least 1")
+    if cfg.maxnreg is not None and not 24 <= cfg.maxnreg <= 255:
+        raise ValueError(f"attention config {value!r}: maxnreg must be within 24..255, got {cfg.maxnreg}")
     return cfg
 
 

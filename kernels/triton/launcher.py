@@ -55,48 +55,36 @@ def launch(
     args: tuple,
     constexprs: dict[str, Any],
     *,
-    num_warps: int,
-    num_stages: Optional[int] = None,
     key: Optional[Hashable] = None,
+    **options: Any,
 ) -> None:
-    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``, binder skipped on a key hit.
+    """``fn[grid](*args, **constexprs, **options)``, Triton's binder skipped on a key hit.
 
-    ``key`` must determine everything Triton specialises on apart from ``constexprs`` (which
+    ``options`` are Triton's launch options (num_warps, num_stages, maxnreg). ``key`` must
+    determine everything Triton specialises on apart from ``constexprs`` and ``options`` (which
     are part of the cache key here): argument dtypes, which integers equal 1 or are multiples
     of 16, and which pointers are 16-byte aligned. None launches through Triton every time.
     """
-    opts = (
-        {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
-    )
     if key is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_cuda:
         dev = torch.cuda.current_device()
-        cache_key = (id(fn), key, tuple(constexprs.values()), num_warps, num_stages, dev)
+        cache_key = (id(fn), key, tuple(constexprs.values()), tuple(options.items()), dev)
         kernel = _compiled.get(cache_key)
         if kernel is not None and not _hooks_installed():
             g1 = grid[1] if len(grid) > 1 else 1
             g2 = grid[2] if len(grid) > 2 else 1
             stream = torch.cuda.current_stream(dev).cuda_stream
             kernel.run(
-                grid[0],
-                g1,
-                g2,
-                stream,
-                kernel.function,
-                kernel.packed_metadata,
-                None,
-                None,
-                None,
-                *args,
-                *constexprs.values(),
-            )
+                grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                *args, *constexprs.values(),
+            )  # fmt: skip
             return
-        kernel = fn[grid](*args, **constexprs, **opts)
+        kernel = fn[grid](*args, **constexprs, **options)
         if kernel is not None and _constexprs_trailing(fn, len(args), constexprs):
             if len(_compiled) >= MAX_ENTRIES:
                 _compiled.clear()
             _compiled[cache_key] = kernel
         return
-    fn[grid](*args, **constexprs, **opts)
+    fn[grid](*args, **constexprs, **options)
 
 
 def cached_launches() -> int:

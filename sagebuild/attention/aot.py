@@ -124,7 +124,7 @@ def compile_variant(variant: str, arch: str, head_dim: int = 128, causal: bool =
         kernel = triton.compile(
             src,
             target=GPUTarget(*row.triton_target),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            options=cfg.launch_options(),
         )
         asm = kernel.asm.get("ptx") if row.vendor == "cuda" else kernel.asm.get("amdgcn")
         if isinstance(asm, bytes):
