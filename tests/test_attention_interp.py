@@ -146,9 +146,12 @@ def test_prequantized_q_path_matches_fused():
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("inline_stats", [True, False])
 @pytest.mark.parametrize("d", [64, 40])
-def test_quant_kernels_follow_the_contract(d):
-    """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout."""
+def test_quant_kernels_follow_the_contract(d, inline_stats, monkeypatch):
+    """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
+    with the statistics computed in the quantization launch (short keys) or by reductions."""
+    monkeypatch.setattr(quant, "INLINE_STATS_MAX_TOKENS", 10_000 if inline_stats else 0)
     _, k, v = _qkv(d=d, nk=150, seed=17)
     k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
     dp = configs.padded_head_dim(d)

@@ -28,6 +28,11 @@ from . import launcher
 from .layout import SeqView, empty_like_view
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
+# Up to this many keys (dense inputs), K's mean and V's amax are computed inside the K/V
+# quantization launch (each program re-reads its head from L2: cost grows with N², small
+# here) instead of by two torch reductions, which cost ~12 µs of device time each on an H200
+# at 1×16×1024×64 (docs/performance.md, run 7) besides their host time.
+INLINE_STATS_MAX_TOKENS = 2048
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -139,8 +144,14 @@ def _quant_blocks_kernel(
     V_FP8: tl.constexpr,
     FP8_MAX: tl.constexpr,
     IS_VARLEN: tl.constexpr,
+    INLINE_STATS: tl.constexpr,
 ):
-    """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V."""
+    """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
+
+    INLINE_STATS (short dense sequences): every program computes its head's K mean and V amax
+    itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
+    and the first block's program writes the mean to KM: no reduction launches at all.
+    """
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -154,8 +165,27 @@ def _quant_blocks_kernel(
     row_ok = rows < n
     mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
     x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
+    vbase += h.to(tl.int64) * stride_vh
+    if INLINE_STATS:
+        ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
+        vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
+        for start in range(0, n, BLK):
+            r = start + tl.arange(0, BLK)
+            m = (r < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
+            if HAS_MEAN:
+                xk = tl.load(X + xbase + r[:, None] * stride_xn + offs_d[None, :], mask=m, other=0.0)
+                ksum += tl.sum(xk.to(tl.float32), axis=0)
+            if V_FP8:
+                xv = tl.load(V + vbase + r[:, None] * stride_vn + offs_d[None, :], mask=m, other=0.0)
+                vmax = tl.maximum(vmax, tl.max(tl.abs(xv.to(tl.float32)), axis=0))
     if HAS_MEAN:
-        km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        if INLINE_STATS:
+            km = ksum / n
+            if pid_n == 0:
+                tl.store(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, km)
+        else:
+            km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
     amax = tl.maximum(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 1e-8)
     step = amax / 127.0
@@ -163,12 +193,13 @@ def _quant_blocks_kernel(
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq.to(tl.int8), mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
-        vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
-        vbase += h.to(tl.int64) * stride_vh
         wbase += h.to(tl.int64) * stride_wh
         v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-        va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
+        if INLINE_STATS:  # noqa: SIM108 (vmax exists only when INLINE_STATS: keep the branches)
+            va = vmax
+        else:
+            va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         vs = tl.maximum(va, 1e-8) / FP8_MAX
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
@@ -248,8 +279,12 @@ def quant_blocks(
     v_amax: Optional[torch.Tensor] = None,
     fp8_dtype: Optional[torch.dtype] = None,
     launch_key: Optional[tuple] = None,
+    inline_stats: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
+
+    ``inline_stats`` (dense only): km and v_amax are not read but computed in the launch; km
+    (when given) is filled with K's mean, v_amax only says that V is wanted.
 
     Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None, v_scale
     float32 [B, H, Dp] or None). INT8 output is contiguous with the padded head dim; FP8 V is
@@ -293,6 +328,7 @@ def quant_blocks(
             V_FP8=want_v,
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
             IS_VARLEN=x.is_varlen,
+            INLINE_STATS=inline_stats,
         ),
         num_warps=4,
         key=launch_key,
@@ -311,12 +347,28 @@ def quant_kv(
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
-    Statistics (K's mean, V's amax: torch reductions, or one Triton launch for varlen), then one
-    Triton launch quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or
+    Statistics (K's mean, V's amax: computed inside the quantization launch up to
+    INLINE_STATS_MAX_TOKENS dense keys; else torch reductions, or one Triton launch for varlen),
+    and one Triton launch quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or
     None, v_scale or None).
     """
-    km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
+    inline = not k.is_varlen and k.max_len <= INLINE_STATS_MAX_TOKENS
+    if inline:  # statistics computed inside the quantization launch: km is filled there
+        stats, dev = (k.batch, k.heads, head_dim_pad), k.t.device
+        km = torch.empty(stats, dtype=torch.float32, device=dev) if smooth_k else None
+        va = torch.empty(stats, dtype=torch.float32, device=dev) if fp8_dtype is not None else None
+    else:
+        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
     kq, ks, vq, vs = quant_blocks(
-        k, km, blk, 1.0, head_dim_pad, v=v, v_amax=va, fp8_dtype=fp8_dtype, launch_key=launch_key
+        k,
+        km,
+        blk,
+        1.0,
+        head_dim_pad,
+        v=v,
+        v_amax=va,
+        fp8_dtype=fp8_dtype,
+        launch_key=launch_key,
+        inline_stats=inline,
     )
     return kq, ks, km, vq, vs
