@@ -151,7 +151,7 @@ def test_prequantized_q_path_matches_fused():
 def test_quant_kernels_follow_the_contract(d, inline_stats, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
     with the statistics computed in the quantization launch (short keys) or by reductions."""
-    monkeypatch.setattr(quant, "INLINE_STATS_MAX_TOKENS", 10_000 if inline_stats else 0)
+    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if inline_stats else 0)
     _, k, v = _qkv(d=d, nk=150, seed=17)
     k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
     dp = configs.padded_head_dim(d)

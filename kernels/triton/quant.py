@@ -28,11 +28,13 @@ from . import launcher
 from .layout import SeqView, empty_like_view
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
-# Up to this many keys (dense inputs), K's mean and V's amax are computed inside the K/V
-# quantization launch (each program re-reads its head from L2: cost grows with N², small
-# here) instead of by two torch reductions, which cost ~12 µs of device time each on an H200
-# at 1×16×1024×64 (docs/performance.md, run 7) besides their host time.
-INLINE_STATS_MAX_TOKENS = 2048
+# Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
+# computed inside the K/V quantization launch instead of by two torch reductions, which cost
+# ~12 µs of device time each on an H200 at 1×16×1024×64 besides their host time. Each program
+# re-reads its whole head from L2, so the extra traffic grows with N²·D: at 1×16×2048×128 the
+# inline path was measured slower than sageattention 1.0.6 (0.165 vs 0.129 ms), at
+# 1×16×1024×64 faster than the reductions (docs/performance.md, run 7).
+INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -145,6 +147,7 @@ def _quant_blocks_kernel(
     FP8_MAX: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     INLINE_STATS: tl.constexpr,
+    STATS_BLK: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
@@ -170,8 +173,8 @@ def _quant_blocks_kernel(
     if INLINE_STATS:
         ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
         vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for start in range(0, n, BLK):
-            r = start + tl.arange(0, BLK)
+        for start in range(0, n, STATS_BLK):  # wide chunks: few iterations, many loads in flight
+            r = start + tl.arange(0, STATS_BLK)
             m = (r < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
             if HAS_MEAN:
                 xk = tl.load(X + xbase + r[:, None] * stride_xn + offs_d[None, :], mask=m, other=0.0)
@@ -329,6 +332,7 @@ def quant_blocks(
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
             IS_VARLEN=x.is_varlen,
             INLINE_STATS=inline_stats,
+            STATS_BLK=max(blk, 16384 // head_dim_pad),  # 16K elements per chunk
         ),
         num_warps=4,
         key=launch_key,
@@ -347,12 +351,12 @@ def quant_kv(
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
-    Statistics (K's mean, V's amax: computed inside the quantization launch up to
-    INLINE_STATS_MAX_TOKENS dense keys; else torch reductions, or one Triton launch for varlen),
-    and one Triton launch quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or
-    None, v_scale or None).
+    Statistics (K's mean, V's amax): inside the quantization launch up to
+    INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else torch reductions (dense) or one Triton
+    launch (varlen); then one Triton launch quantizing K's and V's blocks. Returns (k_int8,
+    k_scale, km or None, v_fp8 or None, v_scale or None).
     """
-    inline = not k.is_varlen and k.max_len <= INLINE_STATS_MAX_TOKENS
+    inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
         stats, dev = (k.batch, k.heads, head_dim_pad), k.t.device
         km = torch.empty(stats, dtype=torch.float32, device=dev) if smooth_k else None
