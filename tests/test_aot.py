@@ -18,16 +18,21 @@ import pytest
 
 from sagebuild import archs
 
-CASES = [
-    ("gfx1201", "qk_int8_pv_fp16"),
-    ("gfx1100", "qk_int8_pv_fp16"),
-    ("gfx942", "qk_int8_pv_fp16"),
-    ("gfx942", "qk_int8_pv_fp8"),
-    ("sm80", "qk_int8_pv_fp16"),
-    ("sm89", "qk_int8_pv_fp16"),
-    ("sm89", "qk_int8_pv_fp8"),
-    ("sm90", "qk_int8_pv_fp16"),
-    ("sm90", "qk_int8_pv_fp8"),
+CASES = [  # (arch, variant, head dim)
+    ("gfx1201", "qk_int8_pv_fp16", 128),
+    ("gfx1100", "qk_int8_pv_fp16", 128),
+    ("gfx942", "qk_int8_pv_fp16", 128),
+    ("gfx942", "qk_int8_pv_fp8", 128),
+    ("sm80", "qk_int8_pv_fp16", 128),
+    ("sm89", "qk_int8_pv_fp16", 128),
+    ("sm89", "qk_int8_pv_fp8", 128),
+    ("sm90", "qk_int8_pv_fp16", 128),
+    ("sm90", "qk_int8_pv_fp8", 128),
+    # head dim 256 (beyond upstream): the INT32→FP32 bit trick's bound is reached here
+    ("gfx1201", "qk_int8_pv_fp16", 256),
+    ("gfx942", "qk_int8_pv_fp8", 256),
+    ("sm90", "qk_int8_pv_fp16", 256),
+    ("sm90", "qk_int8_pv_fp8", 256),
 ]
 # What Triton 3.6 emits for an INT8 mma.sync (the satfinite qualifier is part of it).
 _PTX_MMA_S8 = "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32"
@@ -35,7 +40,7 @@ _SCRIPT = """
 import json, sys
 from sagebuild.attention.aot import compile_variant
 cases = json.loads(sys.argv[1])
-print(json.dumps([compile_variant(v, a, 128).to_dict() for a, v in cases]))
+print(json.dumps([compile_variant(v, a, d).to_dict() for a, v, d in cases]))
 """
 
 pytestmark = pytest.mark.slow
@@ -52,11 +57,12 @@ def results() -> dict:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {(r["arch"], r["variant"]): r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {(r["arch"], r["variant"], r["head_dim"]): r for r in rows}
 
 
-@pytest.mark.parametrize(("arch", "variant"), CASES)
-def test_compiles_to_matrix_instructions(results, arch, variant, request):
+@pytest.mark.parametrize(("arch", "variant", "head_dim"), CASES)
+def test_compiles_to_matrix_instructions(results, arch, variant, head_dim, request):
     row = archs.get(arch)
     if row.vendor == "cuda" and arch != "sm90" and not re.search(row.int8_mma, _PTX_MMA_S8):
         request.applymarker(
@@ -64,7 +70,7 @@ def test_compiles_to_matrix_instructions(results, arch, variant, request):
                 strict=True, reason="sagebuild/archs.py's mma.sync INT8 regex lacks the .satfinite qualifier"
             )
         )
-    r = results[(arch, variant)]
+    r = results[(arch, variant, head_dim)]
     assert r["ok"], r["error"]
     assert re.search(row.int8_mma, r["instruction"])
     if variant == "qk_int8_pv_fp8":
