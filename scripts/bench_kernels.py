@@ -67,7 +67,16 @@ def _kernel_only(q, k, v, pv: str, causal: bool, cfg_override) -> float:
 
 
 def _bench_shape(
-    b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype, variants: list[str], sage106, config
+    b: int,
+    h: int,
+    n: int,
+    d: int,
+    causal: bool,
+    dtype: torch.dtype,
+    variants: list[str],
+    sage106,
+    config,
+    backend: str = "triton",
 ) -> list[str]:
     """Table rows for one shape: SDPA, each of our variants, sageattention 1.0.6 if present."""
     dev = torch.device("cuda")
@@ -83,7 +92,7 @@ def _bench_shape(
         fn = FNS[pv]
 
         def call(fn=fn):
-            return fn(q, k, v, is_causal=causal, quantization_backend="triton", config=config)
+            return fn(q, k, v, is_causal=causal, quantization_backend=backend, config=config)
 
         rows.append((f"sage-{pv}", _ms(call), _kernel_only(q, k, v, pv, causal, config), call()))
     if sage106 is not None:
@@ -113,6 +122,8 @@ def main() -> None:
     ap.add_argument("--shapes", help="comma list of BxHxNxD[c] (c: causal)")
     ap.add_argument("--config", help="force BLOCK_M,BLOCK_N,num_warps,num_stages for our kernels")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+    ap.add_argument("--backend", default="triton", choices=["triton", "ext", "auto"],
+                    help="quantization_backend of the whole-call rows")
     args = ap.parse_args()
     shapes = SHAPES
     if args.shapes:
@@ -133,12 +144,12 @@ def main() -> None:
     print(
         f"# {torch.cuda.get_device_name(dev)} arch={dispatch.device_arch(dev)} torch {torch.__version__} "
         f"triton {triton.__version__} config table {configs.CONFIG_TABLE_VERSION} override={args.config} "
-        f"dtype={args.dtype} sageattention={'yes' if sage106 else 'no'}"
+        f"dtype={args.dtype} backend={args.backend} sageattention={'yes' if sage106 else 'no'}"
     )
     print("| B×H×N×D | causal | impl | call ms | kernel ms | TFLOPS (call) | SDPA/impl | cos | rel L1 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for b, h, n, d, causal in shapes:
-        for line in _bench_shape(b, h, n, d, causal, dtype, variants, sage106, args.config):
+        for line in _bench_shape(b, h, n, d, causal, dtype, variants, sage106, args.config, args.backend):
             print(line, flush=True)
         torch.cuda.empty_cache()
 

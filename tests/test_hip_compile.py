@@ -74,8 +74,9 @@ def test_hipified_kernels_compile_for_gfx90a(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     blob = obj.read_bytes()
     assert b"amdgcn-amd-amdhsa--gfx90a" in blob  # a gfx90a code object is bundled in
-    for kernel in (b"col_partial_kernel", b"k_mean_finalize_kernel", b"v_scale_finalize_kernel",
-                   b"quant_int8_kernel", b"quant_v_fp8_kernel"):
+    for kernel in (b"col_partial_kernel", b"col_partial_vec_kernel", b"k_mean_finalize_kernel",
+                   b"v_scale_finalize_kernel", b"quant_int8_kernel", b"quant_int8_vec_kernel",
+                   b"quant_v_fp8_kernel"):
         assert kernel in blob
 
 

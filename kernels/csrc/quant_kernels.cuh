@@ -31,6 +31,49 @@ constexpr int kVTileN = 64;
 constexpr int kQuantThreads = 256;
 constexpr int kFinalizeThreads = 256;
 
+// ---- 16-byte vector path ----
+// A warp reading one 2-byte element per thread moves 64 B per load: the scalar kernels below
+// ran at ~0.7 TB/s on an H200 (docs/performance.md, run 5). When rows can be read 16 bytes at
+// a time (unit channel stride, aligned rows, a power-of-two number of vectors per row) the
+// *_vec kernels read 8 halfs (4 floats) per load and store INT8 codes 8 (4) at a time.
+template <class T>
+struct Vec {
+  static constexpr int n = 16 / static_cast<int>(sizeof(typename T::storage));
+};
+
+template <int V>
+struct PackedI8;
+template <>
+struct PackedI8<8> {
+  typedef uint2 type;
+};
+template <>
+struct PackedI8<4> {
+  typedef uint32_t type;
+};
+
+// Whether x (elements at the View4's strides) can take the vector kernels.
+template <class T>
+inline bool vec_ok(const typename T::storage* x, const View4& v) {
+  constexpr int V = Vec<T>::n;
+  const int tpr = v.D / V;  // threads per row
+  return v.sd == 1 && v.D % V == 0 && v.sn % V == 0 && v.sh % V == 0 && v.sb % V == 0 &&
+         (reinterpret_cast<uintptr_t>(x) % 16) == 0 && tpr > 0 && tpr <= kQuantThreads &&
+         (kQuantThreads % tpr) == 0;
+}
+
+// V consecutive elements at p (16-byte aligned) as floats.
+template <class T>
+__device__ __forceinline__ void load_vec(const typename T::storage* p, float (&out)[Vec<T>::n]) {
+  union {
+    uint4 u;
+    typename T::storage s[Vec<T>::n];
+  } w;
+  w.u = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::n; ++i) out[i] = T::load(w.s[i]);
+}
+
 // Element offset of (bh, n = 0, d = 0).
 __device__ __forceinline__ int64_t head_base(const View4& v, int bh) {
   const int b = bh / v.H;
@@ -71,6 +114,42 @@ __global__ void col_partial_kernel(const typename T::storage* __restrict__ x, fl
   if (threadIdx.y == 0 && d < v.D) {
     float t = part[0][threadIdx.x];
     for (int r = 1; r < kRowLanes; ++r) t = Op::combine(t, part[r][threadIdx.x]);
+    work[(static_cast<int64_t>(bh) * nchunks + c) * v.D + d] = t;
+  }
+}
+
+// col_partial_kernel with 16-byte loads: grid (1, B*H, nchunks), block kQuantThreads. Thread t
+// reads channels [(t % tpr) * V, +V) of rows lane, lane + lanes, ... (lane = t / tpr); the
+// lanes are combined through shared memory in a fixed order (deterministic).
+template <class T, class Op>
+__global__ void col_partial_vec_kernel(const typename T::storage* __restrict__ x, float* __restrict__ work,
+                                       View4 v, int chunk, int nchunks) {
+  constexpr int V = Vec<T>::n;
+  __shared__ float part[kQuantThreads * V];
+  const int tpr = v.D / V;
+  const int lanes = kQuantThreads / tpr;
+  const int g = threadIdx.x % tpr;
+  const int lane = threadIdx.x / tpr;
+  const int bh = blockIdx.y;
+  const int c = blockIdx.z;
+  const int n0 = c * chunk;
+  const int n1 = (v.N - n0 < chunk) ? v.N : n0 + chunk;
+  float acc[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) acc[i] = Op::init();
+  const typename T::storage* xh = x + head_base(v, bh) + g * V;
+  for (int n = n0 + lane; n < n1; n += lanes) {
+    float e[V];
+    load_vec<T>(xh + static_cast<int64_t>(n) * v.sn, e);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = Op::add(acc[i], e[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) part[lane * v.D + g * V + i] = acc[i];
+  __syncthreads();
+  for (int d = threadIdx.x; d < v.D; d += kQuantThreads) {
+    float t = part[d];
+    for (int r = 1; r < lanes; ++r) t = Op::combine(t, part[r * v.D + d]);
     work[(static_cast<int64_t>(bh) * nchunks + c) * v.D + d] = t;
   }
 }
@@ -158,12 +237,64 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   }
 }
 
+// quant_int8_kernel with 16-byte loads and V-code stores (see vec_ok). Same arithmetic, same
+// grid and block; thread t handles channels [(t % tpr) * V, +V) of rows t / tpr, + lanes, ...
+template <class T>
+__global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x, const float* __restrict__ km,
+                                      int8_t* __restrict__ out, float* __restrict__ scale, View4 v, int blk,
+                                      int nblk, float scale_mul) {
+  constexpr int V = Vec<T>::n;
+  __shared__ float red[kQuantThreads];
+  const int bh = blockIdx.x / nblk;
+  const int ib = blockIdx.x % nblk;
+  const int n0 = ib * blk;
+  const int rows = (v.N - n0 < blk) ? (v.N - n0) : blk;
+  const int tpr = v.D / V;
+  const int lanes = kQuantThreads / tpr;
+  const int g = threadIdx.x % tpr;
+  const int lane = threadIdx.x / tpr;
+  float kmv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) kmv[i] = km ? km[static_cast<int64_t>(bh) * v.D + g * V + i] : 0.0f;
+  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn + g * V;
+
+  float amax = 0.0f;
+  for (int r = lane; r < rows; r += lanes) {
+    float e[V];
+    load_vec<T>(xb + static_cast<int64_t>(r) * v.sn, e);
+#pragma unroll
+    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(km ? e[i] - kmv[i] : e[i]));
+  }
+  red[threadIdx.x] = amax;
+  __syncthreads();
+  for (int w = kQuantThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  const float step = fmaxf(red[0], kAmaxEps) / kInt8Max;
+  if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
+
+  int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D + g * V;
+  for (int r = lane; r < rows; r += lanes) {
+    float e[V];
+    load_vec<T>(xb + static_cast<int64_t>(r) * v.sn, e);
+    union {
+      typename PackedI8<V>::type u;
+      int8_t b[V];
+    } pk;
+#pragma unroll
+    for (int i = 0; i < V; ++i) pk.b[i] = quant_int8(km ? e[i] - kmv[i] : e[i], step);
+    *reinterpret_cast<typename PackedI8<V>::type*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
+  }
+}
+
 // FP8 codes of V, channel-major: out[bh, d, n] = e4m3(x[bh, n, d] / scale[bh, d]).
 // grid (cdiv(D, 32), B*H, <= kMaxGridZ tiles, striding over the token tiles), block (32, 8).
 // A 64-token x 32-channel tile is loaded along D (coalesced), transposed in shared memory
 // (rows padded to 33 floats: no bank conflicts on the loads, two-way on the reads) and
 // stored along N, four codes per thread (one 32-bit store when N % 4 == 0).
-template <class T>
+// VEC: the tile is read 16 bytes per thread (vec_ok and D % 32 == 0: every column tile full).
+template <class T, bool VEC>
 __global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, const float* __restrict__ scale,
                                    uint8_t* __restrict__ out, View4 v, int ntiles, bool fnuz) {
   __shared__ float tile[kVTileN][kColTile + 1];
@@ -180,9 +311,27 @@ __global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, co
   for (int t = blockIdx.z; t < ntiles; t += gridDim.z) {
     const int n0 = t * kVTileN;
     __syncthreads();  // the previous tile is consumed (and sc is visible on the first pass)
-    for (int r = threadIdx.y; r < kVTileN; r += kRowLanes) {
-      const int n = n0 + r;
-      tile[r][threadIdx.x] = (n < v.N && dl < v.D) ? T::load(xh[n * v.sn + dl * v.sd]) : 0.0f;
+    if (VEC) {
+      constexpr int V = Vec<T>::n;
+      constexpr int kGroups = kColTile / V;  // vectors per tile row
+      const int vg = tid % kGroups;
+      for (int r = tid / kGroups; r < kVTileN; r += (kColTile * kRowLanes) / kGroups) {
+        const int n = n0 + r;
+        float e[V];
+        if (n < v.N) {
+          load_vec<T>(xh + static_cast<int64_t>(n) * v.sn + d0 + vg * V, e);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) e[i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < V; ++i) tile[r][vg * V + i] = e[i];
+      }
+    } else {
+      for (int r = threadIdx.y; r < kVTileN; r += kRowLanes) {
+        const int n = n0 + r;
+        tile[r][threadIdx.x] = (n < v.N && dl < v.D) ? T::load(xh[n * v.sn + dl * v.sd]) : 0.0f;
+      }
     }
     __syncthreads();
     for (int u = tid; u < kColTile * kQuads; u += kColTile * kRowLanes) {
@@ -229,9 +378,14 @@ template <class T>
 void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
   const int chunk = reduce_chunk(v.N);
   const int nchunks = cdiv(v.N, chunk);
-  dim3 grid(cdiv(v.D, kColTile), BH, nchunks);
-  dim3 block(kColTile, kRowLanes);
-  col_partial_kernel<T, SumOp><<<grid, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  if (vec_ok<T>(x, v)) {
+    col_partial_vec_kernel<T, SumOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
+                                                                                        nchunks);
+  } else {
+    dim3 grid(cdiv(v.D, kColTile), BH, nchunks);
+    dim3 block(kColTile, kRowLanes);
+    col_partial_kernel<T, SumOp><<<grid, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  }
   const int64_t total = static_cast<int64_t>(BH) * v.D;
   k_mean_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
                                                                                   v.N);
@@ -242,7 +396,11 @@ void launch_quant_int8(const typename T::storage* x, const float* km, int8_t* ou
                        int BH, int blk, float scale_mul, cudaStream_t stream) {
   const int nblk = cdiv(v.N, blk);
   dim3 grid(static_cast<unsigned>(BH) * static_cast<unsigned>(nblk));
-  quant_int8_kernel<T><<<grid, kQuantThreads, 0, stream>>>(x, km, out, scale, v, blk, nblk, scale_mul);
+  if (vec_ok<T>(x, v)) {
+    quant_int8_vec_kernel<T><<<grid, kQuantThreads, 0, stream>>>(x, km, out, scale, v, blk, nblk, scale_mul);
+  } else {
+    quant_int8_kernel<T><<<grid, kQuantThreads, 0, stream>>>(x, km, out, scale, v, blk, nblk, scale_mul);
+  }
 }
 
 // out: channel-major [B, H, D, N] codes; work: reduce_workspace_floats(v.N, v.D, BH) floats.
@@ -252,14 +410,24 @@ void launch_quant_v_fp8(const typename T::storage* x, uint8_t* out, float* scale
   const int chunk = reduce_chunk(v.N);
   const int nchunks = cdiv(v.N, chunk);
   dim3 block(kColTile, kRowLanes);
-  dim3 grid_amax(cdiv(v.D, kColTile), BH, nchunks);
-  col_partial_kernel<T, AbsMaxOp><<<grid_amax, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  const bool vec = vec_ok<T>(x, v);
+  if (vec) {
+    col_partial_vec_kernel<T, AbsMaxOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
+                                                                                           nchunks);
+  } else {
+    dim3 grid_amax(cdiv(v.D, kColTile), BH, nchunks);
+    col_partial_kernel<T, AbsMaxOp><<<grid_amax, block, 0, stream>>>(x, work, v, chunk, nchunks);
+  }
   const int64_t total = static_cast<int64_t>(BH) * v.D;
   v_scale_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(
       work, scale, total, v.D, nchunks, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax);
   const int ntiles = cdiv(v.N, kVTileN);
   dim3 grid_q(cdiv(v.D, kColTile), BH, ntiles < kMaxGridZ ? ntiles : kMaxGridZ);
-  quant_v_fp8_kernel<T><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
+  if (vec && v.D % kColTile == 0) {
+    quant_v_fp8_kernel<T, true><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
+  } else {
+    quant_v_fp8_kernel<T, false><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
+  }
 }
 
 }  // namespace sagebuild
