@@ -119,3 +119,15 @@ def test_launch_config_strings_with_and_without_a_register_cap():
     for bad, msg in bad_configs:
         with pytest.raises(ValueError, match=msg):
             configs.parse_config(bad)
+
+
+def test_graphed_attention_needs_gpu_tensors_and_says_so():
+    """The CUDA-graph wrapper refuses CPU tensors with a fix, before touching any CUDA API."""
+    from sagebuild.attention import AttentionInputError, GraphedAttention
+
+    q = torch.randn(1, 2, 16, 64, dtype=torch.float16)
+    with pytest.raises(AttentionInputError, match="CUDA/ROCm tensor") as err:
+        GraphedAttention(q, q, q)
+    assert "sageattn directly" in err.value.fix
+    with pytest.raises(AttentionInputError, match="CUDA/ROCm tensor"):
+        GraphedAttention(q, "not a tensor", q)
