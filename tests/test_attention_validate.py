@@ -131,3 +131,14 @@ def test_graphed_attention_needs_gpu_tensors_and_says_so():
     assert "sageattn directly" in err.value.fix
     with pytest.raises(AttentionInputError, match="CUDA/ROCm tensor"):
         GraphedAttention(q, "not a tensor", q)
+
+
+def test_register_cap_is_refused_off_nvidia():
+    from sagebuild.attention import AttentionInputError
+    from sagebuild.attention.api import _resolve
+
+    assert _resolve("sm90", 128, "fp8", False, "64,64,4,3,168")[1].maxnreg == 168
+    with pytest.raises(AttentionInputError, match="NVIDIA-only") as err:
+        _resolve("gfx942", 128, "fp8", False, "64,64,4,3,168")
+    assert "fifth number" in err.value.fix
+    assert _resolve("gfx942", 128, "fp8", False, "64,64,4,3")[1].maxnreg is None

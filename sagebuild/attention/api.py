@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
+from sagebuild import archs
 from sagebuild.attention import dispatch
 from sagebuild.attention.validate import (
     AttentionInputError,
@@ -104,6 +105,12 @@ def _resolve(
         cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, config)
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
+    if cfg.maxnreg is not None and arch != dispatch.INTERPRETER and archs.get(arch).vendor != "cuda":
+        raise AttentionInputError(
+            f"the launch config {cfg.as_tuple()} caps registers (maxnreg), an NVIDIA-only Triton option; "
+            f"{arch} is not an NVIDIA GPU",
+            f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
+        )
     return dp, cfg
 
 
