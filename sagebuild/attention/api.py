@@ -1,8 +1,10 @@
 """Public attention functions, with upstream SageAttention's names and keywords.
 
-Each call: validate (views, no copies) → pick the variant and launch config → K's mean and V's
-amax (torch reductions) and one launch quantizing K (and V for FP8 P·V), or the C++ extension's
-ops → one attention launch that also quantizes Q in registers.
+Each call: validate (views, no copies) → pick the variant and launch config (both cached per
+call signature: a plan) → one launch quantizing K (and V for FP8 P·V) with their statistics
+(computed in that launch for short sequences, by torch reductions beyond), or the C++
+extension's ops → one attention launch that also quantizes Q in registers. Repeated signatures
+launch the compiled kernels without Triton's argument binder (``launcher.launch``).
 """
 
 from __future__ import annotations
