@@ -291,3 +291,18 @@ def test_launcher_defers_to_triton_while_a_launch_hook_is_set():
         finally:
             knobs.runtime.launch_enter_hook = chain
     assert not launcher._hooks_installed()
+
+
+def test_launcher_caches_only_kernels_whose_constexprs_trail():
+    """The binder-free call passes args then constexpr values positionally: that is only the
+    kernel's signature when every constexpr parameter comes after every runtime argument."""
+    from types import SimpleNamespace
+
+    from sagebuild.kernels.triton import launcher
+
+    trailing = SimpleNamespace(arg_names=["X", "n", "BLOCK", "FLAG"])
+    assert launcher._constexprs_trailing(trailing, 2, {"BLOCK": 64, "FLAG": True})
+    interleaved = SimpleNamespace(arg_names=["X", "BLOCK", "n", "FLAG"])
+    assert not launcher._constexprs_trailing(interleaved, 2, {"BLOCK": 64, "FLAG": True})
+    reordered = SimpleNamespace(arg_names=["X", "n", "FLAG", "BLOCK"])
+    assert not launcher._constexprs_trailing(reordered, 2, {"BLOCK": 64, "FLAG": True})
