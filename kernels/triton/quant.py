@@ -59,6 +59,27 @@ def seq_base(CU, b, N, stride_b, stride_n, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
+def _column_stats(
+    K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d,
+    HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, WANT_K: tl.constexpr, WANT_V: tl.constexpr,
+):  # fmt: skip
+    """(sum of K, amax of |V|) over tokens [0, n) of one head, for the channels offs_d."""
+    offs_c = tl.arange(0, CHUNK)
+    ksum = tl.zeros(offs_d.shape, dtype=tl.float32)
+    vmax = tl.zeros(offs_d.shape, dtype=tl.float32)
+    for start in range(0, n, CHUNK):
+        rows = start + offs_c
+        mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
+        if WANT_K:
+            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
+            ksum += tl.sum(k.to(tl.float32), axis=0)
+        if WANT_V:
+            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+            vmax = tl.maximum(vmax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    return ksum, vmax
+
+
+@triton.jit
 def _kv_stats_kernel(
     K,
     V,
@@ -92,18 +113,9 @@ def _kv_stats_kernel(
     kbase += h.to(tl.int64) * stride_kh
     vbase += h.to(tl.int64) * stride_vh
     offs_d = pid_d * SPLIT_D + tl.arange(0, SPLIT_D)
-    offs_c = tl.arange(0, CHUNK)
-    ksum = tl.zeros([SPLIT_D], dtype=tl.float32)
-    vmax = tl.zeros([SPLIT_D], dtype=tl.float32)
-    for start in range(0, n, CHUNK):
-        rows = start + offs_c
-        mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
-        if SMOOTH_K:
-            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
-            ksum += tl.sum(k.to(tl.float32), axis=0)
-        if V_FP8:
-            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-            vmax = tl.maximum(vmax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
+    ksum, vmax = _column_stats(
+        K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8
+    )
     out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
     if SMOOTH_K:
         tl.store(KM + out, ksum / tl.maximum(n, 1).to(tl.float32), mask=offs_d < BLOCK_D)
@@ -170,18 +182,10 @@ def _quant_blocks_kernel(
     x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
-    if INLINE_STATS:
-        ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for start in range(0, n, STATS_BLK):  # wide chunks: few iterations, many loads in flight
-            r = start + tl.arange(0, STATS_BLK)
-            m = (r < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
-            if HAS_MEAN:
-                xk = tl.load(X + xbase + r[:, None] * stride_xn + offs_d[None, :], mask=m, other=0.0)
-                ksum += tl.sum(xk.to(tl.float32), axis=0)
-            if V_FP8:
-                xv = tl.load(V + vbase + r[:, None] * stride_vn + offs_d[None, :], mask=m, other=0.0)
-                vmax = tl.maximum(vmax, tl.max(tl.abs(xv.to(tl.float32)), axis=0))
+    if INLINE_STATS:  # wide chunks: few iterations, many loads in flight
+        ksum, vmax = _column_stats(
+            X, V, xbase, vbase, n, stride_xn, stride_vn, offs_d, HEAD_DIM, STATS_BLK, HAS_MEAN, V_FP8
+        )
     if HAS_MEAN:
         if INLINE_STATS:
             km = ksum / n
