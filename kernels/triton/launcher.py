@@ -19,6 +19,11 @@ from typing import Any, Hashable, Optional
 
 import torch
 
+try:  # Triton ≥ 3.4; without it the binder-free path stays off (see _hooks_installed)
+    from triton import knobs
+except ImportError:  # pragma: no cover - older Triton
+    knobs = None
+
 # Bounded: one entry per distinct (kernel, key, device); a process serving many shapes
 # recompiles nothing after eviction (Triton's own cache still holds the kernel) — it only
 # pays Triton's binder again for that key.
@@ -30,9 +35,10 @@ _trailing_constexprs: dict[int, bool] = {}
 
 def _hooks_installed() -> bool:
     """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
-    older releases in plain attributes that are None when unset."""
-    from triton import knobs
-
+    older releases in plain attributes that are None when unset. Without ``triton.knobs`` the
+    hooks cannot be read, so they are assumed set (Triton's own path every time)."""
+    if knobs is None:
+        return True
     rt = knobs.runtime
     return any(
         h is not None and getattr(h, "calls", True) for h in (rt.launch_enter_hook, rt.launch_exit_hook)

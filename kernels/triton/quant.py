@@ -290,8 +290,9 @@ def quant_blocks(
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
-    ``inline_stats`` (dense only): km and v_amax are not read but computed in the launch; km
-    (when given) is filled with K's mean, v_amax only says that V is wanted.
+    ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
+    km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
+    given (v_amax is not needed).
 
     Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None, v_scale
     float32 [B, H, Dp] or None). INT8 output is contiguous with the padded head dim; FP8 V is
@@ -300,9 +301,13 @@ def quant_blocks(
     xq = empty_like_view(x, head_dim_pad, torch.int8)
     nblk = triton.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
-    want_v = v is not None and v_amax is not None and fp8_dtype is not None
+    want_v = v is not None and fp8_dtype is not None and (v_amax is not None or inline_stats)
     vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
-    vs = torch.empty_like(v_amax) if want_v else None
+    vs = (
+        torch.empty((v.batch, v.heads, head_dim_pad), dtype=torch.float32, device=xs.device)
+        if want_v
+        else None
+    )
     vv, ww = (v, vq) if want_v else (x, xq)
     launcher.launch(
         _quant_blocks_kernel,
@@ -313,7 +318,7 @@ def quant_blocks(
             xq.t,
             xs,
             vv.t,
-            v_amax if want_v else xs,
+            v_amax if v_amax is not None else xs,
             vs if want_v else xs,
             ww.t,
             x.cu,
@@ -362,9 +367,12 @@ def quant_kv(
     """
     inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
-        stats, dev = (k.batch, k.heads, head_dim_pad), k.t.device
-        km = torch.empty(stats, dtype=torch.float32, device=dev) if smooth_k else None
-        va = torch.empty(stats, dtype=torch.float32, device=dev) if fp8_dtype is not None else None
+        km = (
+            torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
+            if smooth_k
+            else None
+        )
+        va = None
     else:
         km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
     kq, ks, vq, vs = quant_blocks(
