@@ -182,6 +182,18 @@ __global__ void v_scale_finalize_kernel(const float* __restrict__ work, float* _
   }
 }
 
+// The INT8 step of a block, max(amax over the block's kQuantThreads threads, eps) / 127, reduced
+// through shared memory in a fixed order; every thread of the block must call it.
+__device__ __forceinline__ float block_int8_step(float amax, float* red) {
+  red[threadIdx.x] = amax;
+  __syncthreads();
+  for (int w = kQuantThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  return fmaxf(red[0], kAmaxEps) / kInt8Max;
+}
+
 // Per-block symmetric INT8 of y = x - km (km may be null): one CUDA block per (bh, token block).
 // scale[bh, i] = max(amax, eps) / 127 * scale_mul;  out = round_half_away(y / (amax / 127)).
 // Thread t visits the flat indices t, t + 256, ... of the block as (row, column) pairs stepped
@@ -214,13 +226,7 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
       ++r;
     }
   }
-  red[threadIdx.x] = amax;
-  __syncthreads();
-  for (int w = kQuantThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
-    __syncthreads();
-  }
-  const float step = fmaxf(red[0], kAmaxEps) / kInt8Max;
+  const float step = block_int8_step(amax, red);
   if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
 
   int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D;
@@ -265,13 +271,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(km ? e[i] - kmv[i] : e[i]));
   }
-  red[threadIdx.x] = amax;
-  __syncthreads();
-  for (int w = kQuantThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
-    __syncthreads();
-  }
-  const float step = fmaxf(red[0], kAmaxEps) / kInt8Max;
+  const float step = block_int8_step(amax, red);
   if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
 
   int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D + g * V;
