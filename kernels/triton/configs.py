@@ -130,12 +130,51 @@ _PV_PREFERENCE: list[tuple[str, int, Union[int, None], str]] = [
 ]
 
 
+# Hopper's warp-specialised Gluon kernel (``attn_hopper.py``): the rows it runs, with its own
+# launch numbers (BLOCK_M, BLOCK_N, compute warps, K/V ring slots, maxnreg). Matched like
+# _TABLE; a call it cannot take (LSE, varlen, keys not a multiple of 16, more queries than keys
+# under causal, an explicit ``config=``) runs the portable kernel. SAGEBUILD_WS_CONFIG="off"
+# turns it off, or forces a config for tuning runs.
+_WS_TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] = [
+    ("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 4, 128)),
+]
+WS_ENV_VAR = "SAGEBUILD_WS_CONFIG"
+
+
+def ws_lookup(family: str, head_dim: int, variant: str, causal: bool) -> LaunchConfig | None:
+    """The warp-specialised kernel's config for this call's row, or None (portable kernel)."""
+    env = os.environ.get(WS_ENV_VAR)
+    if env and env.strip().lower() in ("off", "0", "none"):
+        return None
+    for fam, hd, var, cau, cfg in _WS_TABLE:
+        if fam == family and hd == head_dim and var in ("*", variant) and cau in ("*", causal):
+            return check_ws_config(parse_config(env) if env else cfg, env)
+    return None
+
+
+def check_ws_config(cfg: LaunchConfig, source: object = None) -> LaunchConfig:
+    """Refuse a warp-specialised config that cannot run (rather than hang or fail to compile).
+
+    The compute warps release tile j−1's slot only after waiting for tile j+1, so two slots
+    would deadlock: at least three. One or two warpgroups of 16-row MMA tiles across BLOCK_M.
+    """
+    what = f"{WS_ENV_VAR}={source!r}" if source else f"config {cfg.as_tuple()}"
+    if cfg.num_stages < 3:
+        raise ValueError(f"{what}: the warp-specialised kernel needs at least 3 K/V slots (num_stages)")
+    if cfg.num_warps not in (4, 8) or cfg.block_m % (16 * cfg.num_warps):
+        raise ValueError(f"{what}: num_warps must be 4 or 8 and BLOCK_M a multiple of 16·num_warps")
+    if cfg.block_n not in (64, 128):
+        raise ValueError(f"{what}: BLOCK_N must be 64 or 128 (the INT8 MMA's N and the K block)")
+    return cfg
+
+
 def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
     """The P·V variant ("fp16"/"fp8") measured faster than the arch default here, or None."""
     for fam, hd, max_keys, pv in _PV_PREFERENCE:
         if fam == family and hd == head_dim_pad and (max_keys is None or n_k <= max_keys):
             return pv
     return None
+
 
 def parse_config(value: ConfigLike) -> LaunchConfig:
     """A LaunchConfig from a config, a 4-tuple or a ``"128,64,8,3"`` string, validated."""

@@ -27,6 +27,11 @@ from sagebuild.attention.validate import (
 from sagebuild.kernels.triton import configs, launcher, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
+try:  # Gluon (Triton ≥ 3.5): the warp-specialised Hopper kernel; without it, the portable one
+    from sagebuild.kernels.triton import attn_hopper
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    attn_hopper = None  # type: ignore[assignment]
+
 GRANULARITIES = ("per_warp", "per_block")
 BACKENDS = ("auto", "triton", "ext")
 PV_ACCUM = ("fp32+fp32", "fp32")
@@ -128,6 +133,7 @@ class _Plan(NamedTuple):
     q_blk: int
     fused: bool
     ops: Any
+    ws: Optional[configs.LaunchConfig]  # the warp-specialised Hopper kernel's config, or None
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -144,7 +150,8 @@ def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
             q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
             k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
             v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
-            os.environ.get(configs.ENV_VAR), os.environ.get(configs.FUSE_ENV_VAR), *flags,
+            os.environ.get(configs.ENV_VAR), os.environ.get(configs.FUSE_ENV_VAR),
+            os.environ.get(configs.WS_ENV_VAR), *flags,
         )  # fmt: skip
         hash(key)
     except (AttributeError, TypeError):
@@ -163,6 +170,7 @@ def _make_plan(
     pv: str,
     quantization_backend: str,
     config: Any,
+    return_lse: bool,
 ) -> _Plan:
     """Validate the inputs (clear errors for every user mistake) and take every decision."""
     qv, kv, vv = check_dense(q, k, v, tensor_layout)
@@ -182,7 +190,11 @@ def _make_plan(
     fused = quantization_backend in ("auto", "triton") and configs.fuse_kv(cfg, kv.shape[2], varlen=False)
     ops = None if fused else _ext_ops(qv.device, quantization_backend)
     copies = any(t.stride(-1) != 1 for t in (q, k, v))
-    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops)
+    ws = None
+    if attn_hopper is not None and config is None and not return_lse and not fused:
+        ws = configs.ws_lookup(dispatch.family(arch), dp, pv, bool(is_causal))
+    q_blk = (ws or cfg).q_blk(qk_quant_gran)
+    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws)
 
 
 def _attend(
@@ -215,7 +227,17 @@ def _attend(
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = _make_plan(
-            q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, pv, quantization_backend, config
+            q,
+            k,
+            v,
+            tensor_layout,
+            is_causal,
+            sm_scale,
+            qk_quant_gran,
+            pv,
+            quantization_backend,
+            config,
+            return_lse,
         )
         if key is not None:
             if len(_PLANS) >= launcher.MAX_ENTRIES:
@@ -249,6 +271,19 @@ def _attend(
     else:
         out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if return_lse else None
+    if plan.ws is not None and attn_hopper.eligible(qv, kv, return_lse, bool(is_causal), fp8):
+        attn_hopper.attention_forward_hopper(
+            qv,
+            kv,
+            layout.dense(out_hnd),
+            plan.ws,
+            head_dim_pad=dp,
+            sm_scale=plan.scale,
+            causal=bool(is_causal),
+            q_blk=plan.q_blk,
+            fp8_max=quant.fp8_max(fp8),
+        )
+        return out
     attention_forward(
         qv,
         kv,
