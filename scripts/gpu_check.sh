@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [host] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [ws] [host] [accept] [example] [tune]
+#   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
 # Carry `.whl` (sageattention 1.0.6 wheel, for the comparison) when calling through the device tool.
@@ -37,6 +38,10 @@ fi
 if has bench; then
   # shellcheck disable=SC2086
   PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | tail -n 40
+fi
+if has ws; then
+  # shellcheck disable=SC2086
+  $PY scripts/ws_bench.py ${WS_ARGS:-} 2>&1 | tee "$OUT/ws.txt" | tail -n 30
 fi
 if has host; then
   PYTHONPATH=/tmp/sage106 $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40

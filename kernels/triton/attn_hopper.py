@@ -21,6 +21,7 @@ dim 64 or 128, NVIDIA sm90, no LSE; everything else runs the portable kernel.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import triton
@@ -475,19 +476,23 @@ def kernel_args(
     return args, constexprs, grid
 
 
-def eligible(q: SeqView, kv: QuantizedKV, lse: bool, causal: bool, fp8_dtype) -> bool:
-    """Whether this call's buffers fit the kernel (its plan row exists; these are per call)."""
-    k, v = kv.k, kv.v
+def takes(fp8_dtype: Optional[torch.dtype], n_q: int, n_k: int, causal: bool) -> bool:
+    """Whether a dense call of these properties fits the kernel (decided once per plan)."""
     return (
-        not lse
-        and not kv.fused
-        and not q.is_varlen
-        and fp8_dtype in _GL_FP8
+        fp8_dtype in _GL_FP8
+        and n_k % 16 == 0  # TMA: V's channel-major rows must start 16-byte aligned
+        and (not causal or n_q <= n_k)  # else whole query blocks see no key: the portable kernel
+    )
+
+
+def buffers_fit(kv: QuantizedKV) -> bool:
+    """Whether the quantized K/V buffers are laid out as the TMA descriptors need (per call)."""
+    return (
+        not kv.fused
+        and not kv.k.is_varlen
         and kv.v_scale is not None
-        and k.max_len % 16 == 0  # TMA: V's channel-major rows must be 16-byte aligned
-        and (not causal or q.max_len <= k.max_len)
-        and k.t.is_contiguous()
-        and v.t.transpose(-1, -2).is_contiguous()
+        and kv.k.t.is_contiguous()
+        and kv.v.t.transpose(-1, -2).is_contiguous()
     )
 
 

@@ -130,25 +130,31 @@ _PV_PREFERENCE: list[tuple[str, int, Union[int, None], str]] = [
 ]
 
 
-# Hopper's warp-specialised Gluon kernel (``attn_hopper.py``): the rows it runs, with its own
-# launch numbers (BLOCK_M, BLOCK_N, compute warps, K/V ring slots, maxnreg). Matched like
-# _TABLE; a call it cannot take (LSE, varlen, keys not a multiple of 16, more queries than keys
-# under causal, an explicit ``config=``) runs the portable kernel. SAGEBUILD_WS_CONFIG="off"
-# turns it off, or forces a config for tuning runs.
-_WS_TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] = [
-    ("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 4, 128)),
+# Hopper's warp-specialised Gluon kernel (``attn_hopper.py``): (family, padded head dim, P·V
+# variant, causal, at least this many keys) -> config (BLOCK_M, BLOCK_N, compute warps, K/V ring
+# slots, maxnreg). A call it cannot take (LSE, varlen, keys not a multiple of 16, more queries
+# than keys under causal, an explicit ``config=``) runs the portable kernel.
+# ``SAGEBUILD_WS_CONFIG=off`` turns it off; a config string forces it on every row it has (any
+# key count), for tuning runs. Measured on an H200 (docs/performance.md, run 10), whole call:
+# 1×32×16384×128 6.656 vs 6.744 ms (portable) and 7.009 vs 7.068 in a second run, causal 3.787 vs
+# 3.829; at 2×32×4096×128 it is 2–4 % slower (1.041 vs 1.016), at head dim 64 up to 19 % slower:
+# hence only from 8192 keys, head dim 128.
+_WS_TABLE: list[tuple[str, int, str, Union[bool, str], int, LaunchConfig]] = [
+    ("Hopper", 128, "fp8", "*", 8192, LaunchConfig(64, 64, 4, 4, 128)),
 ]
 WS_ENV_VAR = "SAGEBUILD_WS_CONFIG"
 
 
-def ws_lookup(family: str, head_dim: int, variant: str, causal: bool) -> LaunchConfig | None:
-    """The warp-specialised kernel's config for this call's row, or None (portable kernel)."""
-    env = os.environ.get(WS_ENV_VAR)
-    if env and env.strip().lower() in ("off", "0", "none"):
+def ws_lookup(family: str, head_dim: int, variant: str, causal: bool, n_k: int) -> LaunchConfig | None:
+    """The warp-specialised kernel's config for this call, or None (the portable kernel)."""
+    env = (os.environ.get(WS_ENV_VAR) or "").strip()
+    if env.lower() in ("off", "0", "none"):
         return None
-    for fam, hd, var, cau, cfg in _WS_TABLE:
+    for fam, hd, var, cau, min_keys, cfg in _WS_TABLE:
         if fam == family and hd == head_dim and var in ("*", variant) and cau in ("*", causal):
-            return check_ws_config(parse_config(env) if env else cfg, env)
+            if env:
+                return check_ws_config(parse_config(env), env)
+            return check_ws_config(cfg) if n_k >= min_keys else None
     return None
 
 

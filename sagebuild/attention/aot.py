@@ -168,3 +168,83 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
         for variant in variants:
             results.append(compile_variant(variant, arch, head_dim))
     return results
+
+
+# ptxas's notes that it serialised every wgmma of a kernel (an accumulator read in flight:
+# C7514; too few registers: C7512): the warp-specialised kernel would then lose its overlap.
+WGMMA_SERIALIZED = re.compile(r"C75(?:14|12)\b[^\n]*")
+
+
+def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optional[str] = None) -> dict:
+    """Compile the warp-specialised Hopper kernel (Gluon) for sm90 without a GPU.
+
+    Returns {"ptx": ..., "shared": bytes, "ptxas": ptxas's verbose output for the PTX or None when
+    no ptxas is found}. The table's config unless ``config`` ("BM,BN,warps,stages,maxnreg").
+    """
+    import inspect
+    import os
+    import subprocess
+    import tempfile
+
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    from sagebuild.kernels.triton import attn_hopper, configs
+
+    cfg = configs.check_ws_config(
+        configs.parse_config(config) if config else configs._WS_TABLE[0][-1], config
+    )
+    dp = configs.padded_head_dim(head_dim)
+    b, h, n = 1, 2, 256  # CPU stand-ins: only dtypes, strides and 16-byte alignment matter
+    args, constexprs, _ = attn_hopper.kernel_args(
+        torch.zeros(b, h, n, dp, dtype=torch.int8),
+        torch.zeros(b, h, n // 16),
+        torch.zeros(b, h, n, dp, dtype=torch.int8),
+        torch.zeros(b, h, n // 64),
+        torch.zeros(b, h, dp, n, dtype=torch.float8_e4m3fn),
+        torch.zeros(b, h, dp),
+        torch.zeros(b, h, n, head_dim, dtype=torch.float16),
+        heads=h,
+        group=1,
+        head_dim=head_dim,
+        block_m=cfg.block_m,
+        block_n=cfg.block_n,
+        stages=cfg.num_stages,
+        num_warps=cfg.num_warps,
+        q_blk=cfg.q_blk("per_warp"),
+        causal=causal,
+    )
+    fn = attn_hopper._attn_fwd_hopper_kernel
+    names = list(inspect.signature(fn.fn).parameters)
+    signature, consts, attrs = {}, {}, {}
+    for i, (name, arg) in enumerate(zip(names, args)):
+        signature[name] = mangle_type(arg)
+        if signature[name].startswith("*"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    for name in names[len(args) :]:
+        signature[name] = "constexpr"
+        consts[(names.index(name),)] = constexprs[name]
+    kernel = triton.compile(
+        GluonASTSource(fn, signature, consts, attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
+    )
+    ptx = kernel.asm["ptx"]
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    report = None
+    if os.path.exists(ptxas):
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "k.ptx")
+            with open(src, "w") as f:
+                f.write(ptx)
+            proc = subprocess.run(
+                [ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            report = proc.stdout + proc.stderr
+    return {"ptx": ptx, "shared": kernel.metadata.shared, "ptxas": report}

@@ -133,7 +133,7 @@ class _Plan(NamedTuple):
     q_blk: int
     fused: bool
     ops: Any
-    ws: Optional[configs.LaunchConfig]  # the warp-specialised Hopper kernel's config, or None
+    ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -191,10 +191,22 @@ def _make_plan(
     ops = None if fused else _ext_ops(qv.device, quantization_backend)
     copies = any(t.stride(-1) != 1 for t in (q, k, v))
     ws = None
-    if attn_hopper is not None and config is None and not return_lse and not fused:
-        ws = configs.ws_lookup(dispatch.family(arch), dp, pv, bool(is_causal))
-    q_blk = (ws or cfg).q_blk(qk_quant_gran)
-    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws)
+    n_q, n_k = qv.shape[2], kv.shape[2]
+    if (
+        attn_hopper is not None
+        and config is None
+        and not return_lse
+        and not fused
+        and attn_hopper.takes(fp8, n_q, n_k, bool(is_causal))
+    ):
+        try:
+            ws_cfg = configs.ws_lookup(dispatch.family(arch), dp, pv, bool(is_causal), n_k)
+        except ValueError as exc:
+            raise AttentionInputError(str(exc), f"fix ${configs.WS_ENV_VAR} or unset it") from None
+        ws = (ws_cfg, ws_cfg.q_blk(qk_quant_gran)) if ws_cfg is not None else None
+    return _Plan(
+        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops, ws
+    )
 
 
 def _attend(
@@ -271,16 +283,16 @@ def _attend(
     else:
         out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if return_lse else None
-    if plan.ws is not None and attn_hopper.eligible(qv, kv, return_lse, bool(is_causal), fp8):
+    if plan.ws is not None and attn_hopper.buffers_fit(kv):
         attn_hopper.attention_forward_hopper(
             qv,
             kv,
             layout.dense(out_hnd),
-            plan.ws,
+            plan.ws[0],
             head_dim_pad=dp,
             sm_scale=plan.scale,
             causal=bool(is_causal),
-            q_blk=plan.q_blk,
+            q_blk=plan.ws[1],
             fp8_max=quant.fp8_max(fp8),
         )
         return out
