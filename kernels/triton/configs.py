@@ -131,16 +131,16 @@ _PV_PREFERENCE: list[tuple[str, int, Union[int, None], str]] = [
 
 
 # Hopper's warp-specialised Gluon kernel (``attn_hopper.py``): (family, padded head dim, P·V
-# variant, causal, at least this many keys) -> config (BLOCK_M, BLOCK_N, compute warps, K/V ring
-# slots, maxnreg). A call it cannot take (LSE, varlen, keys not a multiple of 16, more queries
-# than keys under causal, an explicit ``config=``) runs the portable kernel.
-# ``SAGEBUILD_WS_CONFIG=off`` turns it off; a config string forces it on every row it has (any
-# key count), for tuning runs. Measured on an H200 (docs/performance.md, run 10), whole call:
-# 1×32×16384×128 6.656 vs 6.744 ms (portable) and 7.009 vs 7.068 in a second run, causal 3.787 vs
-# 3.829; at 2×32×4096×128 it is 2–4 % slower (1.041 vs 1.016), at head dim 64 up to 19 % slower:
-# hence only from 8192 keys, head dim 128.
-_WS_TABLE: list[tuple[str, int, str, Union[bool, str], int, LaunchConfig]] = [
-    ("Hopper", 128, "fp8", "*", 8192, LaunchConfig(64, 64, 4, 4, 128)),
+# variant, causal, routed from this many keys or None: only when forced) -> config (BLOCK_M,
+# BLOCK_N, compute warps, K/V ring slots, maxnreg). A call it cannot take (LSE, varlen, keys not
+# a multiple of 16, more queries than keys under causal, an explicit ``config=``) runs the
+# portable kernel. ``SAGEBUILD_WS_CONFIG=on`` forces the row's config, a config string forces
+# that one (tuning runs), ``off`` turns it off.
+# Not routed by default: on an H200 (docs/performance.md, run 10) it is at parity with the
+# portable kernel, not faster (1×32×16384×128 whole call, three runs: −1.3 %, −0.8 %, +0.8 %;
+# 2×32×4096×128 +2–4 %; head dim 64 up to +19 %).
+_WS_TABLE: list[tuple[str, int, str, Union[bool, str], Optional[int], LaunchConfig]] = [
+    ("Hopper", 128, "fp8", "*", None, LaunchConfig(64, 64, 4, 4, 128)),
 ]
 WS_ENV_VAR = "SAGEBUILD_WS_CONFIG"
 
@@ -152,9 +152,11 @@ def ws_lookup(family: str, head_dim: int, variant: str, causal: bool, n_k: int) 
         return None
     for fam, hd, var, cau, min_keys, cfg in _WS_TABLE:
         if fam == family and hd == head_dim and var in ("*", variant) and cau in ("*", causal):
+            if env.lower() in ("on", "1"):
+                return check_ws_config(cfg)
             if env:
                 return check_ws_config(parse_config(env), env)
-            return check_ws_config(cfg) if n_k >= min_keys else None
+            return check_ws_config(cfg) if min_keys is not None and n_k >= min_keys else None
     return None
 
 
