@@ -145,19 +145,29 @@ _WS_TABLE: list[tuple[str, int, str, Union[bool, str], Optional[int], LaunchConf
 WS_ENV_VAR = "SAGEBUILD_WS_CONFIG"
 
 
+def ws_row(
+    family: str, head_dim: int, variant: str, causal: bool
+) -> tuple[Optional[int], LaunchConfig] | None:
+    """The warp-specialised kernel's table row for a call: (routed from this many keys or None,
+    config), or None where it has no row."""
+    for fam, hd, var, cau, min_keys, cfg in _WS_TABLE:
+        if fam == family and hd == head_dim and var in ("*", variant) and cau in ("*", causal):
+            return min_keys, cfg
+    return None
+
+
 def ws_lookup(family: str, head_dim: int, variant: str, causal: bool, n_k: int) -> LaunchConfig | None:
     """The warp-specialised kernel's config for this call, or None (the portable kernel)."""
     env = (os.environ.get(WS_ENV_VAR) or "").strip()
-    if env.lower() in ("off", "0", "none"):
+    row = ws_row(family, head_dim, variant, causal)
+    if row is None or env.lower() in ("off", "0", "none"):
         return None
-    for fam, hd, var, cau, min_keys, cfg in _WS_TABLE:
-        if fam == family and hd == head_dim and var in ("*", variant) and cau in ("*", causal):
-            if env.lower() in ("on", "1"):
-                return check_ws_config(cfg)
-            if env:
-                return check_ws_config(parse_config(env), env)
-            return check_ws_config(cfg) if min_keys is not None and n_k >= min_keys else None
-    return None
+    min_keys, cfg = row
+    if env.lower() in ("on", "1"):
+        return check_ws_config(cfg)
+    if env:
+        return check_ws_config(parse_config(env), env)
+    return check_ws_config(cfg) if min_keys is not None and n_k >= min_keys else None
 
 
 def check_ws_config(cfg: LaunchConfig, source: object = None) -> LaunchConfig:

@@ -194,10 +194,11 @@ def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optiona
 
     from sagebuild.kernels.triton import attn_hopper, configs
 
-    cfg = configs.check_ws_config(
-        configs.parse_config(config) if config else configs._WS_TABLE[0][-1], config
-    )
     dp = configs.padded_head_dim(head_dim)
+    row = configs.ws_row("Hopper", dp, "fp8", causal)
+    if config is None and row is None:
+        raise ValueError(f"the warp-specialised kernel has no row for head dim {head_dim}; pass config")
+    cfg = configs.check_ws_config(configs.parse_config(config) if config else row[1], config)
     b, h, n = 1, 2, 256  # CPU stand-ins: only dtypes, strides and 16-byte alignment matter
     args, constexprs, _ = attn_hopper.kernel_args(
         torch.zeros(b, h, n, dp, dtype=torch.int8),
