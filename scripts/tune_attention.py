@@ -30,7 +30,12 @@ GRID = [
     (64, 128, 4, 3), (64, 128, 4, 2), (64, 128, 4, 4), (64, 256, 4, 2), (64, 64, 4, 3), (64, 64, 4, 4),
     (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 64, 4, 3), (128, 32, 4, 4),
 ]
-FN = {"fp16": sageattn_qk_int8_pv_fp16_triton, "fp8": sageattn_qk_int8_pv_fp8_triton}
+FN = {
+    "fp16": sageattn_qk_int8_pv_fp16_triton,
+    "fp8": sageattn_qk_int8_pv_fp8_triton,
+    # FP8 P·V accumulated by the MMA across key tiles (pv_accum_dtype="fp32")
+    "fp8acc": functools.partial(sageattn_qk_int8_pv_fp8_triton, pv_accum_dtype="fp32"),
+}
 
 
 def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
@@ -46,7 +51,7 @@ def bench(fn, reps_ms: int = 200) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
-    ap.add_argument("--variants", default="fp8,fp16")
+    ap.add_argument("--variants", default="fp8,fp16", help="of: " + ",".join(FN))
     ap.add_argument("--grid", default="", help="configs 'M,N,W,S;...' (default: the built-in grid)")
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--backend", default="triton", help="quantization_backend: triton | ext | auto")

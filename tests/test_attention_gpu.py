@@ -77,6 +77,24 @@ def test_accuracy_vs_fp32(variant, shape, causal, dist):
     _check(acc, variant)
 
 
+@pytest.mark.parametrize(("shape", "causal"), [((1, 4, 2048, 128), True), ((1, 2, 32768, 128), False)])
+@pytest.mark.parametrize("dist", ["normal", "k_offset"])
+def test_fp8_pv_accumulated_by_the_mma_holds_the_bounds(shape, causal, dist):
+    """pv_accum_dtype="fp32": the FP8 MMA's accumulator keeps fewer than 32 bits, so error could
+    grow with the number of key tiles; up to 32K keys it holds the FP8 bounds and stays within
+    0.002 rel L1 of the two-level accumulation."""
+    if "qk_int8_pv_fp8" not in _variants():
+        pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
+    q, k, v = _inputs(*shape, dist=dist, seed=4)
+    ref = exact_attention(q, k, v, is_causal=causal)
+    direct = accuracy(
+        sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, pv_accum_dtype="fp32"), ref
+    )
+    two_level = accuracy(sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal), ref)
+    _check(direct, "qk_int8_pv_fp8")
+    assert direct["rel_l1"] <= two_level["rel_l1"] + 0.002, (direct, two_level)
+
+
 @pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", "qk_int8_pv_fp8"])
 def test_smoothing_matters_with_k_offsets(variant):
     if variant not in _variants():

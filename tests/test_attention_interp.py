@@ -231,6 +231,28 @@ def test_kv_quantized_inside_the_kernel(variant, block_n, d, causal, monkeypatch
     assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
+    """pv_accum_dtype="fp32": P·V accumulated across key tiles by the MMA (no per-tile FP32
+    add) is the same attention: GQA, ragged tiles, the α rescale between tiles, LSE, and both
+    K/V paths (pre-quantized and quantized inside the kernel)."""
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "1024" if fused else "0")
+    cfg = configs.LaunchConfig(32, 64, 4, 1)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=200, d=64, seed=5)
+    out, lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, return_lse=True, config=cfg,
+                                              quantization_backend="triton", pv_accum_dtype="fp32")
+    two_level = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, config=cfg,
+                                               quantization_backend="triton")
+    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal,
+                                    return_lse=True, config=cfg)
+    _close(out.cpu(), ref)
+    finite = torch.isfinite(ref_lse)
+    assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+    # a different accumulation order, so not bit-equal, yet the same result
+    assert (out.float() - two_level.float()).abs().max() < 2e-3
+
+
 def test_fused_kv_threshold(monkeypatch):
     """Off by default (measured slower on an H200); when on, short sequences only, and key tiles
     made of whole K blocks."""

@@ -75,6 +75,7 @@ def _attn_tiles(
     P_SHIFT: tl.constexpr,
     KV_FUSED: tl.constexpr,
     P_DTYPE: tl.constexpr,
+    PV_DIRECT: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -161,11 +162,17 @@ def _attn_tiles(
             v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
         else:
             v = tl.load(v_ptrs)
+        # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
+        # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
+        # and one accumulator's registers fewer
         if PV_FP8 and KV_FUSED:
             vq = tl.math.div_rn(v.to(tl.float32), vs_row[None, :])
             vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX).to(P_DTYPE)
-            acc += tl.dot(p.to(P_DTYPE), vq)
-        elif PV_FP8:
+            if PV_DIRECT:
+                acc = tl.dot(p.to(P_DTYPE), vq, acc)
+            else:
+                acc += tl.dot(p.to(P_DTYPE), vq)
+        elif PV_FP8 and not PV_DIRECT:
             acc += tl.dot(p.to(v.dtype), v)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
@@ -228,6 +235,7 @@ def _attn_fwd_kernel(
     P_SHIFT: tl.constexpr,
     KV_FUSED: tl.constexpr,
     P_DTYPE: tl.constexpr,
+    PV_DIRECT: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -334,6 +342,7 @@ def _attn_fwd_kernel(
             P_SHIFT,
             KV_FUSED,
             P_DTYPE,
+            PV_DIRECT,
         )
         acc, l_i, m_i = _attn_tiles(
             acc,
@@ -370,6 +379,7 @@ def _attn_fwd_kernel(
             P_SHIFT,
             KV_FUSED,
             P_DTYPE,
+            PV_DIRECT,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -435,8 +445,11 @@ def attention_forward(
     q_int8: Optional[QuantizedQ] = None,
     lse: Optional[torch.Tensor] = None,
     launch_key: Optional[tuple] = None,
+    pv_direct: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
+
+    ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
 
     ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key).
     """
@@ -497,6 +510,7 @@ def attention_forward(
             P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
             KV_FUSED=kv.fused,
             P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
+            PV_DIRECT=pv_fp8 and pv_direct,
         ),
         key=launch_key,
         **cfg.launch_options(),

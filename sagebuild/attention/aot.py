@@ -81,6 +81,7 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
+        "PV_DIRECT": False,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

@@ -171,6 +171,7 @@ def _make_plan(
     quantization_backend: str,
     config: Any,
     return_lse: bool,
+    pv_accum: str = "fp32+fp32",
 ) -> _Plan:
     """Validate the inputs (clear errors for every user mistake) and take every decision."""
     qv, kv, vv = check_dense(q, k, v, tensor_layout)
@@ -197,6 +198,7 @@ def _make_plan(
         and config is None
         and not return_lse
         and not fused
+        and pv_accum == "fp32+fp32"  # the Hopper kernel accumulates in two levels only
         and attn_hopper.takes(fp8, n_q, n_k, bool(is_causal))
     ):
         try:
@@ -223,6 +225,7 @@ def _attend(
     pv: str,
     quantization_backend: str,
     config: Any = None,
+    pv_accum: str = "fp32+fp32",
 ) -> Any:
     flags = (
         tensor_layout,
@@ -234,6 +237,7 @@ def _attend(
         pv,
         quantization_backend,
         config,
+        pv_accum,
     )
     key = _plan_key(q, k, v, *flags)
     plan = _PLANS.get(key) if key is not None else None
@@ -250,6 +254,7 @@ def _attend(
             quantization_backend,
             config,
             return_lse,
+            pv_accum,
         )
         if key is not None:
             if len(_PLANS) >= launcher.MAX_ENTRIES:
@@ -310,6 +315,7 @@ def _attend(
         fp8_dtype=fp8,
         lse=lse,
         launch_key=key,
+        pv_direct=pv_accum == "fp32",
     )
     return (out, lse) if return_lse else out
 
@@ -358,12 +364,17 @@ def sageattn_qk_int8_pv_fp8_triton(
     pv_accum_dtype: str = "fp32+fp32",
     config: Any = None,
 ) -> Any:
-    """INT8 Q·Kᵀ, FP8 E4M3 P·V with two-level FP32 accumulation. Returns out, or (out, lse)."""
+    """INT8 Q·Kᵀ, FP8 E4M3 P·V. Returns out, or (out, lse).
+
+    ``pv_accum_dtype``: "fp32+fp32" (default) adds each key tile's P·V, from a fresh MMA
+    accumulator, into an FP32 buffer; "fp32" lets the FP8 MMA accumulate across all key tiles
+    (fewer instructions and registers; the Hopper FP8 MMA keeps fewer than 32 bits while it
+    accumulates, so long sequences lose some accuracy: docs/kernels.md has the measured bounds).
+    """
     if pv_accum_dtype not in PV_ACCUM:
         raise AttentionInputError(
-            f"pv_accum_dtype {pv_accum_dtype!r} is not offered; supported: {PV_ACCUM} (both accumulate each "
-            "key tile in FP32 and add it into an FP32 buffer)",
-            "pass pv_accum_dtype='fp32+fp32'",
+            f"pv_accum_dtype {pv_accum_dtype!r} is not offered; supported: {PV_ACCUM}",
+            "pass pv_accum_dtype='fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
         )
     return _attend(
         q,
@@ -378,6 +389,7 @@ def sageattn_qk_int8_pv_fp8_triton(
         pv="fp8",
         quantization_backend=quantization_backend,
         config=config,
+        pv_accum=pv_accum_dtype,
     )
 
 
