@@ -2,7 +2,9 @@
 
 The golden model does the same quantization and the same online softmax, so the kernel must
 agree with it to accumulation order: cosine ≥ 0.99999 and relative L1 ≤ 1e-3 (fp16 output).
-On a GPU machine these run on the GPU instead (same assertions).
+Interpreter only: the tiny tiles here (BLOCK_N 16) do not compile for a GPU's FP8 MMA, and a
+GPU's approximate exp2 needs looser LSE bounds; ``test_attention_gpu.py`` checks the same
+agreement on a GPU, with its own shapes and bounds.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from sagebuild.attention import (
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import golden_attention, golden_varlen, quant_int8_blocks, quant_v_fp8
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DEV = "cpu"
 CFG = configs.LaunchConfig(32, 16, 4, 1)  # small tiles: several M and N tiles at these shapes
 FNS = {"qk_int8_pv_fp16": sageattn_qk_int8_pv_fp16_triton, "qk_int8_pv_fp8": sageattn_qk_int8_pv_fp8_triton}
 
-pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
+    pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter tests (a GPU is present)"),
+]
 
 
 def _qkv(b=1, hq=4, hk=2, nq=80, nk=72, d=64, dtype=torch.float16, seed=0, layout_="HND"):
