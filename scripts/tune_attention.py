@@ -18,6 +18,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from sagebuild.kernels.triton import configs
 from triton.testing import do_bench
 
 from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
@@ -56,7 +57,14 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--backend", default="triton", help="quantization_backend: triton | ext | auto")
     ap.add_argument("--json", default="")
+    ap.add_argument(
+        "--padded-head-dim",
+        action="store_true",
+        help="run head dims 65-96 as the padded 128 tile (A/B against the 64+32 split)",
+    )
     args = ap.parse_args()
+    if args.padded_head_dim:
+        configs.split_head_dim = lambda head_dim, head_dim_pad: False
     grid = [tuple(int(x) for x in g.split(",")) for g in args.grid.split(";")] if args.grid else GRID
     dtype = getattr(torch, args.dtype)
     rows = []

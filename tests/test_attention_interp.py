@@ -151,6 +151,41 @@ def test_prequantized_q_path_matches_fused():
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("pv_fp8", [False, True])
+@pytest.mark.parametrize("d", [80, 96])
+@pytest.mark.parametrize("prequantized_q", [False, True])
+def test_head_dims_80_96_run_as_64_plus_32(pv_fp8, d, prequantized_q, monkeypatch):
+    """Head dims 65–96 padded to 128 run as 64 + 32 channel pieces: the same attention and LSE as
+    the padded 128 tile (integer scores are exact, each output channel's P·V is its own), with
+    GQA, causal ragged tiles, K smoothing and both Q paths."""
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=88, d=d, seed=d)
+    dp, scale = 128, d**-0.5
+    assert configs.split_head_dim(d, dp) and not configs.split_head_dim(d, 256)
+    fp8 = torch.float8_e4m3fn if pv_fp8 else None
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if pv_fp8 else layout.dense(v), vs)
+    q_blk = CFG.q_blk("per_warp")
+    q_int8 = None
+    if prequantized_q:
+        qq, qs, _, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+        q_int8 = QuantizedQ(qq, qs, q_blk)
+    results = []
+    for split in (True, False):
+        monkeypatch.setattr(configs, "split_head_dim", lambda hd, pad, split=split: split)
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32)
+        attention_forward(layout.dense(q), kv, layout.dense(o), CFG, head_dim_pad=dp, sm_scale=scale,
+                          causal=True, pv_fp8=pv_fp8, q_blk=q_blk, fp8_dtype=fp8, q_int8=q_int8, lse=lse)
+        results.append((o, lse))
+    (o_split, lse_split), (o_pad, lse_pad) = results
+    assert (o_split.float() - o_pad.float()).abs().max() <= 1e-3
+    finite = torch.isfinite(lse_pad)
+    assert torch.equal(torch.isfinite(lse_split), finite)
+    assert torch.allclose(lse_split[finite], lse_pad[finite], atol=1e-5, rtol=1e-6)
+    variant = "qk_int8_pv_fp8" if pv_fp8 else "qk_int8_pv_fp16"
+    _close(o_split, golden_attention(q, k, v, variant, is_causal=True, config=CFG))
+
+
 @pytest.mark.parametrize("inline_stats", [True, False])
 @pytest.mark.parametrize("d", [64, 40])
 def test_quant_kernels_follow_the_contract(d, inline_stats, monkeypatch):

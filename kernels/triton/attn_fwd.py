@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launcher
+from . import configs, launcher
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
 from .quant import LOG2E, round_half_away, seq_base
@@ -40,11 +40,29 @@ MAGIC_I: tl.constexpr = tl.constexpr(0x4B400000)
 
 
 @triton.jit
+def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.constexpr):
+    """A [BLOCK_N, D] tile: key rows past the end and (D_MASKED) channels past the head dim read
+    ``other`` (0 for integer tiles, 0.0 for floating ones)."""
+    if MASKED:
+        mask = col_ok[:, None]
+        if D_MASKED:
+            mask = mask & d_ok[None, :]
+        x = tl.load(ptrs, mask=mask, other=other)
+    elif D_MASKED:
+        x = tl.load(ptrs, mask=d_ok[None, :], other=other)
+    else:
+        x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
 def _attn_tiles(
     acc,
+    acc2,
     l_i,
     m_i,
     q,
+    q2,
     qs,
     K,
     V,
@@ -61,6 +79,7 @@ def _attn_tiles(
     stride_vd,
     offs_m,
     offs_d,
+    offs_d2,
     km_row,
     vs_row,
     HEAD_DIM: tl.constexpr,
@@ -76,18 +95,23 @@ def _attn_tiles(
     KV_FUSED: tl.constexpr,
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
+    SPLIT_D: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
+
+    SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
+    acc2), instead of one padded tile (pre-quantized K/V only); otherwise q2/acc2 are unused.
 
     KV_FUSED: K (and V for FP8 P·V) arrive in 16 bits and are quantized here, tile by tile,
     exactly as the quantization kernels would (same 64-token K blocks, same rounding): no
     launch of their own, for short sequences where launches, not arithmetic, set the time.
     """
     offs_n = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < HEAD_DIM
+    d2_ok = offs_d2 < HEAD_DIM
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        if MASKED:
-            col_ok = cols < n_k
+        col_ok = cols < n_k
         if KV_FUSED:
             kmask = (offs_d < HEAD_DIM)[None, :]
             if MASKED:
@@ -112,17 +136,17 @@ def _attn_tiles(
                 c = qs
             off = tl.zeros_like(qs)
         else:
-            if MASKED:
-                k = tl.load(
-                    K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=col_ok[:, None], other=0
-                )
-            else:
-                k = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :])
+            k_rows = K + k_base + cols[:, None] * stride_kn
+            k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
             # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
             # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
             # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
             # accumulator. The offset is removed per row or per column, never per score.
-            s = (tl.dot(q, tl.trans(k)) + MAGIC_I).to(tl.float32, bitcast=True)
+            si = tl.dot(q, tl.trans(k)) + MAGIC_I
+            if SPLIT_D:  # the second channel piece accumulates onto the first
+                k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
+                si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
+            s = si.to(tl.float32, bitcast=True)
             # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
             # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
             if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
@@ -152,16 +176,8 @@ def _attn_tiles(
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
-        v_ptrs = V + v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            v_mask = col_ok[:, None]
-            if V_PADDED:
-                v_mask = v_mask & (offs_d < HEAD_DIM)[None, :]
-            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
-        elif V_PADDED:
-            v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v_rows = V + v_base + cols[:, None] * stride_vn
+        v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
         # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer
@@ -176,8 +192,15 @@ def _attn_tiles(
             acc += tl.dot(p.to(v.dtype), v)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
+        if SPLIT_D:
+            v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
+            acc2 = acc2 * alpha[:, None]
+            if PV_FP8 and not PV_DIRECT:
+                acc2 += tl.dot(p.to(v2.dtype), v2)
+            else:
+                acc2 = tl.dot(p.to(v2.dtype), v2, acc2)
         m_i = m_new
-    return acc, l_i, m_i
+    return acc, acc2, l_i, m_i
 
 
 @triton.jit
@@ -236,6 +259,7 @@ def _attn_fwd_kernel(
     KV_FUSED: tl.constexpr,
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
+    SPLIT_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -255,39 +279,56 @@ def _attn_fwd_kernel(
     start_m = pid_m * BLOCK_M
     if start_m < n_q:
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
+        # SPLIT_D: channels [0, BLOCK_D/2) and [BLOCK_D/2, 3·BLOCK_D/4) instead of a BLOCK_D tile
+        D1: tl.constexpr = BLOCK_D // 2 if SPLIT_D else BLOCK_D
+        D2: tl.constexpr = BLOCK_D // 4
+        offs_d = tl.arange(0, D1)
+        offs_d2 = D1 + tl.arange(0, D2)
         row_ok = offs_m < n_q
         d_ok = offs_d < HEAD_DIM
+        d2_ok = offs_d2 < HEAD_DIM
         kv_bh = (b * (H // GROUP) + hk).to(tl.int64)
 
         # Q: INT8 tile and its per-row scale (sm_scale·log2e folded in).
+        q_rows = QF + q_base + offs_m[:, None] * stride_qn
         if Q_INT8 and not RETURN_LSE:
-            qf = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+            qf = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
+            qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         else:
-            qf = tl.load(
-                QF + q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            qf = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            qf = qf.to(tl.float32)
+            if SPLIT_D:
+                qf2 = tl.load(q_rows + offs_d2[None, :], mask=row_ok[:, None] & d2_ok[None, :], other=0.0)
+                qf2 = qf2.to(tl.float32)
+            else:
+                qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         if Q_INT8:
             i_base, _ = seq_base(CUQ, b, N_Q, stride_ib, stride_in, IS_VARLEN)
-            i_base += h.to(tl.int64) * stride_ih
-            q = tl.load(
-                QI + i_base + offs_m[:, None] * stride_in + offs_d[None, :], mask=row_ok[:, None], other=0
-            )
+            i_rows = QI + i_base + h.to(tl.int64) * stride_ih + offs_m[:, None] * stride_in
+            q = tl.load(i_rows + offs_d[None, :], mask=row_ok[:, None], other=0)
+            q2 = tl.load(i_rows + offs_d2[None, :], mask=row_ok[:, None], other=0) if SPLIT_D else q
             # rows past the end get scale 1, not 0: 0 · (-inf) in masked tiles would be NaN
             qs = tl.load(QS + pid_bh.to(tl.int64) * QS_NBLK + offs_m // Q_BLK, mask=row_ok, other=1.0)
         else:
-            amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * BLOCK_D)), axis=1)
+            amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * D1)), axis=1)
+            if SPLIT_D:
+                amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
+                amax = tl.maximum(amax, amax2)
             step = tl.maximum(amax, 1e-8) / 127.0
             step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
             qr = round_half_away(tl.math.div_rn(qf, step_row[:, None]))
             q = tl.minimum(tl.maximum(qr, -127.0), 127.0).to(tl.int8)
+            if SPLIT_D:
+                qr2 = round_half_away(tl.math.div_rn(qf2, step_row[:, None]))
+                q2 = tl.minimum(tl.maximum(qr2, -127.0), 127.0).to(tl.int8)
+            else:
+                q2 = q
             qs = step_row * q_scale_mul
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
         if KV_FUSED and SMOOTH_K:
             km_row = tl.load(KM + kv_bh * BLOCK_D + offs_d)
@@ -307,11 +348,13 @@ def _attn_fwd_kernel(
         else:
             hi = n_k
             full = n_k // BLOCK_N * BLOCK_N
-        acc, l_i, m_i = _attn_tiles(
+        acc, acc2, l_i, m_i = _attn_tiles(
             acc,
+            acc2,
             l_i,
             m_i,
             q,
+            q2,
             qs,
             K,
             V,
@@ -328,6 +371,7 @@ def _attn_fwd_kernel(
             stride_vd,
             offs_m,
             offs_d,
+            offs_d2,
             km_row,
             vs_row,
             HEAD_DIM,
@@ -343,12 +387,15 @@ def _attn_fwd_kernel(
             KV_FUSED,
             P_DTYPE,
             PV_DIRECT,
+            SPLIT_D,
         )
-        acc, l_i, m_i = _attn_tiles(
+        acc, acc2, l_i, m_i = _attn_tiles(
             acc,
+            acc2,
             l_i,
             m_i,
             q,
+            q2,
             qs,
             K,
             V,
@@ -365,6 +412,7 @@ def _attn_fwd_kernel(
             stride_vd,
             offs_m,
             offs_d,
+            offs_d2,
             km_row,
             vs_row,
             HEAD_DIM,
@@ -380,24 +428,32 @@ def _attn_fwd_kernel(
             KV_FUSED,
             P_DTYPE,
             PV_DIRECT,
+            SPLIT_D,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
+        o_rows = Out + o_base + offs_m[:, None] * stride_on
         if PV_FP8:
             vs = vs_row if KV_FUSED else tl.load(VS + kv_bh * BLOCK_D + offs_d)
             out = acc * vs[None, :] * inv_l[:, None]  # l carries P's FP8_MAX factor
         else:
             out = acc * inv_l[:, None]
-        tl.store(
-            Out + o_base + offs_m[:, None] * stride_on + offs_d[None, :],
-            out.to(Out.dtype.element_ty),
-            mask=row_ok[:, None] & d_ok[None, :],
-        )
+        tl.store(o_rows + offs_d[None, :], out.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        if SPLIT_D:
+            if PV_FP8:
+                out2 = acc2 * tl.load(VS + kv_bh * BLOCK_D + offs_d2)[None, :] * inv_l[:, None]
+            else:
+                out2 = acc2 * inv_l[:, None]
+            mask2 = row_ok[:, None] & d2_ok[None, :]
+            tl.store(o_rows + offs_d2[None, :], out2.to(Out.dtype.element_ty), mask=mask2)
         if RETURN_LSE:
             lse = (m_i + tl.math.log2(l_i) - P_SHIFT) / 1.4426950408889634
             if SMOOTH_K:
                 km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
                 lse += tl.sum(qf * km[None, :], axis=1) * sm_scale
+                if SPLIT_D:
+                    km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
+                    lse += tl.sum(qf2 * km2[None, :], axis=1) * sm_scale
             lse = tl.where(l_i > 0, lse, float("-inf"))
             tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
@@ -511,6 +567,7 @@ def attention_forward(
             KV_FUSED=kv.fused,
             P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
             PV_DIRECT=pv_fp8 and pv_direct,
+            SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
         ),
         key=launch_key,
         **cfg.launch_options(),

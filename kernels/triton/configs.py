@@ -236,6 +236,13 @@ def lookup(
     raise AssertionError("the config table ends with a catch-all row")
 
 
+def split_head_dim(head_dim: int, head_dim_pad: int) -> bool:
+    """Whether a head dim padded to 128 runs as 64 + 32 channel pieces instead (65–96: the padded
+    quarter of the MMA and P·V accumulation work is skipped; the INT8 MMA takes 32-wide pieces at
+    least, so 80 runs as 96). The K/V buffers keep the padded width."""
+    return head_dim_pad == 128 and 64 < head_dim <= 96
+
+
 def padded_head_dim(head_dim: int) -> int | None:
     """The native head dim a head dim is padded to, or None when it is too large."""
     for native in NATIVE_HEAD_DIMS:

@@ -82,6 +82,7 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
         "PV_DIRECT": False,
+        "SPLIT_D": False,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
