@@ -44,7 +44,8 @@ def _kernel_only(q, k, v, pv: str, causal: bool, cfg_override) -> float:
     d = q.shape[-1]
     dp = configs.padded_head_dim(d)
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
-    cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, cfg_override)
+    split = configs.split_head_dim(d, dp)
+    cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, cfg_override, split=split)
     kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
     kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else layout.dense(v), vs)
     out = torch.empty_like(q)

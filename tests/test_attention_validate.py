@@ -121,6 +121,21 @@ def test_launch_config_strings_with_and_without_a_register_cap():
             configs.parse_config(bad)
 
 
+def test_split_head_dims_and_their_table_rows():
+    """Head dims 65–96 (padded to 128) run as 64 + 32 pieces; their rows (keyed 96) apply only
+    where a family has them, else the padded head dim's rows as before."""
+    from sagebuild.kernels.triton import configs
+
+    assert [d for d in range(1, 257) if configs.split_head_dim(d, configs.padded_head_dim(d))] == list(
+        range(65, 97)
+    )
+    hopper_fp16_128 = configs.lookup("Hopper", 128, "fp16", False)
+    assert configs.lookup("Hopper", 128, "fp16", False, split=True) != hopper_fp16_128
+    ampere = configs.lookup("Ampere", 128, "fp16", True)
+    assert configs.lookup("Ampere", 128, "fp16", True, split=True) == ampere
+    assert configs.lookup("Hopper", 128, "fp16", False, "32,32,4,2", split=True).as_tuple() == (32, 32, 4, 2)
+
+
 def test_graphed_attention_needs_gpu_tensors_and_says_so():
     """The CUDA-graph wrapper refuses CPU tensors with a fix, before touching any CUDA API."""
     from sagebuild.attention import AttentionInputError, GraphedAttention

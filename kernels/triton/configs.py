@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.11.30.3"
+CONFIG_TABLE_VERSION = "2026.11.30.4"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -91,6 +91,10 @@ _TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] =
     # otherwise takes 255); run 7: 2×32×4096×128 1.032 vs 1.104 ms, 1×32×16384×128 7.03 vs 7.17.
     ("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
     ("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
+    # Head dims 65–96 as 64 + 32 pieces (``split_head_dim``; rows keyed 96): FP16 P·V prefers
+    # one warpgroup per 64 rows like FP8 (run 11: 2×16×4096×96 0.622 ms vs 0.767 with 128,64,8,3).
+    ("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
+    ("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
     ("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
     ("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
     # Head dim 256: a 64×256 FP32 accumulator is 128 registers per thread at 4 warps, and FP8
@@ -222,18 +226,39 @@ def parse_config(value: ConfigLike) -> LaunchConfig:
 
 
 def lookup(
-    family: str, head_dim: int, variant: str, causal: bool, override: ConfigLike | None = None
+    family: str,
+    head_dim: int,
+    variant: str,
+    causal: bool,
+    override: ConfigLike | None = None,
+    *,
+    split: bool = False,
 ) -> LaunchConfig:
-    """The config for one launch: the keyword override, else the env var, else the table."""
+    """The config for one launch: the keyword override, else the env var, else the table.
+
+    ``head_dim`` is the padded one; ``split`` (``split_head_dim``) first tries the rows keyed
+    ``SPLIT_TABLE_HEAD_DIM`` (the 64 + 32 pieces), then the padded head dim's rows.
+    """
     if override is not None:
         return parse_config(override)
     env = os.environ.get(ENV_VAR)
     if env:
         return parse_config(env)
+    if split:  # only rows keyed with the split head dim itself, never a wildcard
+        for fam, hd, var, cau, cfg in _TABLE:
+            if hd == SPLIT_TABLE_HEAD_DIM and _matches(fam, var, cau, family, variant, causal):
+                return cfg
     for fam, hd, var, cau, cfg in _TABLE:
-        if fam in ("*", family) and hd in ("*", head_dim) and var in ("*", variant) and cau in ("*", causal):
+        if hd in ("*", head_dim) and _matches(fam, var, cau, family, variant, causal):
             return cfg
     raise AssertionError("the config table ends with a catch-all row")
+
+
+def _matches(fam: str, var: str, cau: Union[bool, str], family: str, variant: str, causal: bool) -> bool:
+    return fam in ("*", family) and var in ("*", variant) and cau in ("*", causal)
+
+
+SPLIT_TABLE_HEAD_DIM = 96  # the table key of split head dims (their pieces: 64 + 32 channels)
 
 
 def split_head_dim(head_dim: int, head_dim_pad: int) -> bool:

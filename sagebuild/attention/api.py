@@ -109,7 +109,8 @@ def _resolve(
     dp = configs.padded_head_dim(head_dim)
     assert dp is not None  # validate.check_head_dim ran
     try:
-        cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, config)
+        split = configs.split_head_dim(head_dim, dp)
+        cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, config, split=split)
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
     if cfg.maxnreg is not None and arch != dispatch.INTERPRETER and archs.get(arch).vendor != "cuda":
