@@ -152,15 +152,15 @@ def test_prequantized_q_path_matches_fused():
 
 
 @pytest.mark.parametrize("pv_fp8", [False, True])
-@pytest.mark.parametrize("d", [80, 96])
+@pytest.mark.parametrize("d", [80, 96, 160, 192])
 @pytest.mark.parametrize("prequantized_q", [False, True])
-def test_head_dims_80_96_run_as_64_plus_32(pv_fp8, d, prequantized_q, monkeypatch):
-    """Head dims 65–96 padded to 128 run as 64 + 32 channel pieces: the same attention and LSE as
-    the padded 128 tile (integer scores are exact, each output channel's P·V is its own), with
-    GQA, causal ragged tiles, K smoothing and both Q paths."""
+def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkeypatch):
+    """Head dims 65–96 and 129–192 run as two channel pieces (64 + 32, 128 + 64): the same
+    attention and LSE as the padded tile (integer scores are exact, each output channel's P·V is
+    its own), with GQA, causal ragged tiles, K smoothing and both Q paths."""
     q, k, v = _qkv(hq=4, hk=2, nq=72, nk=88, d=d, seed=d)
-    dp, scale = 128, d**-0.5
-    assert configs.split_head_dim(d, dp) and not configs.split_head_dim(d, 256)
+    dp, scale = configs.padded_head_dim(d), d**-0.5
+    assert configs.split_head_dim(d, dp)
     fp8 = torch.float8_e4m3fn if pv_fp8 else None
     kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
     kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if pv_fp8 else layout.dense(v), vs)

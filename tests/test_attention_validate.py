@@ -122,13 +122,12 @@ def test_launch_config_strings_with_and_without_a_register_cap():
 
 
 def test_split_head_dims_and_their_table_rows():
-    """Head dims 65–96 (padded to 128) run as 64 + 32 pieces; their rows (keyed 96) apply only
-    where a family has them, else the padded head dim's rows as before."""
+    """Head dims 65–96 and 129–192 run as two pieces (64 + 32, 128 + 64); rows keyed with the split
+    width (96) apply only where a family has them, else the padded head dim's rows as before."""
     from sagebuild.kernels.triton import configs
 
-    assert [d for d in range(1, 257) if configs.split_head_dim(d, configs.padded_head_dim(d))] == list(
-        range(65, 97)
-    )
+    split = [d for d in range(1, 257) if configs.split_head_dim(d, configs.padded_head_dim(d))]
+    assert split == list(range(65, 97)) + list(range(129, 193))
     hopper_fp16_128 = configs.lookup("Hopper", 128, "fp16", False)
     assert configs.lookup("Hopper", 128, "fp16", False, split=True) != hopper_fp16_128
     ampere = configs.lookup("Ampere", 128, "fp16", True)

@@ -237,16 +237,16 @@ def lookup(
     """The config for one launch: the keyword override, else the env var, else the table.
 
     ``head_dim`` is the padded one; ``split`` (``split_head_dim``) first tries the rows keyed
-    ``SPLIT_TABLE_HEAD_DIM`` (the 64 + 32 pieces), then the padded head dim's rows.
+    with the split width (3/4 of it: 96 for 64 + 32 pieces), then the padded head dim's rows.
     """
     if override is not None:
         return parse_config(override)
     env = os.environ.get(ENV_VAR)
     if env:
         return parse_config(env)
-    if split:  # only rows keyed with the split head dim itself, never a wildcard
+    if split:  # only rows keyed with the split width itself, never a wildcard
         for fam, hd, var, cau, cfg in _TABLE:
-            if hd == SPLIT_TABLE_HEAD_DIM and _matches(fam, var, cau, family, variant, causal):
+            if hd == 3 * head_dim // 4 and _matches(fam, var, cau, family, variant, causal):
                 return cfg
     for fam, hd, var, cau, cfg in _TABLE:
         if hd in ("*", head_dim) and _matches(fam, var, cau, family, variant, causal):
@@ -258,14 +258,12 @@ def _matches(fam: str, var: str, cau: Union[bool, str], family: str, variant: st
     return fam in ("*", family) and var in ("*", variant) and cau in ("*", causal)
 
 
-SPLIT_TABLE_HEAD_DIM = 96  # the table key of split head dims (their pieces: 64 + 32 channels)
-
-
 def split_head_dim(head_dim: int, head_dim_pad: int) -> bool:
-    """Whether a head dim padded to 128 runs as 64 + 32 channel pieces instead (65–96: the padded
-    quarter of the MMA and P·V accumulation work is skipped; the INT8 MMA takes 32-wide pieces at
-    least, so 80 runs as 96). The K/V buffers keep the padded width."""
-    return head_dim_pad == 128 and 64 < head_dim <= 96
+    """Whether a padded head dim runs as two channel pieces, half and a quarter of the padded
+    width, instead of the whole tile: 65–96 as 64 + 32, 129–192 as 128 + 64. The padded quarter
+    of the MMA and P·V accumulation work is skipped; pieces stay powers of two of at least 32
+    channels (the INT8 MMA's K), so 80 runs as 96. The K/V buffers keep the padded width."""
+    return head_dim_pad in (128, 256) and head_dim_pad // 2 < head_dim <= 3 * head_dim_pad // 4
 
 
 def padded_head_dim(head_dim: int) -> int | None:
