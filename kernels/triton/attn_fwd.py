@@ -56,6 +56,16 @@ def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.con
 
 
 @triton.jit
+def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr):
+    """acc + P·V: a fresh MMA accumulator added in FP32 (TWO_LEVEL), or the MMA accumulating onto acc."""
+    if TWO_LEVEL:
+        acc += tl.dot(p.to(v.dtype), v)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc
+
+
+@triton.jit
 def _attn_tiles(
     acc,
     acc2,
@@ -113,7 +123,7 @@ def _attn_tiles(
         cols = start_n + offs_n
         col_ok = cols < n_k
         if KV_FUSED:
-            kmask = (offs_d < HEAD_DIM)[None, :]
+            kmask = d_ok[None, :]
             if MASKED:
                 kmask = kmask & col_ok[:, None]
             kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
@@ -175,30 +185,19 @@ def _attn_tiles(
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
         v_rows = V + v_base + cols[:, None] * stride_vn
         v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
+        if PV_FP8 and KV_FUSED:
+            v = tl.math.div_rn(v.to(tl.float32), vs_row[None, :])
+            v = tl.minimum(tl.maximum(v, -FP8_MAX), FP8_MAX).to(P_DTYPE)
         # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
-        # and one accumulator's registers fewer
-        if PV_FP8 and KV_FUSED:
-            vq = tl.math.div_rn(v.to(tl.float32), vs_row[None, :])
-            vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX).to(P_DTYPE)
-            if PV_DIRECT:
-                acc = tl.dot(p.to(P_DTYPE), vq, acc)
-            else:
-                acc += tl.dot(p.to(P_DTYPE), vq)
-        elif PV_FP8 and not PV_DIRECT:
-            acc += tl.dot(p.to(v.dtype), v)
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
+        # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
+        two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
+        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
         if SPLIT_D:
             v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
-            acc2 = acc2 * alpha[:, None]
-            if PV_FP8 and not PV_DIRECT:
-                acc2 += tl.dot(p.to(v2.dtype), v2)
-            else:
-                acc2 = tl.dot(p.to(v2.dtype), v2, acc2)
+            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
         m_i = m_new
     return acc, acc2, l_i, m_i
 

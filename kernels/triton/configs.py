@@ -250,7 +250,7 @@ def lookup(
         return parse_config(env)
     if split:  # only rows keyed with the split width itself, never a wildcard
         for fam, hd, var, cau, cfg in _TABLE:
-            if hd == 3 * head_dim // 4 and _matches(fam, var, cau, family, variant, causal):
+            if hd == split_width(head_dim) and _matches(fam, var, cau, family, variant, causal):
                 return cfg
     for fam, hd, var, cau, cfg in _TABLE:
         if hd in ("*", head_dim) and _matches(fam, var, cau, family, variant, causal):
@@ -262,12 +262,17 @@ def _matches(fam: str, var: str, cau: Union[bool, str], family: str, variant: st
     return fam in ("*", family) and var in ("*", variant) and cau in ("*", causal)
 
 
+def split_width(head_dim_pad: int) -> int:
+    """The channels a split head dim covers: half plus a quarter of the padded width."""
+    return 3 * head_dim_pad // 4
+
+
 def split_head_dim(head_dim: int, head_dim_pad: int) -> bool:
     """Whether a padded head dim runs as two channel pieces, half and a quarter of the padded
     width, instead of the whole tile: 65–96 as 64 + 32, 129–192 as 128 + 64. The padded quarter
     of the MMA and P·V accumulation work is skipped; pieces stay powers of two of at least 32
     channels (the INT8 MMA's K), so 80 runs as 96. The K/V buffers keep the padded width."""
-    return head_dim_pad in (128, 256) and head_dim_pad // 2 < head_dim <= 3 * head_dim_pad // 4
+    return head_dim_pad in (128, 256) and head_dim_pad // 2 < head_dim <= split_width(head_dim_pad)
 
 
 def padded_head_dim(head_dim: int) -> int | None:
