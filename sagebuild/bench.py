@@ -305,8 +305,8 @@ def _kernel_only(variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool
 
     from sagebuild.attention import api, dispatch
     from sagebuild.attention.validate import check_dense, check_sm_scale
-    from sagebuild.kernels.triton import configs, quant
     from sagebuild.kernels.triton import layout as lay
+    from sagebuild.kernels.triton import quant
     from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
@@ -315,9 +315,9 @@ def _kernel_only(variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qh.shape[-1]
     scale = check_sm_scale(None, d)
-    dp, cfg = api._resolve(arch, d, pv, causal, None)
-    kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, configs.K_BLK)
-    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else lay.dense(vh), vs)
+    dp, cfg = api._resolve(arch, d, pv, causal, None, kh.shape[2])
+    kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk)
+    kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs)
     out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")

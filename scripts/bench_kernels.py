@@ -19,7 +19,12 @@ import triton.testing
 from sagebuild.kernels.triton import configs, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
-from sagebuild.attention import dispatch, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+from sagebuild.attention import (
+    dispatch,
+    sageattn,
+    sageattn_qk_int8_pv_fp8_triton,
+    sageattn_qk_int8_pv_fp16_triton,
+)
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import exact_attention
 
@@ -45,9 +50,9 @@ def _kernel_only(q, k, v, pv: str, causal: bool, cfg_override) -> float:
     dp = configs.padded_head_dim(d)
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     split = configs.split_head_dim(d, dp)
-    cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, cfg_override, split=split)
-    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
-    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else layout.dense(v), vs)
+    cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, cfg_override, split=split, n_k=k.shape[2])
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, cfg.k_blk)
+    kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else layout.dense(v), vs)
     out = torch.empty_like(q)
     qv, ov = layout.dense(q), layout.dense(out)
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
@@ -96,6 +101,11 @@ def _bench_shape(
             return fn(q, k, v, is_causal=causal, quantization_backend=backend, config=config)
 
         rows.append((f"sage-{pv}", _ms(call), _kernel_only(q, k, v, pv, causal, config), call()))
+
+    def auto() -> torch.Tensor:  # what users call: the dispatch table's variant and accumulation
+        return sageattn(q, k, v, is_causal=causal, quantization_backend=backend, config=config)
+
+    rows.append(("sageattn (auto)", _ms(auto), math.nan, auto()))
     if sage106 is not None:
         try:
             rows.append(
@@ -123,8 +133,12 @@ def main() -> None:
     ap.add_argument("--shapes", help="comma list of BxHxNxD[c] (c: causal)")
     ap.add_argument("--config", help="force BLOCK_M,BLOCK_N,num_warps,num_stages for our kernels")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
-    ap.add_argument("--backend", default="triton", choices=["triton", "ext", "auto"],
-                    help="quantization_backend of the whole-call rows")
+    ap.add_argument(
+        "--backend",
+        default="triton",
+        choices=["triton", "ext", "auto"],
+        help="quantization_backend of the whole-call rows",
+    )
     args = ap.parse_args()
     shapes = SHAPES
     if args.shapes:

@@ -88,9 +88,7 @@ def test_fp8_pv_accumulated_by_the_mma_holds_the_bounds(shape, causal, dist):
         pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
     q, k, v = _inputs(*shape, dist=dist, seed=4)
     ref = exact_attention(q, k, v, is_causal=causal)
-    direct = accuracy(
-        sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, pv_accum_dtype="fp32"), ref
-    )
+    direct = accuracy(sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, pv_accum_dtype="fp32"), ref)
     two_level = accuracy(sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal), ref)
     _check(direct, "qk_int8_pv_fp8")
     assert direct["rel_l1"] <= two_level["rel_l1"] + 0.002, (direct, two_level)
@@ -126,6 +124,45 @@ def test_kernel_matches_golden_model(variant, causal):
     # GPU exp2/division are approximate and can flip an FP8 rounding of P: a little looser than on CPU
     assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
     assert torch.allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pv_accum", ["fp32+fp32", "fp32"])
+def test_long_sequence_rows_match_golden_model(pv_accum):
+    """From 8K keys Hopper's FP8 row takes 128-key tiles and 128-token K scale blocks: the kernel
+    still agrees with the golden model quantizing K the same way (GQA, fewer queries than keys)."""
+    if "qk_int8_pv_fp8" not in _variants():
+        pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
+    q, k, v = _inputs(1, 4, 8192, 128, seed=6, hk=1)
+    q = q[:, :, :512].contiguous()
+    arch = dispatch.device_arch(q.device)
+    variant = "fp8acc" if pv_accum == "fp32" else "fp8"
+    cfg = configs.lookup(dispatch.family(arch), 128, variant, False, n_k=8192)
+    if dispatch.family(arch) == "Hopper":
+        assert cfg.block_n == 128 and cfg.k_blk == 128, cfg
+    out = sageattn_qk_int8_pv_fp8_triton(q, k, v, quantization_backend="triton", pv_accum_dtype=pv_accum)
+    ref = golden_attention(q, k, v, "qk_int8_pv_fp8", config=cfg, fp8_dtype=dispatch.fp8_dtype(arch))
+    acc = accuracy(out, ref)
+    assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
+    _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
+
+
+def test_sageattn_takes_the_measured_fp8_accumulation():
+    """sageattn's FP8 calls use the accumulation the preference table names (on Hopper the
+    MMA-accumulated one): bit-identical to asking for it by keyword; an explicit keyword wins."""
+    if "qk_int8_pv_fp8" not in _variants():
+        pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
+    q, k, v = _inputs(1, 8, 2048, 128, seed=7)
+    if dispatch.variant_for_call(q.device, 128, 2048) != "qk_int8_pv_fp8":
+        pytest.skip("sageattn does not take FP8 P·V here")
+    accum = dispatch.pv_accum_for_call(q.device, 128, 2048)
+    if dispatch.family(dispatch.device_arch(q.device)) == "Hopper":
+        assert accum == "fp32"
+    auto = sageattn(q, k, v, is_causal=True)
+    named = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=True, pv_accum_dtype=accum)
+    torch.testing.assert_close(auto, named, rtol=0, atol=0)
+    two_level = sageattn(q, k, v, is_causal=True, pv_accum_dtype="fp32+fp32")
+    expected = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=True)
+    torch.testing.assert_close(two_level, expected, rtol=0, atol=0)
 
 
 def test_bf16_and_nhd_and_sageattn_auto():

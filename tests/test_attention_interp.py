@@ -239,9 +239,10 @@ def test_sageattn_dispatches_and_config_override(monkeypatch):
 
 @pytest.mark.parametrize("variant", list(FNS))
 def test_key_tiles_wider_than_k_scale_blocks(variant, monkeypatch):
-    """BLOCK_N = 128 spans two 64-token K scale blocks: the per-column scale path (causal, ragged)."""
+    """BLOCK_N = 256 spans four 64-token K scale blocks: the per-column scale path (causal, ragged)."""
     monkeypatch.setenv(configs.FUSE_ENV_VAR, "0")  # pre-quantized K: the path under test
-    cfg = configs.LaunchConfig(32, 128, 4, 1)
+    cfg = configs.LaunchConfig(32, 256, 4, 1)
+    assert cfg.k_blk == configs.K_BLK
     q, k, v = _qkv(hq=2, hk=1, nq=96, nk=200)
     out, lse = FNS[variant](q, k, v, is_causal=True, return_lse=True, config=cfg,
                             quantization_backend="triton")
@@ -249,6 +250,32 @@ def test_key_tiles_wider_than_k_scale_blocks(variant, monkeypatch):
                                     config=cfg)
     _close(out.cpu(), ref)
     assert torch.allclose(lse.cpu(), ref_lse, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(FNS))
+@pytest.mark.parametrize("backend", ["triton", "varlen"])
+def test_wide_key_tiles_take_wide_k_scale_blocks(variant, backend, monkeypatch):
+    """BLOCK_N = 128: K is quantized in 128-token blocks (one scale per tile), dense and packed;
+    the kernel agrees with the golden model quantizing the same way (GQA, causal, ragged)."""
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "0")
+    cfg = configs.LaunchConfig(32, 128, 4, 1)
+    assert cfg.k_blk == configs.K_BLK_WIDE == 128
+    seen = []
+    real = quant.quant_kv
+    monkeypatch.setattr(quant, "quant_kv", lambda *a, **kw: seen.append(a[5]) or real(*a, **kw))
+    q, k, v = _qkv(hq=2, hk=1, nq=96, nk=300, seed=5)
+    if backend == "varlen":
+        pv = "fp8" if variant.endswith("fp8") else "fp16"
+        cu = torch.tensor([0, 300], dtype=torch.int32)
+        cuq = torch.tensor([0, 96], dtype=torch.int32)
+        q3, k3, v3 = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
+        out = sageattn_varlen(q3, k3, v3, cuq, cu, 96, 300, is_causal=True, pv=pv, config=cfg)
+        out = out.transpose(0, 1).unsqueeze(0)
+    else:
+        out = FNS[variant](q, k, v, is_causal=True, config=cfg, quantization_backend="triton")
+    assert seen == [128]
+    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True, config=cfg)
+    _close(out.cpu(), ref)
 
 
 @pytest.mark.parametrize("variant", list(FNS))

@@ -107,6 +107,40 @@ def test_sageattn_variant_follows_arch_table_and_measured_preferences(arch, head
     assert dispatch.variant_for_arch_call(arch, head_dim, n_k) == variant
 
 
+@pytest.mark.parametrize(
+    ("arch", "head_dim", "n_k", "accum"),
+    [
+        ("sm90", 128, 1024, "fp32"),  # Hopper FP8: MMA-accumulated, measured faster
+        ("sm90", 64, 8192, "fp32"),
+        ("sm90", 64, 1024, "fp32+fp32"),  # FP16 P·V: the keyword does not apply
+        ("gfx942", 128, 4096, "fp32+fp32"),  # no measurement on CDNA3: upstream's default
+        ("sm89", 128, 4096, "fp32+fp32"),
+    ],
+)
+def test_sageattn_fp8_accumulation_follows_the_preference_table(arch, head_dim, n_k, accum):
+    from sagebuild.attention import dispatch
+
+    assert dispatch._choice(arch, head_dim, n_k)[1] == accum
+
+
+def test_long_sequence_rows_and_wide_k_scale_blocks():
+    """Rows with min_keys serve only calls with that many keys; 'fp8' rows serve both FP8
+    accumulations; a 128-key tile quantizes K in 128-token blocks, other tiles in 64."""
+    from sagebuild.kernels.triton import configs
+
+    long_ = configs.lookup("Hopper", 128, "fp8", False, n_k=16384)
+    short = configs.lookup("Hopper", 128, "fp8", False, n_k=4096)
+    assert long_.block_n == 128 and long_.k_blk == 128
+    assert short.block_n == 64 and short.k_blk == configs.K_BLK == 64
+    assert configs.lookup("Hopper", 128, "fp8", False) == short  # n_k unknown: the general row
+    assert configs.lookup("Hopper", 128, "fp8acc", True, n_k=16384) == long_
+    assert configs.lookup("Hopper", 128, "fp16", False, n_k=16384).block_n == 64
+    assert configs.LaunchConfig(32, 256, 4, 1).k_blk == 64  # wider tiles gather per-column scales
+    assert configs.LaunchConfig(32, 16, 4, 1).k_blk == 64
+    rows = configs.table_rows()
+    assert any(r["min_keys"] == 8192 for r in rows) and all("config" in r for r in rows)
+
+
 def test_launch_config_strings_with_and_without_a_register_cap():
     from sagebuild.kernels.triton import configs
 

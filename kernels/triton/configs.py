@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.11.30.5"
+CONFIG_TABLE_VERSION = "2026.11.30.6"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
 # exact int32→float32 trick (|q·k| ≤ 127²·256 < 2²²).
 NATIVE_HEAD_DIMS = (64, 128, 256)
 
-# K is quantized in blocks of this many tokens whatever BLOCK_N is (the kernel gathers one
-# scale per key column), so K's quantization does not change when a config is tuned.
+# K's INT8 scale block (tokens): this many, or the key tile itself when a config's BLOCK_N is
+# 128 (``LaunchConfig.k_blk``). A key tile inside one block takes one scale per tile (a scalar
+# folded into the row factor); a tile spanning several blocks gathers a scale per key column,
+# one more FMA per score (sm90 SASS, run 12: 751 vs 630 instructions per 64×128 tile).
 K_BLK = 64
+K_BLK_WIDE = 128
 
 ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
 
@@ -43,7 +46,7 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
     """Whether K/V are quantized inside the attention kernel for this launch."""
     limit = os.environ.get(FUSE_ENV_VAR)
     max_tokens = int(limit) if limit else FUSED_KV_MAX_TOKENS
-    return not varlen and n_k <= max_tokens and cfg.block_n % K_BLK == 0
+    return not varlen and n_k <= max_tokens and cfg.block_n % cfg.k_blk == 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,12 @@ class LaunchConfig:
             return self.block_m
         return min(self.block_m, max(16, self.block_m // self.num_warps))
 
+    @property
+    def k_blk(self) -> int:
+        """Tokens per K scale: the key tile when it is K_BLK_WIDE wide (as upstream's Hopper
+        kernels), else K_BLK. Quantization and kernel must agree: ``QuantizedKV.k_blk`` carries it."""
+        return K_BLK_WIDE if self.block_n == K_BLK_WIDE else K_BLK
+
     def as_tuple(self) -> tuple[int, ...]:
         base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
         return base if self.maxnreg is None else (*base, self.maxnreg)
@@ -80,61 +89,87 @@ class LaunchConfig:
 
 ConfigLike = Union[LaunchConfig, tuple, list, str]
 
-# (family, head_dim, variant, causal) -> config. variant: "fp16" | "fp8" | "*"; causal: bool | "*".
-_TABLE: list[tuple[str, Union[int, str], str, Union[bool, str], LaunchConfig]] = [
+
+class Row(NamedTuple):
+    """(family, head_dim, variant, causal, from this many keys) -> config.
+
+    variant: "fp16" | "fp8" (either FP8 accumulation) | "fp8acc" (FP8 P·V accumulated by the
+    MMA, ``pv_accum_dtype="fp32"``) | "*"; causal: bool | "*"; ``min_keys``: the row serves calls
+    with at least this many keys (longer sequences amortise wider key tiles' fewer CTAs).
+    """
+
+    family: str
+    head_dim: Union[int, str]
+    variant: str
+    causal: Union[bool, str]
+    config: LaunchConfig
+    min_keys: int = 0
+
+
+_TABLE: list[Row] = [
     # Triton's CPU interpreter (tests): small tiles so that loops and masks are exercised.
-    ("interpreter", "*", "*", "*", LaunchConfig(32, 16, 4, 1)),
+    Row("interpreter", "*", "*", "*", LaunchConfig(32, 16, 4, 1)),
     # Hopper, tuned on an H200 (2026-11-30, Triton 3.6, docs/performance.md "run 3"): FP8 P·V
     # wins with one warpgroup per 64 query rows and wide key tiles (several CTAs per SM overlap
     # each other's softmax and MMA); FP16 P·V prefers two warpgroups over 128 rows.
+    # From 8K keys FP8 takes 128-key tiles with 128-token K scale blocks (``LaunchConfig.k_blk``):
+    # 630 instead of 2·425 instructions per 64×128 scores (sm90 SASS) at two CTAs per SM (255
+    # registers). Run 12, whole call: 1×32×16384×128 6.55 vs 6.99 ms (causal 3.47 vs 3.76);
+    # 4×32×8192×64 4.38 vs 4.76 (capped at 168: 173 registers otherwise). At 4K keys the 64-key
+    # tiles stay faster (2×32×4096×128 1.026 vs 1.043 ms, causal 0.665 vs 0.704).
+    Row("Hopper", 128, "fp8", "*", LaunchConfig(64, 128, 4, 3), min_keys=8192),
+    Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 128, 4, 3, 168), min_keys=8192),
     # FP8 hd128 with registers capped at 168: three 4-warp CTAs per SM instead of two (ptxas
     # otherwise takes 255); run 7: 2×32×4096×128 1.032 vs 1.104 ms, 1×32×16384×128 7.03 vs 7.17.
-    ("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
-    ("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
+    Row("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
+    Row("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
     # Head dims 65–96 as 64 + 32 pieces (``split_head_dim``; rows keyed 96): FP16 P·V prefers
     # one warpgroup per 64 rows like FP8 (run 11: 2×16×4096×96 0.622 ms vs 0.767 with 128,64,8,3).
-    ("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
-    ("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
-    ("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
-    ("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
+    Row("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
+    Row("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
+    Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
+    Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
     # Head dim 256: a 64×256 FP32 accumulator is 128 registers per thread at 4 warps, and FP8
     # P·V's fresh per-tile accumulator doubles that (spills, seen in the sm90 SASS); 8 warps
     # split the 256 columns between two warpgroups. K and V tiles are twice as large: 2 stages.
     # H200, 1×16×8192×256 (docs/performance.md run 7): FP16 P·V 128,64,8,2 2.14 ms; FP8 P·V
     # 64,128,8,2 3.13 ms (every 4-warp FP8 config spills).
-    ("Hopper", 256, "fp16", "*", LaunchConfig(128, 64, 8, 2)),
-    ("Hopper", 256, "fp8", "*", LaunchConfig(64, 128, 8, 2)),
+    Row("Hopper", 256, "fp16", "*", LaunchConfig(128, 64, 8, 2)),
+    Row("Hopper", 256, "fp8", "*", LaunchConfig(64, 128, 8, 2)),
     # Head dims 129–192 as 128 + 64 pieces (rows keyed 192): FP8 P·V then prefers 128 rows of 8
     # warps (run 11: 1×16×8192×192 2.06 ms vs 2.85 with the 256 row; padded 3.36). FP16 P·V keeps
     # its 256 row (2.02 ms; padded 2.27).
-    ("Hopper", 192, "fp8", "*", LaunchConfig(128, 64, 8, 2)),
-    ("*", 256, "*", "*", LaunchConfig(64, 64, 8, 2)),
+    Row("Hopper", 192, "fp8", "*", LaunchConfig(128, 64, 8, 2)),
+    Row("*", 256, "*", "*", LaunchConfig(64, 64, 8, 2)),
     # Ampere / Ada / consumer Blackwell: mma.sync, smaller shared memory.
-    ("Ampere", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
-    ("Ampere", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
-    ("Ada", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
-    ("Ada", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
-    ("Blackwell", "*", "*", "*", LaunchConfig(128, 64, 8, 3)),
+    Row("Ampere", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
+    Row("Ampere", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    Row("Ada", 128, "*", "*", LaunchConfig(128, 64, 8, 2)),
+    Row("Ada", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
+    Row("Blackwell", "*", "*", "*", LaunchConfig(128, 64, 8, 3)),
     # AMD: CDNA (wave64 MFMA) and RDNA (wave32 WMMA); AMD's Triton pipeliner prefers few stages.
-    ("CDNA3", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
-    ("CDNA4", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
-    ("CDNA2", "*", "*", "*", LaunchConfig(128, 64, 4, 1)),
-    ("RDNA4", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
-    ("RDNA3", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
-    ("*", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    Row("CDNA3", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    Row("CDNA4", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    Row("CDNA2", "*", "*", "*", LaunchConfig(128, 64, 4, 1)),
+    Row("RDNA4", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
+    Row("RDNA3", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
+    Row("*", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
 ]
 
 
 # Where the arch table's P·V path (``archs.Arch.pv``) is measurably not the faster one for a
-# call, ``sageattn`` takes the other: (family, padded head dim, at most this many keys or None
-# for any) -> variant. Measured on an H200 (docs/performance.md, run 7), whole call:
+# call, ``sageattn`` takes another: (family, padded head dim or "*", at most this many keys or
+# None for any) -> "fp16" | "fp8" | "fp8acc" (FP8 P·V accumulated by the MMA,
+# ``pv_accum_dtype="fp32"``). First match wins. Measured on an H200 (docs/performance.md), whole call:
 # head dim 64 up to 4096 keys, FP16 P·V 0.141 / 0.200 ms vs FP8 0.189 / 0.214 ms at
-# 1×16×{1024, 4096}×64 (FP8 costs V's amax reduction and a heavier quantization launch);
-# head dim 256, FP16 P·V 2.15 ms vs FP8 3.13 ms at 1×16×8192×256 (FP8's second accumulator
-# costs registers).
-_PV_PREFERENCE: list[tuple[str, int, Union[int, None], str]] = [
+# 1×16×{1024, 4096}×64 (run 7: FP8 costs V's amax reduction and a heavier quantization launch);
+# head dim 256, FP16 P·V 2.15 ms vs FP8 3.13 ms at 1×16×8192×256 (run 7: FP8's second
+# accumulator costs registers); elsewhere the MMA-accumulated FP8 P·V, 1–3 % faster than the
+# two-level one with the accuracy bounds held to 32K keys (runs 11, 12).
+_PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
     ("Hopper", 64, 4096, "fp16"),
     ("Hopper", 256, None, "fp16"),
+    ("Hopper", "*", None, "fp8acc"),
 ]
 
 
@@ -195,9 +230,9 @@ def check_ws_config(cfg: LaunchConfig, source: object = None) -> LaunchConfig:
 
 
 def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
-    """The P·V variant ("fp16"/"fp8") measured faster than the arch default here, or None."""
+    """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default here, or None."""
     for fam, hd, max_keys, pv in _PV_PREFERENCE:
-        if fam == family and hd == head_dim_pad and (max_keys is None or n_k <= max_keys):
+        if fam == family and hd in ("*", head_dim_pad) and (max_keys is None or n_k <= max_keys):
             return pv
     return None
 
@@ -237,11 +272,14 @@ def lookup(
     override: ConfigLike | None = None,
     *,
     split: bool = False,
+    n_k: int = 0,
 ) -> LaunchConfig:
     """The config for one launch: the keyword override, else the env var, else the table.
 
     ``head_dim`` is the padded one; ``split`` (``split_head_dim``) first tries the rows keyed
     with the split width (3/4 of it: 96 for 64 + 32 pieces), then the padded head dim's rows.
+    ``variant``: "fp16", "fp8" or "fp8acc" (see ``Row``); ``n_k``: keys per sequence (the
+    longest, for packed sequences), for rows with ``min_keys``.
     """
     if override is not None:
         return parse_config(override)
@@ -249,17 +287,18 @@ def lookup(
     if env:
         return parse_config(env)
     if split:  # only rows keyed with the split width itself, never a wildcard
-        for fam, hd, var, cau, cfg in _TABLE:
-            if hd == split_width(head_dim) and _matches(fam, var, cau, family, variant, causal):
-                return cfg
-    for fam, hd, var, cau, cfg in _TABLE:
-        if hd in ("*", head_dim) and _matches(fam, var, cau, family, variant, causal):
-            return cfg
+        for row in _TABLE:
+            if row.head_dim == split_width(head_dim) and _matches(row, family, variant, causal, n_k):
+                return row.config
+    for row in _TABLE:
+        if row.head_dim in ("*", head_dim) and _matches(row, family, variant, causal, n_k):
+            return row.config
     raise AssertionError("the config table ends with a catch-all row")
 
 
-def _matches(fam: str, var: str, cau: Union[bool, str], family: str, variant: str, causal: bool) -> bool:
-    return fam in ("*", family) and var in ("*", variant) and cau in ("*", causal)
+def _matches(row: Row, family: str, variant: str, causal: bool, n_k: int) -> bool:
+    var_ok = row.variant in ("*", variant) or (row.variant == "fp8" and variant == "fp8acc")
+    return row.family in ("*", family) and var_ok and row.causal in ("*", causal) and n_k >= row.min_keys
 
 
 def split_width(head_dim_pad: int) -> int:
@@ -286,6 +325,13 @@ def padded_head_dim(head_dim: int) -> int | None:
 def table_rows() -> list[dict]:
     """The table as plain data (for docs and ``bench`` records)."""
     return [
-        {"family": f, "head_dim": hd, "variant": v, "causal": c, "config": cfg.as_tuple()}
-        for f, hd, v, c, cfg in _TABLE
+        {
+            "family": r.family,
+            "head_dim": r.head_dim,
+            "variant": r.variant,
+            "causal": r.causal,
+            "min_keys": r.min_keys,
+            "config": r.config.as_tuple(),
+        }
+        for r in _TABLE
     ]

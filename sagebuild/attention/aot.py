@@ -68,7 +68,7 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "BLOCK_M": cfg.block_m,
         "BLOCK_N": cfg.block_n,
         "Q_BLK": cfg.q_blk("per_warp"),
-        "KS_BLK": configs.K_BLK,
+        "KS_BLK": cfg.k_blk,
         "CAUSAL": causal,
         "PV_FP8": fp8,
         "FP8_MAX": 240.0 if _fp8_type(row) == "fp8e4b8" else 448.0,

@@ -76,6 +76,7 @@ def _quantize_kv_with_ext(
     dp: int,
     smooth_k: bool,
     fp8: Optional[torch.dtype],
+    k_blk: int,
 ) -> QuantizedKV:
     """K (and V) pre-processed by the C++ extension in the contract's layout.
 
@@ -84,7 +85,7 @@ def _quantize_kv_with_ext(
     """
     kp, vp = _pad(k, dp), _pad(v, dp)
     km = ops.k_mean(kp) if smooth_k else None
-    kq, ks = ops.quant_per_block_int8(kp, km, configs.K_BLK, 1.0)
+    kq, ks = ops.quant_per_block_int8(kp, km, k_blk, 1.0)
     vq = vs = None
     if fp8 is not None:
         vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
@@ -96,7 +97,7 @@ def _quantize_kv_with_ext(
     return QuantizedKV(
         layout.dense(kq),
         ks,
-        configs.K_BLK,
+        k_blk,
         km_flat,
         layout.dense(vq) if vq is not None else layout.dense(v),
         vs,
@@ -104,13 +105,14 @@ def _quantize_kv_with_ext(
 
 
 def _resolve(
-    arch: str, head_dim: int, pv: str, causal: bool, config: Any
+    arch: str, head_dim: int, pv: str, causal: bool, config: Any, n_k: int = 0, pv_accum: str = "fp32+fp32"
 ) -> tuple[int, configs.LaunchConfig]:
     dp = configs.padded_head_dim(head_dim)
     assert dp is not None  # validate.check_head_dim ran
+    variant = "fp8acc" if pv == "fp8" and pv_accum == "fp32" else pv
     try:
         split = configs.split_head_dim(head_dim, dp)
-        cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, config, split=split)
+        cfg = configs.lookup(dispatch.family(arch), dp, variant, causal, config, split=split, n_k=n_k)
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
     if cfg.maxnreg is not None and arch != dispatch.INTERPRETER and archs.get(arch).vendor != "cuda":
@@ -135,6 +137,7 @@ class _Plan(NamedTuple):
     fused: bool
     ops: Any
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
+    k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -185,7 +188,7 @@ def _make_plan(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qv.shape[-1]
     scale = check_sm_scale(sm_scale, d)
-    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, kv.shape[2], pv_accum)
     # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
     # all) unless the extension is asked for by name; otherwise the extension when built
     # ("auto"), else Triton's quantization kernels.
@@ -207,8 +210,11 @@ def _make_plan(
         except ValueError as exc:
             raise AttentionInputError(str(exc), f"fix ${configs.WS_ENV_VAR} or unset it") from None
         ws = (ws_cfg, ws_cfg.q_blk(qk_quant_gran)) if ws_cfg is not None else None
+    # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
+    # the portable kernel takes the same K (it reads the block size from QuantizedKV).
+    k_blk = configs.K_BLK if ws is not None else cfg.k_blk
     return _Plan(
-        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops, ws
+        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops, ws, k_blk
     )
 
 
@@ -271,17 +277,17 @@ def _attend(
 
     qv = layout.dense(q)
     if plan.ops is not None:
-        kv = _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8)
+        kv = _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8, plan.k_blk)
     elif plan.fused:
         kd, vd = layout.dense(k), layout.dense(v)
         km, va = quant.kv_stats(kd, vd, dp, smooth_k, fp8)
         stub = km if km is not None else va if va is not None else torch.empty(1, device=q.device)
-        kv = QuantizedKV(kd, stub, configs.K_BLK, km, vd, va, fused=True)
+        kv = QuantizedKV(kd, stub, plan.k_blk, km, vd, va, fused=True)
     else:
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, configs.K_BLK, launch_key=key
+            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, plan.k_blk, launch_key=key
         )
-        kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else layout.dense(v), vs)
+        kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else layout.dense(v), vs)
 
     if plan.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -407,7 +413,9 @@ def sageattn(
     return_lse: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """Quantized attention with the variant the GPU's arch gets from the dispatch table."""
+    """Quantized attention with the variant the GPU's arch gets from the dispatch table, or the
+    one measured faster for this head dim and key count (``configs._PV_PREFERENCE``), which also
+    picks the FP8 accumulation unless ``pv_accum_dtype`` is given."""
     unknown = sorted(set(kwargs) - set(_SAGEATTN_KW))
     if unknown:
         raise AttentionInputError(
@@ -423,6 +431,7 @@ def sageattn(
         d, n_k = 0, 0
     variant = dispatch.variant_for_call(device, d, n_k)
     if variant == dispatch.VARIANTS["fp8"]:
+        kwargs.setdefault("pv_accum_dtype", dispatch.pv_accum_for_call(device, d, n_k))
         return sageattn_qk_int8_pv_fp8_triton(
             q, k, v, tensor_layout, is_causal, sm_scale, return_lse=return_lse, **kwargs
         )
@@ -462,11 +471,11 @@ def sageattn_varlen(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = q.shape[-1]
     scale = check_sm_scale(sm_scale, d)
-    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config)
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, int(max_seqlen_k))
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
-    kq, ks, km, vq, vs = quant.quant_kv(kvw, vvw, dp, smooth_k, fp8, configs.K_BLK)
-    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if vq is not None else vvw, vs)
+    kq, ks, km, vq, vs = quant.quant_kv(kvw, vvw, dp, smooth_k, fp8, cfg.k_blk)
+    kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else vvw, vs)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     attention_forward(
         qv,

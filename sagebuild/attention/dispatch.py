@@ -64,20 +64,32 @@ def variant_for_call(device: torch.device | str | int, head_dim: int, n_k: int) 
     return variant_for_arch_call(device_arch(device), head_dim, n_k)
 
 
-@functools.lru_cache(maxsize=4096)
 def variant_for_arch_call(arch: str, head_dim: int, n_k: int) -> str:
     """The arch table's variant, unless the launch-config module records that the other P·V
     path is measurably faster for this head dim and key count on this arch family."""
+    return _choice(arch, head_dim, n_k)[0]
+
+
+def pv_accum_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> str:
+    """The FP8 P·V accumulation ``sageattn`` uses ("fp32+fp32" or "fp32", upstream's names)."""
+    return _choice(device_arch(device), head_dim, n_k)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _choice(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
+    """(variant, FP8 accumulation) for ``sageattn``: the arch table's, or the measured preference."""
     if arch == INTERPRETER:
-        return VARIANTS["fp16"]
+        return VARIANTS["fp16"], "fp32+fp32"
     row = _row(arch)
     from sagebuild.kernels.triton import configs
 
     dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
     pv = configs.preferred_pv(row.family, dp, n_k) if dp is not None else None
+    accum = "fp32" if pv == "fp8acc" else "fp32+fp32"
+    pv = "fp8" if pv == "fp8acc" else pv
     if pv == "fp8" and not row.fp8_dtype:
         pv = None
-    return VARIANTS[pv or archs.pv_path(arch)]
+    return VARIANTS[pv or archs.pv_path(arch)], accum
 
 
 def available_variants(device: torch.device | str | int) -> list[str]:

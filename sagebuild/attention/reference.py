@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from sagebuild.kernels.triton.configs import K_BLK, LaunchConfig
+from sagebuild.kernels.triton.configs import LaunchConfig
 
 LOG2E = math.log2(math.e)
 DEFAULT_CONFIG = LaunchConfig(128, 64, 4, 3)
@@ -108,7 +108,8 @@ def golden_attention(
     """The kernels' arithmetic in plain torch (float32 result in the input's layout).
 
     ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
-    online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8.
+    online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
+    scale block (``config.k_blk``).
     """
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
@@ -121,10 +122,10 @@ def golden_attention(
 
     km = kf.mean(dim=2, keepdim=True) if smooth_k else torch.zeros_like(kf[:, :, :1])
     qi, q_step = quant_int8_blocks(qf, config.q_blk(qk_quant_gran))
-    ki, k_step = quant_int8_blocks(kf - km, K_BLK)
+    ki, k_step = quant_int8_blocks(kf - km, config.k_blk)
     qs = q_step * (scale * LOG2E)
     qs_row = qs.repeat_interleave(config.q_blk(qk_quant_gran), dim=-1)[..., :n_q]
-    ks_col = k_step.repeat_interleave(K_BLK, dim=-1)[..., :n_k]
+    ks_col = k_step.repeat_interleave(config.k_blk, dim=-1)[..., :n_k]
     # Integer products are exact in float64 (and in int32 on the GPU).
     dots = torch.matmul(qi.double(), _expand_kv(ki, heads).double().transpose(-1, -2)).float()
     s = dots * qs_row[..., :, None] * _expand_kv(ks_col, heads)[..., None, :]
