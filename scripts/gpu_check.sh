@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [ws] [host] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [accept] [example] [tune]
+#   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -38,6 +39,9 @@ fi
 if has bench; then
   # shellcheck disable=SC2086
   PYTHONPATH=/tmp/sage106 $PY scripts/bench_kernels.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | tail -n 40
+fi
+if has targets; then
+  bash scripts/bench_targets.sh 2>&1 | tee "$OUT/targets.txt" | tail -n 60
 fi
 if has ws; then
   # shellcheck disable=SC2086

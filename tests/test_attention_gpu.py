@@ -78,7 +78,15 @@ def test_accuracy_vs_fp32(variant, shape, causal, dist):
     _check(acc, variant)
 
 
-@pytest.mark.parametrize(("shape", "causal"), [((1, 4, 2048, 128), True), ((1, 2, 32768, 128), False)])
+@pytest.mark.parametrize(
+    ("shape", "causal"),
+    [
+        ((1, 4, 2048, 128), True),
+        ((1, 2, 32768, 128), False),
+        ((1, 4, 2048, 256), False),  # sageattn's path at head dims 256 and 129–192 on Hopper
+        ((1, 4, 1500, 192), True),
+    ],
+)
 @pytest.mark.parametrize("dist", ["normal", "k_offset"])
 def test_fp8_pv_accumulated_by_the_mma_holds_the_bounds(shape, causal, dist):
     """pv_accum_dtype="fp32": the FP8 MMA's accumulator keeps fewer than 32 bits, so error could

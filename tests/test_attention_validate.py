@@ -96,7 +96,7 @@ def test_dispatch_reads_the_arch_table():
         ("sm90", 48, 4096, "qk_int8_pv_fp16"),  # padded to 64: same row
         ("sm90", 64, 8192, "qk_int8_pv_fp8"),  # long: the arch default
         ("sm90", 128, 1024, "qk_int8_pv_fp8"),
-        ("sm90", 256, 65536, "qk_int8_pv_fp16"),  # head dim 256: FP8's second accumulator spills
+        ("sm90", 256, 65536, "qk_int8_pv_fp8"),  # head dim 256: MMA-accumulated FP8 measured faster
         ("sm80", 256, 1024, "qk_int8_pv_fp16"),  # no FP8 anywhere on Ampere
         ("gfx942", 64, 1024, "qk_int8_pv_fp8"),  # no measured preference on CDNA3: the default
     ],
@@ -113,6 +113,7 @@ def test_sageattn_variant_follows_arch_table_and_measured_preferences(arch, head
         ("sm90", 128, 1024, "fp32"),  # Hopper FP8: MMA-accumulated, measured faster
         ("sm90", 64, 8192, "fp32"),
         ("sm90", 64, 1024, "fp32+fp32"),  # FP16 P·V: the keyword does not apply
+        ("sm90", 200, 8192, "fp32"),
         ("gfx942", 128, 4096, "fp32+fp32"),  # no measurement on CDNA3: upstream's default
         ("sm89", 128, 4096, "fp32+fp32"),
     ],
@@ -135,6 +136,10 @@ def test_long_sequence_rows_and_wide_k_scale_blocks():
     assert configs.lookup("Hopper", 128, "fp8", False) == short  # n_k unknown: the general row
     assert configs.lookup("Hopper", 128, "fp8acc", True, n_k=16384) == long_
     assert configs.lookup("Hopper", 128, "fp16", False, n_k=16384).block_n == 64
+    # head dim 256 (and the 192 split): the accumulation picks the row
+    assert configs.lookup("Hopper", 256, "fp8acc", False).as_tuple() == (64, 64, 4, 3)
+    assert configs.lookup("Hopper", 256, "fp8", False).num_warps == 8
+    assert configs.lookup("Hopper", 256, "fp8acc", False, split=True).as_tuple() == (64, 64, 4, 3)
     assert configs.LaunchConfig(32, 256, 4, 1).k_blk == 64  # wider tiles gather per-column scales
     assert configs.LaunchConfig(32, 16, 4, 1).k_blk == 64
     rows = configs.table_rows()

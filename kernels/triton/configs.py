@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.11.30.6"
+CONFIG_TABLE_VERSION = "2026.11.30.7"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -130,15 +130,19 @@ _TABLE: list[Row] = [
     Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
     # Head dim 256: a 64×256 FP32 accumulator is 128 registers per thread at 4 warps, and FP8
-    # P·V's fresh per-tile accumulator doubles that (spills, seen in the sm90 SASS); 8 warps
-    # split the 256 columns between two warpgroups. K and V tiles are twice as large: 2 stages.
-    # H200, 1×16×8192×256 (docs/performance.md run 7): FP16 P·V 128,64,8,2 2.14 ms; FP8 P·V
-    # 64,128,8,2 3.13 ms (every 4-warp FP8 config spills).
-    Row("Hopper", 256, "fp16", "*", LaunchConfig(128, 64, 8, 2)),
+    # P·V's fresh per-tile accumulator doubles that (spills, seen in the sm90 SASS); 8 warps split
+    # the 256 columns between two warpgroups. The MMA-accumulated FP8 P·V has no second
+    # accumulator and runs one warpgroup per 64 rows. H200, 1×16×8192×256 (docs/performance.md
+    # run 12): FP8 accumulated by the MMA 64,64,4,3 1.60 ms (two-level 64,128,8,2 2.96); FP16 P·V
+    # 128,64,8,3 1.85 ms (128,64,8,2 2.12, run 7's winner).
+    Row("Hopper", 256, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
+    Row("Hopper", 256, "fp8acc", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 256, "fp8", "*", LaunchConfig(64, 128, 8, 2)),
-    # Head dims 129–192 as 128 + 64 pieces (rows keyed 192): FP8 P·V then prefers 128 rows of 8
-    # warps (run 11: 1×16×8192×192 2.06 ms vs 2.85 with the 256 row; padded 3.36). FP16 P·V keeps
-    # its 256 row (2.02 ms; padded 2.27).
+    # Head dims 129–192 as 128 + 64 pieces (rows keyed 192): two-level FP8 P·V then prefers 128
+    # rows of 8 warps (run 11: 1×16×8192×192 2.06 ms vs 2.85 with the 256 row; padded 3.36); the
+    # MMA-accumulated one 64,64,4,3 (run 12: 1.53 ms vs 1.92 with 128,64,8,2). FP16 P·V takes
+    # the 256 row (run 12: 1.69 ms with 128,64,8,3).
+    Row("Hopper", 192, "fp8acc", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 192, "fp8", "*", LaunchConfig(128, 64, 8, 2)),
     Row("*", 256, "*", "*", LaunchConfig(64, 64, 8, 2)),
     # Ampere / Ada / consumer Blackwell: mma.sync, smaller shared memory.
@@ -163,12 +167,12 @@ _TABLE: list[Row] = [
 # ``pv_accum_dtype="fp32"``). First match wins. Measured on an H200 (docs/performance.md), whole call:
 # head dim 64 up to 4096 keys, FP16 P·V 0.141 / 0.200 ms vs FP8 0.189 / 0.214 ms at
 # 1×16×{1024, 4096}×64 (run 7: FP8 costs V's amax reduction and a heavier quantization launch);
-# head dim 256, FP16 P·V 2.15 ms vs FP8 3.13 ms at 1×16×8192×256 (run 7: FP8's second
-# accumulator costs registers); elsewhere the MMA-accumulated FP8 P·V, 1–3 % faster than the
-# two-level one with the accuracy bounds held to 32K keys (runs 11, 12).
+# elsewhere the MMA-accumulated FP8 P·V: 1–3 % faster than the two-level one at head dims 64
+# and 128 with the accuracy bounds held to 32K keys (runs 11, 12), and at head dim 256 faster
+# than FP16 P·V (run 12, 1×16×8192×256: 1.60 vs 1.85 ms; causal 0.98 vs 1.11), where the
+# two-level FP8 path was the slowest (run 7: its second accumulator costs registers).
 _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
     ("Hopper", 64, 4096, "fp16"),
-    ("Hopper", 256, None, "fp16"),
     ("Hopper", "*", None, "fp8acc"),
 ]
 
