@@ -185,7 +185,8 @@ def test_bf16_and_nhd_and_sageattn_auto():
     assert acc["finite"] and acc["cos"] >= cos_min and acc["rel_l1"] <= l1_max + 0.005, acc  # bf16 output
 
 
-def test_extension_quantization_agrees_with_triton():
+@pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
+def test_extension_quantization_agrees_with_triton(blk):
     from sagebuild.kernels.triton import layout, quant
 
     try:
@@ -196,11 +197,9 @@ def test_extension_quantization_agrees_with_triton():
     if ops is None:
         pytest.skip("the C++ extension is not built for this GPU")
     q, k, v = _inputs(1, 4, 1000, 128, dist="k_offset", seed=4)
-    kq, ks, km, vq, vs = quant.quant_kv(
-        layout.dense(k), layout.dense(v), 128, True, torch.float8_e4m3fn, configs.K_BLK
-    )
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), 128, True, torch.float8_e4m3fn, blk)
     ekm = ops.k_mean(k)
-    ekq, eks = ops.quant_per_block_int8(k, ekm, configs.K_BLK, 1.0)
+    ekq, eks = ops.quant_per_block_int8(k, ekm, blk, 1.0)
     evq, evs = ops.quant_v_fp8_per_channel(v, False)
     assert torch.allclose(ekm.reshape_as(km).float(), km, atol=1e-5)
     assert torch.allclose(eks, ks, rtol=1e-5)

@@ -1,0 +1,73 @@
+"""Where the K/V pre-processing time goes (GPU): each piece of ``quant.quant_kv`` timed alone.
+
+    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128]
+
+Prints, per shape, do_bench medians (ms) of K's mean, V's amax (torch reductions), the Triton
+quantization launch with those statistics given, the whole ``quant_kv`` call, the extension's
+ops when built, and the bandwidth floor (read K and V once, write them quantized) at the
+device's measured copy rate passed with --copy-tbps.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from sagebuild.kernels.triton import configs, layout, quant
+from triton.testing import do_bench
+
+from sagebuild.attention import dispatch
+
+
+def _ms(fn) -> float:
+    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def _row(spec: str, ops, copy_tbps: float) -> str:
+    fp8 = torch.float8_e4m3fn
+    b, h, n, d = (int(x) for x in spec.split("x"))
+    k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    kd, vd = layout.dense(k), layout.dense(v)
+    dp = configs.padded_head_dim(d)
+    family = dispatch.family(dispatch.device_arch(k.device))
+    blk = configs.lookup(family, dp, "fp8acc", False, n_k=n).k_blk  # what sageattn would use
+    km, va = quant.kv_stats(kd, vd, dp, True, fp8)
+    t_mean = _ms(lambda: torch.mean(k, dim=2, dtype=torch.float32))
+    t_amax = _ms(lambda: torch.linalg.vector_norm(v, ord=float("inf"), dim=2, dtype=torch.float32))
+    t_quant = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp, v=vd, v_amax=va, fp8_dtype=fp8))
+    t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk))
+    t_ext = float("nan")
+    if ops is not None:
+
+        def ext_call() -> None:
+            m = ops.k_mean(k)
+            ops.quant_per_block_int8(k, m, blk, 1.0)
+            ops.quant_v_fp8_per_channel(v, False)
+
+        t_ext = _ms(ext_call)
+    floor = 6 * k.numel() / (copy_tbps * 1e12) * 1e3  # bytes: read K and V (2 + 2), write 1 + 1
+    return (
+        f"| {b}×{h}×{n}×{d} | {blk} | {t_mean:.4f} | {t_amax:.4f} | {t_quant:.4f} | {t_all:.4f} | "
+        f"{t_ext:.4f} | {floor:.4f} |"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="2x32x4096x128,1x32x16384x128,4x32x8192x64")
+    ap.add_argument("--copy-tbps", type=float, default=4.22, help="measured copy bandwidth (run 1)")
+    args = ap.parse_args()
+    try:
+        from sagebuild import ext
+
+        ops = ext.get_quant_ops(torch.device("cuda"))
+    except ImportError:
+        ops = None
+    print("| B×H×N×D | K block | K mean | V amax | quant launch | quant_kv | ext ops | floor |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for spec in args.shapes.split(","):
+        print(_row(spec, ops, args.copy_tbps), flush=True)
+
+
+if __name__ == "__main__":
+    main()
