@@ -210,6 +210,23 @@ def test_quant_kernels_follow_the_contract(d, inline_stats, monkeypatch):
     assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
 
 
+def test_int8_codes_round_ties_away_from_zero():
+    """A block whose amax is 127 has step 1, so the codes are the rounded inputs themselves:
+    ties go away from zero, values just below a tie go down (0.49999997 + 0.5 rounds to 1 in
+    float32: the kernels must not add 0.5), -0.0 and the clamp behave. The golden model agrees."""
+    ties = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997, -0.0, 0.0,
+            3.4999998, -3.4999998, 127.0, -127.0]
+    x = torch.zeros(1, 1, 16, 64)
+    x[0, 0, :, 0] = torch.tensor(ties)
+    x[0, 0, 0, 1] = 127.0  # amax of the block: step = 127 / 127 = 1
+    q, s, _, _ = quant.quant_blocks(layout.dense(x.to(DEV)), None, 16, 1.0, 64)
+    assert torch.equal(s.cpu(), torch.ones(1, 1, 1))
+    expected = torch.tensor([1, -1, 2, -2, 3, -3, 127, -127, 0, 0, 0, 0, 3, -3, 127, -127], dtype=torch.int8)
+    assert torch.equal(q.t.cpu()[0, 0, :, 0], expected)
+    ref_q, ref_s = quant_int8_blocks(x, 16)
+    assert torch.equal(ref_q[0, 0, :, 0], expected.float()) and torch.equal(ref_s, s.cpu())
+
+
 def test_inputs_not_modified_and_strided_inputs_served():
     q, k, v = _qkv(seed=19, layout_="NHD")
     wide = torch.randn(1, 72, 2, 128, dtype=torch.float16, device=DEV)

@@ -32,7 +32,7 @@ import triton.language as tl
 from . import configs, launcher
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
-from .quant import LOG2E, round_half_away, seq_base
+from .quant import LOG2E, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -130,8 +130,7 @@ def _attn_tiles(
             y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
             if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
                 kstep = tl.maximum(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 1e-8) / 127.0
-                kr = round_half_away(tl.math.div_rn(y, kstep))
-                k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
+                k = to_int8(tl.math.div_rn(y, kstep))
                 s = tl.dot(q, tl.trans(k)).to(tl.float32)
                 c = qs * kstep
             else:
@@ -140,8 +139,7 @@ def _attn_tiles(
                 kstep_col = tl.reshape(
                     tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
                 )
-                kr = round_half_away(tl.math.div_rn(y, kstep_col[:, None]))
-                k = tl.minimum(tl.maximum(kr, -127.0), 127.0).to(tl.int8)
+                k = to_int8(tl.math.div_rn(y, kstep_col[:, None]))
                 s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
                 c = qs
             off = tl.zeros_like(qs)
@@ -315,13 +313,8 @@ def _attn_fwd_kernel(
                 amax = tl.maximum(amax, amax2)
             step = tl.maximum(amax, 1e-8) / 127.0
             step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
-            qr = round_half_away(tl.math.div_rn(qf, step_row[:, None]))
-            q = tl.minimum(tl.maximum(qr, -127.0), 127.0).to(tl.int8)
-            if SPLIT_D:
-                qr2 = round_half_away(tl.math.div_rn(qf2, step_row[:, None]))
-                q2 = tl.minimum(tl.maximum(qr2, -127.0), 127.0).to(tl.int8)
-            else:
-                q2 = q
+            q = to_int8(tl.math.div_rn(qf, step_row[:, None]))
+            q2 = to_int8(tl.math.div_rn(qf2, step_row[:, None])) if SPLIT_D else q
             qs = step_row * q_scale_mul
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)

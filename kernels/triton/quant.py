@@ -40,9 +40,18 @@ assert math.isclose(LOG2E, math.log2(math.e))
 
 
 @triton.jit
-def round_half_away(y):
-    """Round to nearest, ties away from zero (the contract's INT8 rounding)."""
-    return tl.where(y >= 0, tl.floor(y + 0.5), tl.ceil(y - 0.5))
+def to_int8(y):
+    """The contract's INT8 code of y: round half away from zero, clamp to ±127.
+
+    y + 0.49999997 (the float just below one half, with y's sign) truncated is the exact
+    half-away rounding for every float32 below 2²³ (checked exhaustively below 128); adding 0.5
+    itself rounds 0.49999997 up to 1. Clamping before the truncation equals clamping after it,
+    and the float→int conversion truncates: 4 instructions per element (sm90 SASS) where
+    floor/ceil and a select took 7.
+    """
+    sign = y.to(tl.int32, bitcast=True) & -0x80000000
+    r = y + (sign | 0x3EFFFFFF).to(tl.float32, bitcast=True)
+    return tl.minimum(tl.maximum(r, -127.0), 127.0).to(tl.int8)
 
 
 @triton.jit
@@ -196,8 +205,8 @@ def _quant_blocks_kernel(
         x = tl.where(mask, x - km[None, :], 0.0)
     amax = tl.maximum(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 1e-8)
     step = amax / 127.0
-    xq = tl.minimum(tl.maximum(round_half_away(tl.math.div_rn(x, step)), -127.0), 127.0)
-    tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq.to(tl.int8), mask=row_ok[:, None])
+    xq = to_int8(tl.math.div_rn(x, step))
+    tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)

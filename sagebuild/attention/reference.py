@@ -69,8 +69,8 @@ def exact_attention(
 
 
 def round_half_away(y: torch.Tensor) -> torch.Tensor:
-    """Round to nearest, ties away from zero, written as the kernels write it."""
-    return torch.where(y >= 0, torch.floor(y + 0.5), torch.ceil(y - 0.5))
+    """Round to nearest, ties away from zero, exactly (|y| + 0.5 in float64 does not round)."""
+    return (torch.sign(y) * torch.floor(y.abs().double() + 0.5)).to(y.dtype)
 
 
 def quant_int8_blocks(y: torch.Tensor, blk: int) -> tuple[torch.Tensor, torch.Tensor]:
