@@ -34,13 +34,20 @@ CASES = [  # (arch, variant, head dim)
     ("sm90", "qk_int8_pv_fp16", 256),
     ("sm90", "qk_int8_pv_fp8", 256),
 ]
+# Table rows that only some calls reach: (arch, variant, head dim, keys, FP8 accumulation).
+# Hopper from 8K keys (128-key tiles, 128-token K blocks) and the MMA-accumulated rows.
+ROW_CASES = [
+    ("sm90", "qk_int8_pv_fp8", 128, 16384, "fp32+fp32"),
+    ("sm90", "qk_int8_pv_fp8", 64, 16384, "fp32"),
+    ("sm90", "qk_int8_pv_fp8", 256, 8192, "fp32"),
+]
 # What Triton 3.6 emits for an INT8 mma.sync (the satfinite qualifier is part of it).
 _PTX_MMA_S8 = "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32"
 _SCRIPT = """
 import json, sys
 from sagebuild.attention.aot import compile_variant
 cases = json.loads(sys.argv[1])
-print(json.dumps([compile_variant(v, a, d).to_dict() for a, v, d in cases]))
+print(json.dumps([compile_variant(v, a, d, n_k=n, accum=acc).to_dict() for a, v, d, n, acc in cases]))
 """
 
 pytestmark = pytest.mark.slow
@@ -50,7 +57,7 @@ pytestmark = pytest.mark.slow
 def results() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, json.dumps(CASES)],
+        [sys.executable, "-c", _SCRIPT, json.dumps([(*c, 0, "fp32+fp32") for c in CASES] + ROW_CASES)],
         capture_output=True,
         text=True,
         env=env,
@@ -58,7 +65,8 @@ def results() -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {(r["arch"], r["variant"], r["head_dim"]): r for r in rows}
+    cases = [(*c, 0, "fp32+fp32") for c in CASES] + ROW_CASES
+    return dict(zip(cases, rows))
 
 
 @pytest.mark.parametrize(("arch", "variant", "head_dim"), CASES)
@@ -70,11 +78,20 @@ def test_compiles_to_matrix_instructions(results, arch, variant, head_dim, reque
                 strict=True, reason="sagebuild/archs.py's mma.sync INT8 regex lacks the .satfinite qualifier"
             )
         )
-    r = results[(arch, variant, head_dim)]
+    r = results[(arch, variant, head_dim, 0, "fp32+fp32")]
     assert r["ok"], r["error"]
     assert re.search(row.int8_mma, r["instruction"])
     if variant == "qk_int8_pv_fp8":
         assert re.search(row.fp8_mma, r["instruction"])
+
+
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_long_sequence_and_mma_accumulated_rows_compile_to_wgmma(results, case):
+    arch, variant, head_dim, n_k, accum = case
+    row = archs.get(arch)
+    r = results[case]
+    assert r["ok"], r["error"]
+    assert re.search(row.int8_mma, r["instruction"]) and re.search(row.fp8_mma, r["instruction"])
 
 
 def test_refuses_what_the_table_rules_out():

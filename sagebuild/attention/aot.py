@@ -38,7 +38,9 @@ def _fp8_type(row: archs.Arch) -> str:
     return "fp8e4b8" if row.fp8_dtype == "float8_e4m3fnuz" else "fp8e4nv"
 
 
-def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
+def _source(
+    variant: str, row: archs.Arch, head_dim: int, causal: bool, n_k: int = 0, accum: str = "fp32+fp32"
+):
     import triton.language as tl
     from triton.compiler import ASTSource
 
@@ -47,7 +49,9 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
 
     fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
-    cfg = configs.lookup(row.family, head_dim, "fp8" if fp8 else "fp16", causal)
+    direct = fp8 and accum == "fp32"
+    key = ("fp8acc" if direct else "fp8") if fp8 else "fp16"
+    cfg = configs.lookup(row.family, head_dim, key, causal, n_k=n_k)
     ptr = {
         "QF": "*fp16",
         "QI": "*fp16",
@@ -81,7 +85,7 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
         "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
-        "PV_DIRECT": False,
+        "PV_DIRECT": direct,
         "SPLIT_D": False,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
@@ -107,8 +111,18 @@ def _source(variant: str, row: archs.Arch, head_dim: int, causal: bool):
     return ASTSource(fn, signature, constexprs, attrs), cfg
 
 
-def compile_variant(variant: str, arch: str, head_dim: int = 128, causal: bool = False) -> AotResult:
-    """Compile one variant for one arch and look for its INT8 (and FP8) matrix instructions."""
+def compile_variant(
+    variant: str,
+    arch: str,
+    head_dim: int = 128,
+    causal: bool = False,
+    n_k: int = 0,
+    accum: str = "fp32+fp32",
+) -> AotResult:
+    """Compile one variant for one arch and look for its INT8 (and FP8) matrix instructions.
+
+    The config is the table's row for ``n_k`` keys (0: the rows for any length) and the FP8
+    accumulation ``accum`` ("fp32+fp32" or "fp32", as ``pv_accum_dtype``)."""
     t0 = time.perf_counter()
     name = archs.normalize(arch)
     try:
@@ -122,7 +136,7 @@ def compile_variant(variant: str, arch: str, head_dim: int = 128, causal: bool =
         import triton
         from triton.backends.compiler import GPUTarget
 
-        src, cfg = _source(variant, row, head_dim, causal)
+        src, cfg = _source(variant, row, head_dim, causal, n_k, accum)
         kernel = triton.compile(
             src,
             target=GPUTarget(*row.triton_target),
