@@ -212,6 +212,7 @@ class BenchRow:
     accuracy: Optional[dict[str, Any]]
     bounds: Optional[dict[str, float]] = None
     error: Optional[str] = None
+    plan: Optional[dict[str, Any]] = None  # what ran: ``sagebuild.attention.api.launch_plan``
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -295,18 +296,22 @@ def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool) -> list[str
 # ---- running --------------------------------------------------------------------------------
 
 
-def _kernel_only(variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool) -> Callable[[], Any]:
-    """A callable that runs only the attention launch on inputs quantized beforehand.
+def _kernel_only(
+    variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool
+) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """A callable that runs only the attention launch on inputs quantized beforehand, and its
+    launch-plan record.
 
     Mirrors the steps of ``sagebuild.attention.api`` (K/V quantization outside the timed call;
-    Q is quantized inside the attention launch, so it stays in).
+    Q is quantized inside the attention launch, so it stays in) with the explicit function's
+    defaults: the portable kernel, two-level FP8 accumulation.
     """
     import torch
 
     from sagebuild.attention import api, dispatch
     from sagebuild.attention.validate import check_dense, check_sm_scale
+    from sagebuild.kernels.triton import configs, quant
     from sagebuild.kernels.triton import layout as lay
-    from sagebuild.kernels.triton import quant
     from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
@@ -338,7 +343,8 @@ def _kernel_only(variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool
         )
         return out
 
-    return run
+    split = configs.split_head_dim(d, dp)
+    return run, api.plan_record(variant, "fp32+fp32", "portable", cfg, cfg.k_blk, split, "excluded")
 
 
 def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:
@@ -389,6 +395,7 @@ def run_bench(
     if gpu:
         from sagebuild import attention
         from sagebuild.attention import dispatch
+        from sagebuild.kernels.triton import configs
 
         arch = dispatch.device_arch(dev)
         avail = dispatch.available_variants(dev)
@@ -405,8 +412,9 @@ def run_bench(
         )
         note = (
             f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "
-            "kernels/triton/configs.py); kernel-only rows exclude the K/V "
-            "quantization launches (Q is quantized inside the attention launch)"
+            "kernels/triton/configs.py); each row's plan names the kernel, launch config, K scale "
+            f"block and config table ({configs.CONFIG_TABLE_VERSION}) it ran; kernel-only rows exclude "
+            "the K/V quantization launches (Q is quantized inside the attention launch)"
         )
 
         def time_fn(fn: Callable[[], Any]) -> Timing:
@@ -434,15 +442,19 @@ def run_bench(
         if not backend:
             qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if cfg.layout == "NHD" else (q, k, v)
             backend = sdpa_backend(qs, ks, vs, cfg.causal)
-        providers: list[tuple[str, str, Callable[[], Callable[[], Any]], Optional[dict[str, float]]]] = []
-        providers.append((SDPA, "baseline", lambda q=q, k=k, v=v: sdpa_call(q, k, v), None))
+        # (name, kind, make -> (callable, launch-plan record or None), accuracy bounds)
+        providers: list[tuple[str, str, Callable[[], tuple[Callable[[], Any], Any]], Any]] = []
+        providers.append((SDPA, "baseline", lambda q=q, k=k, v=v: (sdpa_call(q, k, v), None), None))
         if gpu:
+            from sagebuild.attention.api import launch_plan
+
             providers.append(
                 (
                     AUTO,
                     "whole_call",
                     lambda q=q, k=k, v=v: (
-                        lambda: attention.sageattn(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
+                        lambda: attention.sageattn(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal),
+                        launch_plan(q, k, v, cfg.layout, cfg.causal),
                     ),
                     bounds_of(auto_variant),
                 )
@@ -452,8 +464,9 @@ def run_bench(
                     (
                         var,
                         "whole_call",
-                        lambda q=q, k=k, v=v, f=kern[var]: (
-                            lambda: f(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
+                        lambda q=q, k=k, v=v, f=kern[var], var=var: (
+                            lambda: f(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal),
+                            launch_plan(q, k, v, cfg.layout, cfg.causal, variant=var),
                         ),
                         bounds_of(var),
                     )
@@ -475,7 +488,8 @@ def run_bench(
                         lambda q=q, k=k, v=v, var=var: (
                             lambda: reference.golden_attention(
                                 q, k, v, variant=var, tensor_layout=cfg.layout, is_causal=cfg.causal
-                            )
+                            ),
+                            None,
                         ),
                         bounds_of(var),
                     )
@@ -483,21 +497,22 @@ def run_bench(
         base_ms: Optional[float] = None
         for name, kind, make, bounds in providers:
             say(f"seq={n} {name} {kind}")
+            plan = None
             try:
-                fn = make()
+                fn, plan = make()
                 out = fn()
                 acc = metrics.accuracy(out, ref)
                 timing = time_fn(fn)
             except Exception as e:  # noqa: BLE001 - a provider that fails is a row with its error
                 rows.append(
-                    BenchRow(n, name, kind, None, None, None, None, bounds, f"{type(e).__name__}: {e}")
+                    BenchRow(n, name, kind, None, None, None, None, bounds, f"{type(e).__name__}: {e}", plan)
                 )
                 continue
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
             if kind == "baseline":
                 base_ms = timing.median_ms
             speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
-            rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds))
+            rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan))
         del q, k, v, ref
     failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu)
     return BenchResult(

@@ -53,6 +53,16 @@ def sample_report(speedups=(0.9, 1.2, 1.5), failed_gate: bool = True) -> dict:
                 "speedup": sp,
                 "accuracy": _acc(0.9999, 0.012),
                 "bounds": {"cos_min": 0.9998, "rel_l1_max": 0.015},
+                "plan": {
+                    "variant": "qk_int8_pv_fp8",
+                    "pv_accum": "fp32",
+                    "kernel": "portable",
+                    "config": [64, 128, 4, 3] if s >= 8192 else [64, 64, 4, 3, 168],
+                    "k_blk": 128 if s >= 8192 else 64,
+                    "split_head_dim": False,
+                    "quantization": "triton",
+                    "table_version": "2026.11.30.7",
+                },
             }
         )
     failures = ["sageattn speed-up 0.900× < 1× at seq=1024"] if failed_gate else []
@@ -166,6 +176,23 @@ def test_sample_report_is_valid_and_violations_are_found():
     assert any("surprise" in e for e in validate(extra))
 
 
+def test_bench_rows_carry_their_launch_plan():
+    """Each row may say what ran (kernel, config, K block, table version); the Markdown table
+    shows it, and a malformed plan is refused."""
+    from sagebuild.report.render import plan_text
+
+    report = sample_report()
+    assert validate(report) == []
+    assert plan_text(report["bench"]["rows"][-1]["plan"]) == "fp8 mma-acc 64,128,4,3 K128"
+    assert plan_text(None) == "–"
+    bad = sample_report()
+    bad["bench"]["rows"][1]["plan"]["kernel"] = "magic"
+    del bad["bench"]["rows"][3]["plan"]["table_version"]
+    errs = validate(bad)
+    assert any("rows[1].plan" in e and "kernel" in e for e in errs), errs
+    assert any("rows[3].plan" in e and "table_version" in e for e in errs), errs
+
+
 def test_schema_file_is_versioned():
     schema = load_schema()
     assert schema["properties"]["schema_version"] == {"const": 1}
@@ -211,6 +238,7 @@ def test_write_report_files(tmp_path: Path):
 
     md = paths["markdown"].read_text()
     assert md.startswith("## sagebuild accept: ❌ FAILED (exit 40)")
+    assert "| 16384 | sageattn | whole_call | fp8 mma-acc 64,128,4,3 K128 |" in md
     assert "| bench | ❌ fail | 40 |" in md and "below threshold" in md
 
 

@@ -185,5 +185,29 @@ def test_kernel_only_adapter_matches_the_whole_call():
         ("qk_int8_pv_fp16", attention.sageattn_qk_int8_pv_fp16_triton),
         ("qk_int8_pv_fp8", attention.sageattn_qk_int8_pv_fp8_triton),
     ):
-        out = bench._kernel_only(var, q, k, v, "HND", False)()
-        assert torch.equal(out, whole(q, k, v, quantization_backend="triton")), var
+        run, plan = bench._kernel_only(var, q, k, v, "HND", False)
+        assert torch.equal(run(), whole(q, k, v, quantization_backend="triton")), var
+        assert plan["variant"] == var and plan["kernel"] == "portable" and plan["quantization"] == "excluded"
+
+
+def test_launch_plan_says_what_a_call_runs(monkeypatch):
+    """The plan record is decided as the call decides it: variant and FP8 accumulation, config
+    and K block (from the config keyword's env var here), quantization path, table version."""
+    import torch
+    from sagebuild.kernels.triton import configs
+
+    from sagebuild.attention import AttentionInputError
+    from sagebuild.attention.api import launch_plan
+
+    q, k, v = (torch.randn(1, 2, 64, 80).half() for _ in range(3))
+    auto = launch_plan(q, k, v)
+    assert auto["variant"] == "qk_int8_pv_fp16" and auto["pv_accum"] is None  # interpreter: FP16
+    assert auto["table_version"] == configs.CONFIG_TABLE_VERSION and auto["split_head_dim"] is True
+    monkeypatch.setenv(configs.ENV_VAR, "32,128,4,1")
+    fp8 = launch_plan(q, k, v, is_causal=True, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32")
+    assert fp8["pv_accum"] == "fp32" and fp8["config"] == [32, 128, 4, 1] and fp8["k_blk"] == 128
+    assert fp8["kernel"] == "portable" and fp8["quantization"] in ("triton", "extension", "in_kernel")
+    with pytest.raises(AttentionInputError, match="unknown variant"):
+        launch_plan(q, k, v, variant="fp4")
+    with pytest.raises(AttentionInputError):
+        launch_plan(q.float(), k, v)  # the call's own validation: fp32 is refused

@@ -441,6 +441,72 @@ def sageattn(
     )
 
 
+def launch_plan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    variant: str = "auto",
+    pv_accum_dtype: Optional[str] = None,
+    quantization_backend: str = "auto",
+) -> dict[str, Any]:
+    """What a call with these inputs would run, decided exactly as the call decides it, without
+    launching anything: for benchmark records and reports, so a number says which kernel,
+    launch config and table produced it.
+
+    ``variant``: "auto" (what ``sageattn`` picks, FP8 accumulation included), or
+    "qk_int8_pv_fp16" / "qk_int8_pv_fp8" (the explicit functions, with their defaults unless
+    ``pv_accum_dtype`` is given). Bad input raises ``AttentionInputError`` as the call would.
+    """
+    d = q.shape[-1]
+    n_k = k.shape[1 if tensor_layout == "NHD" else 2]
+    if variant == "auto":
+        variant = dispatch.variant_for_call(q.device, d, n_k)
+        if variant == dispatch.VARIANTS["fp8"] and pv_accum_dtype is None:
+            pv_accum_dtype = dispatch.pv_accum_for_call(q.device, d, n_k)
+    if variant not in dispatch.VARIANTS.values():
+        raise AttentionInputError(
+            f"unknown variant {variant!r}", f"pass 'auto' or one of {sorted(dispatch.VARIANTS.values())}"
+        )
+    pv = "fp8" if variant == dispatch.VARIANTS["fp8"] else "fp16"
+    accum = (pv_accum_dtype or "fp32+fp32") if pv == "fp8" else "fp32+fp32"
+    plan = _make_plan(
+        q, k, v, tensor_layout, is_causal, None, "per_warp", pv, quantization_backend, None, False, accum
+    )
+    return plan_record(
+        variant,
+        accum,
+        "hopper_ws" if plan.ws is not None else "portable",
+        plan.ws[0] if plan.ws is not None else plan.cfg,
+        plan.k_blk,
+        configs.split_head_dim(d, plan.dp),
+        "in_kernel" if plan.fused else ("extension" if plan.ops is not None else "triton"),
+    )
+
+
+def plan_record(
+    variant: str,
+    pv_accum: str,
+    kernel: str,
+    cfg: configs.LaunchConfig,
+    k_blk: int,
+    split: bool,
+    quantization: str,
+) -> dict[str, Any]:
+    """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows)."""
+    return {
+        "variant": variant,
+        "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
+        "kernel": kernel,
+        "config": list(cfg.as_tuple()),
+        "k_blk": k_blk,
+        "split_head_dim": split,
+        "quantization": quantization,
+        "table_version": configs.CONFIG_TABLE_VERSION,
+    }
+
+
 def sageattn_varlen(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -28,6 +28,8 @@ def render(res: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from sagebuild.report.render import plan_text
+
     d = res.to_dict()
     label = "CPU timings — not a GPU result" if res.timing_kind == "cpu" else f"GPU {res.device_name}"
     table = Table(title=f"sagebuild bench — {label}", title_justify="left")
@@ -35,6 +37,7 @@ def render(res: Any) -> None:
         "seq",
         "provider",
         "kind",
+        "kernel",
         "median ms",
         "p20–p80",
         "TFLOPS",
@@ -43,7 +46,7 @@ def render(res: Any) -> None:
         "rel L1",
         "max abs",
     ):
-        table.add_column(col, justify="right" if col not in ("provider", "kind") else "left")
+        table.add_column(col, justify="right" if col not in ("provider", "kind", "kernel") else "left")
     for r in d["rows"]:
         t, a = r["timing"], r["accuracy"] or {}
         if t is None:
@@ -51,6 +54,7 @@ def render(res: Any) -> None:
                 str(r["seq"]),
                 r["provider"],
                 r["kind"],
+                escape(plan_text(r.get("plan"))),
                 "[red]error[/]",
                 escape(r["error"] or "")[:60],
                 "",
@@ -64,6 +68,7 @@ def render(res: Any) -> None:
             str(r["seq"]),
             r["provider"],
             r["kind"],
+            escape(plan_text(r.get("plan"))),
             f"{t['median_ms']:.4f}",
             f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}",
             f"{r['tflops']:.3g}",

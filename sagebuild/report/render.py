@@ -37,11 +37,30 @@ def chart_title(bench: dict[str, Any] | None) -> str:
     return "Speed-up vs SDPA (median time ratio)"
 
 
+def plan_text(plan: dict[str, Any] | None) -> str:
+    """A bench row's launch plan in a few words: "fp8 mma-acc 64,128,4,3 K128", "–" for none."""
+    if not plan:
+        return "–"
+    parts = [plan["variant"].rsplit("_", 1)[-1]]
+    if plan.get("pv_accum") == "fp32":
+        parts.append("mma-acc")
+    if plan["kernel"] != "portable":
+        parts.append(plan["kernel"])
+    parts.append(",".join(map(str, plan["config"])))
+    parts.append(f"K{plan['k_blk']}")
+    if plan.get("split_head_dim"):
+        parts.append("split")
+    if plan["quantization"] not in ("triton", "excluded"):
+        parts.append(f"quant:{plan['quantization']}")
+    return " ".join(parts)
+
+
 def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = [
         "seq",
         "provider",
         "kind",
+        "kernel",
         "median ms",
         "p20–p80 ms",
         "TFLOPS",
@@ -59,6 +78,7 @@ def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 str(r["seq"]),
                 r["provider"],
                 r["kind"],
+                plan_text(r.get("plan")),
                 _f(t and t["median_ms"]),
                 f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
                 _f(r.get("tflops"), 1),
@@ -70,7 +90,7 @@ def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ]
         )
         if r.get("error"):
-            rows[-1][3] = "error: " + r["error"].splitlines()[0][:80]
+            rows[-1][4] = "error: " + r["error"].splitlines()[0][:80]
     return head, rows
 
 
