@@ -137,6 +137,33 @@ def test_bench_cpu_labels_timings_and_applies_no_speed_gate():
     assert rows[(256, "sdpa")].accuracy["cos"] > 0.99999  # SDPA itself is near exact
 
 
+def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
+    """GPU rows carry a launch plan: the CLI table gains a kernel column; CPU rows do not."""
+    from rich.console import Console
+
+    from sagebuild.cli import bench_cmd
+
+    prof = CPU
+    cfg = bench.config_from_profile(prof, seq=(64,), heads=1, warmup=1, reps=2)
+    res = bench.run_bench(prof, cfg)
+    out = Console(record=True, width=200)
+    monkeypatch.setattr(bench_cmd, "console", out)
+    bench_cmd.render(res)
+
+    def header(text: str) -> str:
+        return next(line for line in text.splitlines() if "provider" in line)
+
+    assert "kernel" not in header(out.export_text())
+    plan = {"variant": "qk_int8_pv_fp8", "pv_accum": "fp32", "kernel": "portable", "config": [64, 128, 4, 3],
+            "k_blk": 128, "split_head_dim": False, "quantization": "triton", "table_version": "t"}
+    res.rows[1] = dataclasses.replace(res.rows[1], plan=plan)
+    out = Console(record=True, width=200)
+    monkeypatch.setattr(bench_cmd, "console", out)
+    bench_cmd.render(res)
+    text = out.export_text()
+    assert "kernel" in header(text) and "fp8 mma-acc 64,128,4,3 K128" in text
+
+
 def test_bench_accuracy_gate_exit_40():
     prof = tight(CPU)
     res = bench.run_bench(prof, bench.config_from_profile(prof, seq=(128,), heads=1, warmup=0, reps=1))

@@ -33,49 +33,37 @@ def render(res: Any) -> None:
     d = res.to_dict()
     label = "CPU timings — not a GPU result" if res.timing_kind == "cpu" else f"GPU {res.device_name}"
     table = Table(title=f"sagebuild bench — {label}", title_justify="left")
-    for col in (
-        "seq",
-        "provider",
-        "kind",
-        "kernel",
-        "median ms",
-        "p20–p80",
-        "TFLOPS",
-        "speed-up",
-        "cos",
-        "rel L1",
-        "max abs",
-    ):
+    # the kernel column only when rows carry a launch plan (GPU runs): narrow terminals truncate
+    with_plan = any(r.get("plan") for r in d["rows"])
+    cols = ["seq", "provider", "kind", "kernel", "median ms", "p20–p80", "TFLOPS", "speed-up", "cos"]
+    cols += ["rel L1", "max abs"]
+    if not with_plan:
+        cols.remove("kernel")
+    for col in cols:
         table.add_column(col, justify="right" if col not in ("provider", "kind", "kernel") else "left")
+
+    def cells(r: dict[str, Any], *rest: str) -> list[str]:
+        head = [str(r["seq"]), r["provider"], r["kind"]]
+        if with_plan:
+            head.append(escape(plan_text(r.get("plan"))))
+        return head + list(rest)
+
     for r in d["rows"]:
         t, a = r["timing"], r["accuracy"] or {}
         if t is None:
-            table.add_row(
-                str(r["seq"]),
-                r["provider"],
-                r["kind"],
-                escape(plan_text(r.get("plan"))),
-                "[red]error[/]",
-                escape(r["error"] or "")[:60],
-                "",
-                "",
-                "",
-                "",
-                "",
-            )
+            table.add_row(*cells(r, "[red]error[/]", escape(r["error"] or "")[:60], "", "", "", "", "", ""))
             continue
         table.add_row(
-            str(r["seq"]),
-            r["provider"],
-            r["kind"],
-            escape(plan_text(r.get("plan"))),
-            f"{t['median_ms']:.4f}",
-            f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}",
-            f"{r['tflops']:.3g}",
-            f"{r['speedup']:.3f}×" if r["speedup"] is not None else "",
-            f"{a.get('cos', 0):.6f}",
-            f"{a.get('rel_l1', 0):.5f}",
-            f"{a.get('max_abs', 0):.4g}",
+            *cells(
+                r,
+                f"{t['median_ms']:.4f}",
+                f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}",
+                f"{r['tflops']:.3g}",
+                f"{r['speedup']:.3f}×" if r["speedup"] is not None else "",
+                f"{a.get('cos', 0):.6f}",
+                f"{a.get('rel_l1', 0):.5f}",
+                f"{a.get('max_abs', 0):.4g}",
+            )
         )
     console.print(table)
     console.print(
