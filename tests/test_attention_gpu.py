@@ -186,6 +186,24 @@ def test_bf16_and_nhd_and_sageattn_auto():
 
 
 @pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
+def test_triton_quantization_is_bit_equal_to_the_contract_on_the_gpu(blk):
+    """Given the same K mean, the GPU's INT8 codes and scales and FP8 V codes and scales equal the
+    plain-torch statement of the layout bit for bit (IEEE divisions everywhere, exact rounding)."""
+    from sagebuild.kernels.triton import layout, quant
+
+    from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
+
+    _, k, v = _inputs(1, 4, 1000, 128, dist="k_offset", seed=8)
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), 128, True, torch.float8_e4m3fn, blk)
+    ref_q, ref_s = quant_int8_blocks(k.float() - km[:, :, None, :], blk)
+    assert torch.equal(ks, ref_s)
+    assert torch.equal(kq.t.float(), ref_q)
+    ref_v, ref_vs = quant_v_fp8(v.float(), torch.float8_e4m3fn)
+    assert torch.equal(vs, ref_vs)
+    assert torch.equal(vq.t.float(), ref_v)
+
+
+@pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
 def test_extension_quantization_agrees_with_triton(blk):
     from sagebuild.kernels.triton import layout, quant
 

@@ -129,13 +129,13 @@ def _attn_tiles(
             kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
             y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
             if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
-                kstep = tl.maximum(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 1e-8) / 127.0
+                kstep = tl.math.div_rn(tl.maximum(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 1e-8), 127.0)
                 k = to_int8(tl.math.div_rn(y, kstep))
                 s = tl.dot(q, tl.trans(k)).to(tl.float32)
                 c = qs * kstep
             else:
                 kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
-                kstep = tl.maximum(kamax, 1e-8) / 127.0
+                kstep = tl.math.div_rn(tl.maximum(kamax, 1e-8), 127.0)
                 kstep_col = tl.reshape(
                     tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
                 )
@@ -311,7 +311,7 @@ def _attn_fwd_kernel(
             if SPLIT_D:
                 amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
                 amax = tl.maximum(amax, amax2)
-            step = tl.maximum(amax, 1e-8) / 127.0
+            step = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)  # quant.py: scales use div_rn
             step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
             q = to_int8(tl.math.div_rn(qf, step_row[:, None]))
             q2 = to_int8(tl.math.div_rn(qf2, step_row[:, None])) if SPLIT_D else q
@@ -327,7 +327,7 @@ def _attn_fwd_kernel(
         else:
             km_row = tl.zeros([BLOCK_D], dtype=tl.float32)
         if KV_FUSED and PV_FP8:  # VS holds V's amax per channel: the scale is derived here
-            vs_row = tl.maximum(tl.load(VS + kv_bh * BLOCK_D + offs_d), 1e-8) / FP8_MAX
+            vs_row = tl.math.div_rn(tl.maximum(tl.load(VS + kv_bh * BLOCK_D + offs_d), 1e-8), FP8_MAX)
         else:
             vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
 

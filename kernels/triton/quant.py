@@ -10,6 +10,10 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 * FP8 V per channel: ``v_scale = max(amax over tokens of |v|, EPS) / FP8_MAX`` float32
   [B, H, Dp], ``v_fp8 = saturate(v / v_scale)`` rounded to nearest even.
 
+Every division of the contract is IEEE (``tl.math.div_rn``), scales included: Triton's ``/`` on
+float32 is ``div.full.f32`` on NVIDIA (within 2 ulp), which would make a scale differ from
+torch's and the extension's by an ulp.
+
 K and V together: the statistics (mean of K, amax of V; torch reductions for dense inputs),
 then one Triton pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
 (no launch at all); ``quant_per_block_int8`` quantizes Q on its own for the pre-quantized path.
@@ -204,7 +208,7 @@ def _quant_blocks_kernel(
             km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
     amax = tl.maximum(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 1e-8)
-    step = amax / 127.0
+    step = tl.math.div_rn(amax, 127.0)
     xq = to_int8(tl.math.div_rn(x, step))
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
@@ -216,7 +220,7 @@ def _quant_blocks_kernel(
             va = vmax
         else:
             va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
-        vs = tl.maximum(va, 1e-8) / FP8_MAX
+        vs = tl.math.div_rn(tl.maximum(va, 1e-8), FP8_MAX)
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = tl.math.div_rn(v.to(tl.float32), vs[None, :])
