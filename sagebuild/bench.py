@@ -297,14 +297,15 @@ def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool) -> list[str
 
 
 def _kernel_only(
-    variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool
+    variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool, config: Any = None
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
     """A callable that runs only the attention launch on inputs quantized beforehand, and its
     launch-plan record.
 
     Mirrors the steps of ``sagebuild.attention.api`` (K/V quantization outside the timed call;
     Q is quantized inside the attention launch, so it stays in) with the explicit function's
-    defaults: the portable kernel, two-level FP8 accumulation.
+    defaults: the portable kernel, two-level FP8 accumulation. ``config``: as the functions'
+    keyword (tuning runs).
     """
     import torch
 
@@ -320,7 +321,7 @@ def _kernel_only(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qh.shape[-1]
     scale = check_sm_scale(None, d)
-    dp, cfg = api._resolve(arch, d, pv, causal, None, kh.shape[2])
+    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2])
     kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk)
     kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs)
     out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)

@@ -16,9 +16,9 @@ import math
 import torch
 import triton
 import triton.testing
-from sagebuild.kernels.triton import configs, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+from sagebuild.kernels.triton import configs
 
+from sagebuild import bench
 from sagebuild.attention import (
     dispatch,
     sageattn,
@@ -45,31 +45,9 @@ def _ms(fn) -> float:
 
 
 def _kernel_only(q, k, v, pv: str, causal: bool, cfg_override) -> float:
-    arch = dispatch.device_arch(q.device)
-    d = q.shape[-1]
-    dp = configs.padded_head_dim(d)
-    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
-    split = configs.split_head_dim(d, dp)
-    cfg = configs.lookup(dispatch.family(arch), dp, pv, causal, cfg_override, split=split, n_k=k.shape[2])
-    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, cfg.k_blk)
-    kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else layout.dense(v), vs)
-    out = torch.empty_like(q)
-    qv, ov = layout.dense(q), layout.dense(out)
-    fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    return _ms(
-        lambda: attention_forward(
-            qv,
-            kv,
-            ov,
-            cfg,
-            head_dim_pad=dp,
-            sm_scale=d**-0.5,
-            causal=causal,
-            pv_fp8=fp8 is not None,
-            q_blk=cfg.q_blk("per_warp"),
-            fp8_max=fmax,
-        )
-    )
+    """The attention launch alone on K/V quantized beforehand (``sagebuild.bench``'s adapter)."""
+    run, _ = bench._kernel_only(dispatch.VARIANTS[pv], q, k, v, "HND", causal, config=cfg_override)
+    return _ms(run)
 
 
 def _bench_shape(

@@ -143,7 +143,7 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     q, k, v = _inputs(1, 4, 8192, 128, seed=6, hk=1)
     q = q[:, :, :512].contiguous()
     arch = dispatch.device_arch(q.device)
-    variant = "fp8acc" if pv_accum == "fp32" else "fp8"
+    variant = configs.variant_key("fp8", pv_accum)
     cfg = configs.lookup(dispatch.family(arch), 128, variant, False, n_k=8192)
     if dispatch.family(arch) == "Hopper":
         assert cfg.block_n == 128 and cfg.k_blk == 128, cfg
@@ -160,9 +160,9 @@ def test_sageattn_takes_the_measured_fp8_accumulation():
     if "qk_int8_pv_fp8" not in _variants():
         pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
     q, k, v = _inputs(1, 8, 2048, 128, seed=7)
-    if dispatch.variant_for_call(q.device, 128, 2048) != "qk_int8_pv_fp8":
+    variant, accum = dispatch.choice_for_call(q.device, 128, 2048)
+    if variant != "qk_int8_pv_fp8":
         pytest.skip("sageattn does not take FP8 P·V here")
-    accum = dispatch.pv_accum_for_call(q.device, 128, 2048)
     if dispatch.family(dispatch.device_arch(q.device)) == "Hopper":
         assert accum == "fp32"
     auto = sageattn(q, k, v, is_causal=True)

@@ -215,6 +215,9 @@ def test_kernel_only_adapter_matches_the_whole_call():
         run, plan = bench._kernel_only(var, q, k, v, "HND", False)
         assert torch.equal(run(), whole(q, k, v, quantization_backend="triton")), var
         assert plan["variant"] == var and plan["kernel"] == "portable" and plan["quantization"] == "excluded"
+        run, plan = bench._kernel_only(var, q, k, v, "HND", False, config="32,128,4,1")  # tuning runs
+        assert plan["config"] == [32, 128, 4, 1] and plan["k_blk"] == 128
+        assert torch.equal(run(), whole(q, k, v, quantization_backend="triton", config="32,128,4,1")), var
 
 
 def test_launch_plan_says_what_a_call_runs(monkeypatch):

@@ -300,6 +300,12 @@ def lookup(
     raise AssertionError("the config table ends with a catch-all row")
 
 
+def variant_key(pv: str, pv_accum: str) -> str:
+    """The table's variant for a call: "fp16", "fp8", or "fp8acc" for FP8 P·V with
+    ``pv_accum_dtype="fp32"`` (the MMA accumulates)."""
+    return "fp8acc" if pv == "fp8" and pv_accum == "fp32" else pv
+
+
 def _matches(row: Row, family: str, variant: str, causal: bool, n_k: int) -> bool:
     var_ok = row.variant in ("*", variant) or (row.variant == "fp8" and variant == "fp8acc")
     return row.family in ("*", family) and var_ok and row.causal in ("*", causal) and n_k >= row.min_keys

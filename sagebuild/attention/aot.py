@@ -50,7 +50,7 @@ def _source(
     fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
     direct = fp8 and accum == "fp32"
-    key = ("fp8acc" if direct else "fp8") if fp8 else "fp16"
+    key = configs.variant_key("fp8" if fp8 else "fp16", accum)
     cfg = configs.lookup(row.family, head_dim, key, causal, n_k=n_k)
     ptr = {
         "QF": "*fp16",

@@ -109,7 +109,7 @@ def _resolve(
 ) -> tuple[int, configs.LaunchConfig]:
     dp = configs.padded_head_dim(head_dim)
     assert dp is not None  # validate.check_head_dim ran
-    variant = "fp8acc" if pv == "fp8" and pv_accum == "fp32" else pv
+    variant = configs.variant_key(pv, pv_accum)
     try:
         split = configs.split_head_dim(head_dim, dp)
         cfg = configs.lookup(dispatch.family(arch), dp, variant, causal, config, split=split, n_k=n_k)
@@ -429,9 +429,9 @@ def sageattn(
         d, n_k = q.shape[-1], k.shape[1 if tensor_layout == "NHD" else 2]
     except (AttributeError, IndexError):  # malformed input: the variant's own checks say what is wrong
         d, n_k = 0, 0
-    variant = dispatch.variant_for_call(device, d, n_k)
+    variant, accum = dispatch.choice_for_call(device, d, n_k)
     if variant == dispatch.VARIANTS["fp8"]:
-        kwargs.setdefault("pv_accum_dtype", dispatch.pv_accum_for_call(device, d, n_k))
+        kwargs.setdefault("pv_accum_dtype", accum)
         return sageattn_qk_int8_pv_fp8_triton(
             q, k, v, tensor_layout, is_causal, sm_scale, return_lse=return_lse, **kwargs
         )
@@ -462,9 +462,8 @@ def launch_plan(
     d = q.shape[-1]
     n_k = k.shape[1 if tensor_layout == "NHD" else 2]
     if variant == "auto":
-        variant = dispatch.variant_for_call(q.device, d, n_k)
-        if variant == dispatch.VARIANTS["fp8"] and pv_accum_dtype is None:
-            pv_accum_dtype = dispatch.pv_accum_for_call(q.device, d, n_k)
+        variant, accum = dispatch.choice_for_call(q.device, d, n_k)
+        pv_accum_dtype = pv_accum_dtype or accum
     if variant not in dispatch.VARIANTS.values():
         raise AttentionInputError(
             f"unknown variant {variant!r}", f"pass 'auto' or one of {sorted(dispatch.VARIANTS.values())}"

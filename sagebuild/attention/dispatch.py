@@ -70,9 +70,9 @@ def variant_for_arch_call(arch: str, head_dim: int, n_k: int) -> str:
     return _choice(arch, head_dim, n_k)[0]
 
 
-def pv_accum_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> str:
-    """The FP8 P·V accumulation ``sageattn`` uses ("fp32+fp32" or "fp32", upstream's names)."""
-    return _choice(device_arch(device), head_dim, n_k)[1]
+def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> tuple[str, str]:
+    """What ``sageattn`` runs: (variant, FP8 accumulation "fp32+fp32" or "fp32", upstream's names)."""
+    return _choice(device_arch(device), head_dim, n_k)
 
 
 @functools.lru_cache(maxsize=4096)
