@@ -185,6 +185,17 @@ def test_bf16_and_nhd_and_sageattn_auto():
     assert acc["finite"] and acc["cos"] >= cos_min and acc["rel_l1"] <= l1_max + 0.005, acc  # bf16 output
 
 
+def test_golden_model_divides_on_the_gpu_as_on_the_cpu():
+    """The contract's scales are IEEE quotients on every device: torch's CUDA division by a Python
+    scalar multiplies by the reciprocal, so the golden model divides by a tensor instead."""
+    from sagebuild.attention.reference import ieee_div
+
+    g = torch.Generator(device="cuda").manual_seed(9)
+    amax = torch.rand(1 << 20, device="cuda", generator=g) * 50 + 1e-3
+    for divisor in (127.0, 448.0, 240.0):
+        torch.testing.assert_close(ieee_div(amax, divisor).cpu(), amax.cpu() / divisor, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
 def test_triton_quantization_is_bit_equal_to_the_contract_on_the_gpu(blk):
     """Given the same K mean, the GPU's INT8 codes and scales and FP8 V codes and scales equal the
