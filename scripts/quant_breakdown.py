@@ -2,11 +2,11 @@
 
     python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128]
 
-Prints, per shape, do_bench medians (ms) of K's mean, V's amax (torch reductions), the Triton
-quantization launch with those statistics given (also K alone, and with FP8 V stored
-token-major instead of channel-major), the whole ``quant_kv`` call, the extension's
-ops when built, and the bandwidth floor (read K and V once, write them quantized) at the
-device's measured copy rate passed with --copy-tbps.
+Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reductions, the
+same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
+combining launch), the Triton quantization launch with the statistics given (also K alone), the
+whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor (read K and V once,
+write them quantized) at the device's measured copy rate passed with --copy-tbps.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+import triton
 from sagebuild.kernels.triton import configs, layout, quant
 from triton.testing import do_bench
 
@@ -37,14 +38,8 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     t_amax = _ms(lambda: torch.linalg.vector_norm(v, ord=float("inf"), dim=2, dtype=torch.float32))
     t_quant = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp, v=vd, v_amax=va, fp8_dtype=fp8))
     t_k_only = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp))
-    # the same launch with FP8 V written token-major (not what the attention kernel reads):
-    # how much the channel-major store costs
-    real_empty = quant.empty_like_view
-    quant.empty_like_view = lambda view, hd, dtype, channel_major=False: real_empty(view, hd, dtype)
-    try:
-        t_token_major = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp, v=vd, v_amax=va, fp8_dtype=fp8))
-    finally:
-        quant.empty_like_view = real_empty
+    t_stats = _ms(lambda: quant.kv_stats(kd, vd, dp, True, fp8))
+    parts = triton.cdiv(n, quant.part_rows(n, b * h, k.device))
     t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk))
     t_ext = float("nan")
     if ops is not None:
@@ -57,8 +52,8 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
         t_ext = _ms(ext_call)
     floor = 6 * k.numel() / (copy_tbps * 1e12) * 1e3  # bytes: read K and V (2 + 2), write 1 + 1
     return (
-        f"| {b}×{h}×{n}×{d} | {blk} | {t_mean:.4f} | {t_amax:.4f} | {t_quant:.4f} | {t_k_only:.4f} | "
-        f"{t_token_major:.4f} | {t_all:.4f} | {t_ext:.4f} | {floor:.4f} |"
+        f"| {b}×{h}×{n}×{d} | {blk} | {t_mean:.4f} | {t_amax:.4f} | {t_stats:.4f} ({parts}) | "
+        f"{t_quant:.4f} | {t_k_only:.4f} | {t_all:.4f} | {t_ext:.4f} | {floor:.4f} |"
     )
 
 
@@ -74,8 +69,8 @@ def main() -> None:
     except ImportError:
         ops = None
     print(
-        "| B×H×N×D | K block | K mean | V amax | quant launch | K only | V token-major | quant_kv "
-        "| ext ops | floor |"
+        "| B×H×N×D | K block | torch K mean | torch V amax | kv_stats (parts) | quant launch | K only "
+        "| quant_kv | ext ops | floor |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for spec in args.shapes.split(","):

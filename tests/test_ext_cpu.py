@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from sagebuild import ext, profiles
+from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
 from sagebuild.build import paths
 from sagebuild.build.plan import make_plan
 from sagebuild.build.proc import looks_like_oom
@@ -61,31 +62,18 @@ def ops(built: dict[str, Any]) -> Any:
     return q
 
 
-# ---- plain-torch reimplementation of the contract ----------------------------------------------
-
-def round_half_away(t: torch.Tensor) -> torch.Tensor:
-    d = t.double()
-    return (torch.sign(d) * torch.floor(d.abs() + 0.5)).to(torch.int8)
-
+# ---- the contract, as the golden model states it -----------------------------------------------
 
 def ref_quant_int8(x: torch.Tensor, km: torch.Tensor | None, blk: int, mul: float):
     y = x.float() - km if km is not None else x.float()
-    b, h, n, d = y.shape
-    nblk = math.ceil(n / blk)
-    pad = torch.zeros(b, h, nblk * blk, d)
-    pad[:, :, :n] = y.abs()
-    amax = pad.reshape(b, h, nblk, blk * d).amax(-1).clamp_min(1e-8)
-    step = amax / 127.0
-    step_rows = step.repeat_interleave(blk, dim=2)[:, :, :n, None]
-    q = round_half_away(y / step_rows).clamp(-127, 127)
-    return q, step * mul
+    q, step = quant_int8_blocks(y, blk)
+    return q.to(torch.int8), step * mul
 
 
 def ref_quant_v(v: torch.Tensor, fnuz: bool):
-    fmax = 240.0 if fnuz else 448.0
     dt = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
-    scale = v.float().abs().amax(dim=2).clamp_min(1e-8) / fmax
-    return (v.float() / scale[:, :, None, :]).clamp(-fmax, fmax).to(dt), scale
+    codes, scale = quant_v_fp8(v.float(), dt)
+    return codes.to(dt), scale
 
 
 def bhnd(b: int, h: int, n: int, d: int, dtype: torch.dtype, layout: str, seed: int) -> torch.Tensor:

@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <vector>
 #include <tuple>
 
 #include "ops_common.h"
@@ -74,13 +75,14 @@ std::tuple<at::Tensor, at::Tensor> quant_per_block_int8_cpu(const at::Tensor& x_
             amax = fmaxf(amax, fabsf(y));
           }
         const float step = fmaxf(amax, kAmaxEps) / kInt8Max;
+        const float inv = recip(step);
         s[job] = step * mul;
         for (int n = n0; n < n1; ++n) {
           int8_t* dst = o + (static_cast<int64_t>(bh) * v.N + n) * v.D;
           for (int d = 0; d < v.D; ++d) {
             float y = T::load(x[offset(v, bh, n, d)]);
             if (kmrow) y -= kmrow[d];
-            dst[d] = quant_int8(y, step);
+            dst[d] = quant_int8(y, inv);
           }
         }
       }
@@ -109,12 +111,16 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_per_channel_cpu(const at::Tensor&
         for (int n = 0; n < v.N; ++n)
           for (int d = 0; d < v.D; ++d)
             srow[d] = fmaxf(srow[d], fabsf(T::load(x[offset(v, static_cast<int>(bh), n, d)])));
-        for (int d = 0; d < v.D; ++d) srow[d] = fmaxf(srow[d], kAmaxEps) / fmax;
+        std::vector<float> inv(v.D);
+        for (int d = 0; d < v.D; ++d) {
+          srow[d] = fmaxf(srow[d], kAmaxEps) / fmax;
+          inv[d] = recip(srow[d]);
+        }
         uint8_t* oh = o + bh * v.D * v.N;
         for (int n = 0; n < v.N; ++n)
           for (int d = 0; d < v.D; ++d)
             oh[static_cast<int64_t>(d) * v.N + n] =
-                float_to_e4m3(T::load(x[offset(v, static_cast<int>(bh), n, d)]) / srow[d], fnuz);
+                float_to_e4m3(mul_rn(T::load(x[offset(v, static_cast<int>(bh), n, d)]), inv[d]), fnuz);
       }
     });
   });

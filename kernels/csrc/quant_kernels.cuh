@@ -195,7 +195,7 @@ __device__ __forceinline__ float block_int8_step(float amax, float* red) {
 }
 
 // Per-block symmetric INT8 of y = x - km (km may be null): one CUDA block per (bh, token block).
-// scale[bh, i] = max(amax, eps) / 127 * scale_mul;  out = round_half_away(y / (amax / 127)).
+// scale[bh, i] = max(amax, eps) / 127 * scale_mul;  out = round_half_away(y * (1 / step)).
 // Thread t visits the flat indices t, t + 256, ... of the block as (row, column) pairs stepped
 // without a division per element.
 template <class T>
@@ -227,13 +227,14 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
     }
   }
   const float step = block_int8_step(amax, red);
+  const float inv = recip(step);
   if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
 
   int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D;
   for (int r = r_first, c = c_first; r < rows;) {
     float y = T::load(xb[r * v.sn + c * v.sd]);
     if (kmrow) y -= kmrow[c];
-    dst[static_cast<int64_t>(r) * v.D + c] = quant_int8(y, step);
+    dst[static_cast<int64_t>(r) * v.D + c] = quant_int8(y, inv);
     r += rstep;
     c += cstep;
     if (c >= v.D) {
@@ -272,6 +273,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(km ? e[i] - kmv[i] : e[i]));
   }
   const float step = block_int8_step(amax, red);
+  const float inv = recip(step);
   if (threadIdx.x == 0) scale[static_cast<int64_t>(bh) * nblk + ib] = step * scale_mul;
 
   int8_t* dst = out + (static_cast<int64_t>(bh) * v.N + n0) * v.D + g * V;
@@ -283,7 +285,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
       int8_t b[V];
     } pk;
 #pragma unroll
-    for (int i = 0; i < V; ++i) pk.b[i] = quant_int8(km ? e[i] - kmv[i] : e[i], step);
+    for (int i = 0; i < V; ++i) pk.b[i] = quant_int8(km ? e[i] - kmv[i] : e[i], inv);
     *reinterpret_cast<typename PackedI8<V>::type*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
   }
 }
@@ -340,15 +342,15 @@ __global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, co
       const int d = d0 + dc;
       const int n = n0 + 4 * q;
       if (d >= v.D || n >= v.N) continue;
-      const float s = sc[dc];
+      const float inv = recip(sc[dc]);
       uint8_t* dst = oh + static_cast<int64_t>(d) * v.N + n;
       if (packed_store) {
         uint32_t codes = 0;
         for (int k = 0; k < 4; ++k)
-          codes |= static_cast<uint32_t>(float_to_e4m3(tile[4 * q + k][dc] / s, fnuz)) << (8 * k);
+          codes |= static_cast<uint32_t>(float_to_e4m3(mul_rn(tile[4 * q + k][dc], inv), fnuz)) << (8 * k);
         *reinterpret_cast<uint32_t*>(dst) = codes;
       } else {
-        for (int k = 0; k < 4 && n + k < v.N; ++k) dst[k] = float_to_e4m3(tile[4 * q + k][dc] / s, fnuz);
+        for (int k = 0; k < 4 && n + k < v.N; ++k) dst[k] = float_to_e4m3(mul_rn(tile[4 * q + k][dc], inv), fnuz);
       }
     }
   }

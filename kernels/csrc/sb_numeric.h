@@ -71,9 +71,23 @@ struct F32 {
   static SB_HD float load(storage v) { return v; }
 };
 
-// Symmetric INT8: round half away from zero, clamp to [-127, 127].
-SB_HD int8_t quant_int8(float y, float step) {
-  float q = roundf(y / step);
+// y * r rounded once, never contracted into an FMA with the rounding that follows: the
+// contract multiplies each element by a scale's IEEE reciprocal and rounds the product on its
+// own, as the Triton kernels and torch do (host code is built with -ffp-contract=off).
+SB_HD float mul_rn(float y, float r) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __fmul_rn(y, r);
+#else
+  return y * r;
+#endif
+}
+
+// The IEEE reciprocal of a scale (1 / step, 1 / v_scale): one division per block or channel.
+SB_HD float recip(float s) { return 1.0f / s; }
+
+// Symmetric INT8 of y given inv = recip(step): round half away from zero, clamp to [-127, 127].
+SB_HD int8_t quant_int8(float y, float inv) {
+  float q = roundf(mul_rn(y, inv));
   q = fminf(fmaxf(q, -kInt8Max), kInt8Max);
   return static_cast<int8_t>(q);
 }

@@ -32,7 +32,7 @@ import triton.language as tl
 from . import configs, launcher
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
-from .quant import LOG2E, seq_base, to_int8
+from .quant import LOG2E, fp8_inv_scale, int8_step, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -91,7 +91,7 @@ def _attn_tiles(
     offs_d,
     offs_d2,
     km_row,
-    vs_row,
+    vinv_row,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -129,17 +129,18 @@ def _attn_tiles(
             kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
             y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
             if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
-                kstep = tl.math.div_rn(tl.maximum(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 1e-8), 127.0)
-                k = to_int8(tl.math.div_rn(y, kstep))
+                kstep, kinv = int8_step(tl.max(tl.max(tl.abs(y), axis=1), axis=0))
+                k = to_int8(y * kinv)
                 s = tl.dot(q, tl.trans(k)).to(tl.float32)
                 c = qs * kstep
             else:
                 kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
-                kstep = tl.math.div_rn(tl.maximum(kamax, 1e-8), 127.0)
+                kstep, kinv = int8_step(kamax)
                 kstep_col = tl.reshape(
                     tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
                 )
-                k = to_int8(tl.math.div_rn(y, kstep_col[:, None]))
+                kinv_col = tl.reshape(tl.broadcast_to(kinv[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,))
+                k = to_int8(y * kinv_col[:, None])
                 s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
                 c = qs
             off = tl.zeros_like(qs)
@@ -186,7 +187,7 @@ def _attn_tiles(
         v_rows = V + v_base + cols[:, None] * stride_vn
         v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
         if PV_FP8 and KV_FUSED:
-            v = tl.math.div_rn(v.to(tl.float32), vs_row[None, :])
+            v = v.to(tl.float32) * vinv_row[None, :]
             v = tl.minimum(tl.maximum(v, -FP8_MAX), FP8_MAX).to(P_DTYPE)
         # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
@@ -311,10 +312,11 @@ def _attn_fwd_kernel(
             if SPLIT_D:
                 amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
                 amax = tl.maximum(amax, amax2)
-            step = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)  # quant.py: scales use div_rn
+            step, inv = int8_step(amax)  # the contract of quant.py
             step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
-            q = to_int8(tl.math.div_rn(qf, step_row[:, None]))
-            q2 = to_int8(tl.math.div_rn(qf2, step_row[:, None])) if SPLIT_D else q
+            inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
+            q = to_int8(qf * inv_row[:, None])
+            q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
             qs = step_row * q_scale_mul
 
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -327,9 +329,10 @@ def _attn_fwd_kernel(
         else:
             km_row = tl.zeros([BLOCK_D], dtype=tl.float32)
         if KV_FUSED and PV_FP8:  # VS holds V's amax per channel: the scale is derived here
-            vs_row = tl.math.div_rn(tl.maximum(tl.load(VS + kv_bh * BLOCK_D + offs_d), 1e-8), FP8_MAX)
+            vs_row, vinv_row = fp8_inv_scale(tl.load(VS + kv_bh * BLOCK_D + offs_d), FP8_MAX)
         else:
             vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
+            vinv_row = vs_row
 
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
@@ -365,7 +368,7 @@ def _attn_fwd_kernel(
             offs_d,
             offs_d2,
             km_row,
-            vs_row,
+            vinv_row,
             HEAD_DIM,
             BLOCK_D,
             BLOCK_N,
@@ -406,7 +409,7 @@ def _attn_fwd_kernel(
             offs_d,
             offs_d2,
             km_row,
-            vs_row,
+            vinv_row,
             HEAD_DIM,
             BLOCK_D,
             BLOCK_N,

@@ -2,17 +2,19 @@
 
 The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 
-* INT8 per block: ``scale = max(amax(|y|), EPS) / 127 * scale_mul`` for each ``blk`` tokens of
-  one head, ``int8 = round_half_away_from_zero(y / (max(amax, EPS) / 127))``; for K,
-  ``y = k - mean_over_tokens(k)`` (per KV head), for Q ``y = q`` and ``scale_mul`` folds in
-  ``sm_scale * log2(e)``. Output [B, H, N, Dp] int8 (Dp = padded head dim, zeros in the pad),
-  scales float32 [B, H, cdiv(N, blk)].
+* INT8 per block: ``step = max(amax(|y|), EPS) / 127`` for each ``blk`` tokens of one head,
+  ``int8 = round_half_away_from_zero(y * (1 / step))`` clamped to ±127, stored scale
+  ``step * scale_mul``; for K, ``y = k - mean_over_tokens(k)`` (per KV head), for Q ``y = q`` and
+  ``scale_mul`` folds in ``sm_scale * log2(e)``. Output [B, H, N, Dp] int8 (Dp = padded head
+  dim, zeros in the pad), scales float32 [B, H, cdiv(N, blk)].
 * FP8 V per channel: ``v_scale = max(amax over tokens of |v|, EPS) / FP8_MAX`` float32
-  [B, H, Dp], ``v_fp8 = saturate(v / v_scale)`` rounded to nearest even.
+  [B, H, Dp], ``v_fp8 = saturate(v * (1 / v_scale))`` rounded to nearest even.
 
-Every division of the contract is IEEE (``tl.math.div_rn``), scales included: Triton's ``/`` on
-float32 is ``div.full.f32`` on NVIDIA (within 2 ulp), which would make a scale differ from
-torch's and the extension's by an ulp.
+The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
+float32 is ``div.full.f32`` on NVIDIA, within 2 ulp); each element costs one rounded product,
+never a division (an IEEE division per element made the quantization launch issue-bound,
+docs/performance.md run 13), and the product is rounded on its own before the INT8 rounding
+(``to_int8``), as torch and the extension compute it.
 
 K and V together: the statistics (mean of K, amax of V; torch reductions for dense inputs),
 then one Triton pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
@@ -39,23 +41,46 @@ EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # inline path was measured slower than sageattention 1.0.6 (0.165 vs 0.129 ms), at
 # 1×16×1024×64 faster than the reductions (docs/performance.md, run 7).
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
+# Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
+# amaxes), PART_CHUNK rows per load, at least PART_MIN_ROWS tokens and about PART_WAVES
+# programs per SM; a small launch combines each head's parts.
+PART_CHUNK = 32
+PART_MIN_ROWS = 256
+PART_WAVES = 8
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
 
 @triton.jit
-def to_int8(y):
-    """The contract's INT8 code of y: round half away from zero, clamp to ±127.
+def int8_step(amax):
+    """The contract's INT8 step of a block, max(amax, EPS) / 127, and its reciprocal, which the
+    codes are multiplied by: both IEEE quotients (one division per block, none per element)."""
+    step = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)
+    return step, tl.math.div_rn(tl.full(step.shape, 1.0, tl.float32), step)
 
-    y + 0.49999997 (the float just below one half, with y's sign) truncated is the exact
-    half-away rounding for every float32 below 2²³ (checked exhaustively below 128); adding 0.5
-    itself rounds 0.49999997 up to 1. Clamping before the truncation equals clamping after it,
-    and the float→int conversion truncates: 4 instructions per element (sm90 SASS) where
-    floor/ceil and a select took 7.
+
+@triton.jit
+def to_int8(r):
+    """The contract's INT8 code of the product r = y · (1/step): half away from zero, ±127.
+
+    |r| is taken by masking the sign bit, an integer operation, so the compiler cannot fold the
+    product into an FMA with the rounding add (an FMA would skip r's own rounding and shift a
+    few codes off the contract). |r| + 0.49999997 (the float just below one half) truncated is
+    the exact half-away rounding of every float32 below 2²³ (checked exhaustively below 128;
+    adding 0.5 itself would round 0.49999997 up to 1); the sign goes back by bits, and the
+    float→int conversion truncates.
     """
-    sign = y.to(tl.int32, bitcast=True) & -0x80000000
-    r = y + (sign | 0x3EFFFFFF).to(tl.float32, bitcast=True)
-    return tl.minimum(tl.maximum(r, -127.0), 127.0).to(tl.int8)
+    bits = r.to(tl.int32, bitcast=True)
+    a = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    t = tl.minimum(a + 0.49999997, 127.0)
+    return ((t.to(tl.int32, bitcast=True) | (bits & -0x80000000)).to(tl.float32, bitcast=True)).to(tl.int8)
+
+
+@triton.jit
+def fp8_inv_scale(amax, FP8_MAX: tl.constexpr):
+    """(v_scale, 1/v_scale) of the contract for V's per-channel amax: IEEE quotients."""
+    vs = tl.math.div_rn(tl.maximum(amax, 1e-8), FP8_MAX)
+    return vs, tl.math.div_rn(tl.full(vs.shape, 1.0, tl.float32), vs)
 
 
 @triton.jit
@@ -137,6 +162,69 @@ def _kv_stats_kernel(
 
 
 @triton.jit
+def _kv_partials_kernel(
+    K, V, KP, VP,
+    stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    H, N, PART_ROWS, NPART,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
+    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
+):  # fmt: skip
+    """One program per (PART_ROWS tokens, batch·KV head) of dense K/V: the part's column sums of
+    K and column amaxes of |V|. Element-wise accumulators over CHUNK-row loads, reduced across
+    rows once at the end (a reduction per load would put a CTA barrier in every iteration)."""
+    pid_s = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = pid_s * PART_ROWS
+    kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
+    vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, BLOCK_D)
+    n = tl.minimum(PART_ROWS, N - start)
+    ksum = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
+    vmax = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
+    for r0 in range(0, n, CHUNK):
+        rows = r0 + offs_c
+        mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
+        if SMOOTH_K:
+            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
+            ksum += k.to(tl.float32)
+        if V_FP8:
+            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+            vmax = tl.maximum(vmax, tl.abs(v.to(tl.float32)))
+    out = (pid_bh.to(tl.int64) * NPART + pid_s) * BLOCK_D + offs_d
+    if SMOOTH_K:
+        tl.store(KP + out, tl.sum(ksum, axis=0))
+    if V_FP8:
+        tl.store(VP + out, tl.max(vmax, axis=0))
+
+
+@triton.jit
+def _kv_finalize_kernel(
+    KP, VP, KM, VA, N, NPART,
+    BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
+):  # fmt: skip
+    """One program per batch·KV head: K's mean and V's amax from the NPART parts, in part order
+    (deterministic, unlike float atomics)."""
+    pid_bh = tl.program_id(0)
+    offs_d = tl.arange(0, BLOCK_D)
+    base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
+    ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
+    vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for s in range(NPART):
+        if SMOOTH_K:
+            ksum += tl.load(KP + base + s * BLOCK_D)
+        if V_FP8:
+            vmax = tl.maximum(vmax, tl.load(VP + base + s * BLOCK_D))
+    out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
+    if SMOOTH_K:
+        tl.store(KM + out, tl.math.div_rn(ksum, tl.zeros([BLOCK_D], dtype=tl.float32) + N))
+    if V_FP8:
+        tl.store(VA + out, vmax)
+
+
+@triton.jit
 def _quant_blocks_kernel(
     X,
     KM,
@@ -201,29 +289,28 @@ def _quant_blocks_kernel(
         )
     if HAS_MEAN:
         if INLINE_STATS:
-            km = ksum / n
+            km = tl.math.div_rn(ksum, tl.zeros([BLOCK_D], dtype=tl.float32) + n)  # n may be a constexpr 1
             if pid_n == 0:
                 tl.store(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, km)
         else:
             km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
-    amax = tl.maximum(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 1e-8)
-    step = tl.math.div_rn(amax, 127.0)
-    xq = to_int8(tl.math.div_rn(x, step))
+    step, inv = int8_step(tl.max(tl.max(tl.abs(x), axis=1), axis=0))
+    xq = to_int8(x * inv)
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
         v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-        if INLINE_STATS:  # noqa: SIM108 (vmax exists only when INLINE_STATS: keep the branches)
+        if INLINE_STATS:  # noqa: SIM108 (vmax exists only then: keep the branches)
             va = vmax
         else:
             va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
-        vs = tl.math.div_rn(tl.maximum(va, 1e-8), FP8_MAX)
+        vs, vinv = fp8_inv_scale(va, FP8_MAX)
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
-        vq = tl.math.div_rn(v.to(tl.float32), vs[None, :])
+        vq = v.to(tl.float32) * vinv[None, :]
         vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
         tl.store(
             VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
@@ -237,29 +324,68 @@ def fp8_max(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
 
+def part_rows(n: int, heads: int, device: torch.device) -> int:
+    """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
+    PART_MIN_ROWS tokens, a multiple of PART_CHUNK."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    count = max(1, min(triton.cdiv(n, PART_MIN_ROWS), triton.cdiv(PART_WAVES * sms, heads)))
+    return triton.cdiv(triton.cdiv(n, count), PART_CHUNK) * PART_CHUNK
+
+
+def _dense_stats(
+    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, launch_key: Optional[tuple]
+) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """K's mean and V's amax of dense inputs: column statistics per part of the tokens (K and V
+    read once, side by side), then one small launch combining each head's parts."""
+    if not smooth_k and v is None:
+        return None, None
+    rows = part_rows(k.max_len, k.batch * k.heads, k.t.device)
+    count = triton.cdiv(k.max_len, rows)
+    dev = k.t.device
+    parts = torch.empty((2 if smooth_k and v is not None else 1, k.batch * k.heads, count, head_dim_pad),
+                        dtype=torch.float32, device=dev)  # fmt: skip
+    kp, vp = parts[0], parts[-1]
+    stats = torch.empty((2, k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev)
+    vv = v if v is not None else k
+    consts = dict(SMOOTH_K=smooth_k, V_FP8=v is not None)
+    launcher.launch(
+        _kv_partials_kernel,
+        (count, k.batch * k.heads),
+        (k.t, vv.t, kp, vp, *k.strides(), *vv.strides(), k.heads, k.max_len, rows, count),
+        dict(HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, CHUNK=PART_CHUNK, **consts),
+        num_warps=4,
+        key=launch_key,
+    )
+    launcher.launch(
+        _kv_finalize_kernel,
+        (k.batch * k.heads,),
+        (kp, vp, stats[0], stats[1], k.max_len, count),
+        dict(BLOCK_D=head_dim_pad, **consts),
+        num_warps=1,
+        key=launch_key,
+    )
+    return (stats[0] if smooth_k else None), (stats[1] if v is not None else None)
+
+
 def kv_stats(
-    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, fp8_dtype: Optional[torch.dtype]
+    k: SeqView,
+    v: Optional[SeqView],
+    head_dim_pad: int,
+    smooth_k: bool,
+    fp8_dtype: Optional[torch.dtype],
+    launch_key: Optional[tuple] = None,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None).
 
-    Dense inputs use torch's reductions: they split the token axis across the whole GPU and
-    cost a few microseconds to launch, where a Triton launch costs tens (measured on an H200,
-    docs/performance.md). Packed variable-length inputs need per-sequence statistics: one
-    Triton launch over all sequences.
+    Dense inputs: two Triton launches (``_dense_stats``), which replaced two torch reductions
+    running at ~1.8 TB/s on an H200 (docs/performance.md, run 13). Packed variable-length
+    inputs need per-sequence statistics: one Triton launch over all sequences.
     """
     want_v = v is not None and fp8_dtype is not None
     if not smooth_k and not want_v:
         return None, None
     if not k.is_varlen:
-        pad = head_dim_pad - k.head_dim
-        km = va = None
-        if smooth_k:
-            km = torch.mean(k.t, dim=2, dtype=torch.float32)
-            km = torch.nn.functional.pad(km, (0, pad)) if pad else km
-        if want_v:
-            va = torch.linalg.vector_norm(v.t, ord=float("inf"), dim=2, dtype=torch.float32)
-            va = torch.nn.functional.pad(va, (0, pad)) if pad else va
-        return km, va
+        return _dense_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key)
     dev = k.t.device
     km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if smooth_k else None
     vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
@@ -374,9 +500,9 @@ def quant_kv(
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
-    INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else torch reductions (dense) or one Triton
-    launch (varlen); then one Triton launch quantizing K's and V's blocks. Returns (k_int8,
-    k_scale, km or None, v_fp8 or None, v_scale or None).
+    INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
+    quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale
+    or None).
     """
     inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
@@ -387,7 +513,7 @@ def quant_kv(
         )
         va = None
     else:
-        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype)
+        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key)
     kq, ks, vq, vs = quant_blocks(
         k,
         km,

@@ -38,16 +38,18 @@ PV_ACCUM = ("fp32+fp32", "fp32")
 
 
 def _ext_ops(device: torch.device, backend: str) -> Any:
-    """The C++ extension's quantization ops when asked for (or available under "auto")."""
+    """The C++ extension's quantization ops when asked for by name ("ext"). "auto" takes Triton's
+    path: on the H200 it pre-processes K and V in half the extension's time (0.125 vs 0.25 ms
+    at 2×32×4096×128, docs/performance.md run 13)."""
     if backend not in BACKENDS:
         raise AttentionInputError(
             f"quantization_backend must be one of {BACKENDS}, got {backend!r}",
             "pass 'auto', 'triton' or 'ext'",
         )
-    if backend == "triton":
+    if backend != "ext":
         return None
     ops = _cached_ext_ops(device.type, device.index)
-    if ops is None and backend == "ext":
+    if ops is None:
         raise AttentionInputError(
             "quantization_backend='ext' but the C++ extension is not built for this device",
             "run `sagebuild compile`, or pass quantization_backend='triton'",

@@ -75,8 +75,8 @@ def round_half_away(y: torch.Tensor) -> torch.Tensor:
 
 def ieee_div(a: torch.Tensor, b: float) -> torch.Tensor:
     """a / b rounded once, on every device. torch's CUDA kernels turn division by a Python scalar
-    into multiplication by its reciprocal (an ulp off the quotient at times); the contract, the
-    Triton kernels (``div_rn``) and the C++ extension all divide."""
+    into multiplication by its reciprocal (an ulp off the quotient at times); the contract's
+    scales are quotients in the Triton kernels (``div_rn``) and the C++ extension alike."""
     return a / torch.full_like(a, b)
 
 
@@ -87,15 +87,17 @@ def quant_int8_blocks(y: torch.Tensor, blk: int) -> tuple[torch.Tensor, torch.Te
     padded = torch.nn.functional.pad(y, (0, 0, 0, nblk * blk - n))
     amax = padded.abs().reshape(b, h, nblk, blk * d).amax(dim=-1)
     step = ieee_div(amax.clamp_min(1e-8), 127.0)
-    rows = step.repeat_interleave(blk, dim=-1)[..., :n, None]
-    return round_half_away(y / rows).clamp(-127, 127), step
+    inv = torch.ones_like(step) / step
+    rows = inv.repeat_interleave(blk, dim=-1)[..., :n, None]
+    return round_half_away(y * rows).clamp(-127, 127), step
 
 
 def quant_v_fp8(v: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 [B, H, N, D] → (fp8 values as float32, v_scale [B, H, D]): per-channel, saturating RNE."""
     fmax = float(torch.finfo(fp8_dtype).max)
     vs = ieee_div(v.abs().amax(dim=2).clamp_min(1e-8), fmax)
-    return (v / vs[:, :, None, :]).clamp(-fmax, fmax).to(fp8_dtype).float(), vs
+    inv = torch.ones_like(vs) / vs
+    return (v * inv[:, :, None, :]).clamp(-fmax, fmax).to(fp8_dtype).float(), vs
 
 
 def golden_attention(
