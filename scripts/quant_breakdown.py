@@ -33,14 +33,17 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     dp = configs.padded_head_dim(d)
     family = dispatch.family(dispatch.device_arch(k.device))
     blk = configs.lookup(family, dp, "fp8acc", False, n_k=n).k_blk  # what sageattn would use
-    km, va = quant.kv_stats(kd, vd, dp, True, fp8)
+    key = ("breakdown", spec)  # the launcher's fast path, as attention calls take it
+    km, va = quant.kv_stats(kd, vd, dp, True, fp8, key)
     t_mean = _ms(lambda: torch.mean(k, dim=2, dtype=torch.float32))
     t_amax = _ms(lambda: torch.linalg.vector_norm(v, ord=float("inf"), dim=2, dtype=torch.float32))
-    t_quant = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp, v=vd, v_amax=va, fp8_dtype=fp8))
+    t_quant = _ms(
+        lambda: quant.quant_blocks(kd, km, blk, 1.0, dp, v=vd, v_amax=va, fp8_dtype=fp8, launch_key=key)
+    )
     t_k_only = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp))
-    t_stats = _ms(lambda: quant.kv_stats(kd, vd, dp, True, fp8))
+    t_stats = _ms(lambda: quant.kv_stats(kd, vd, dp, True, fp8, key))
     parts = triton.cdiv(n, quant.part_rows(n, b * h, k.device))
-    t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk))
+    t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk, launch_key=key))
     t_ext = float("nan")
     if ops is not None:
 
