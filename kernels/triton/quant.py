@@ -47,6 +47,7 @@ INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 PART_CHUNK = 32
 PART_MIN_ROWS = 256
 PART_WAVES = 8
+PART_WARPS = 4
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -353,7 +354,7 @@ def _dense_stats(
         (count, k.batch * k.heads),
         (k.t, vv.t, kp, vp, *k.strides(), *vv.strides(), k.heads, k.max_len, rows, count),
         dict(HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, CHUNK=PART_CHUNK, **consts),
-        num_warps=4,
+        num_warps=PART_WARPS,
         key=launch_key,
     )
     launcher.launch(
