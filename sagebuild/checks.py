@@ -962,7 +962,8 @@ def check_extension(facts: Facts, profile: Profile) -> Check:
     if not ext.built:
         return Check(
             "extension", title, "skip",
-            f"not built yet in {ext.dir} (optional: Triton quantizes when it is absent)", compile_cmd,
+            f"not built yet in {ext.dir} (optional: attention quantizes with Triton unless asked for "
+            "quantization_backend='ext')", compile_cmd,
         )
     info = ext.info or {}
     t = info.get("torch", {})

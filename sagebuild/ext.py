@@ -82,9 +82,16 @@ def _try_load() -> bool:
     """Load the current build once per process; record (not raise) any failure."""
     global _loaded_from, _error, _error_for
     with _lock:
-        if _loaded_from is not None:
-            return True
         lib = paths.current_lib(_base())
+        if _loaded_from is not None:
+            if not lib.is_file() or lib.resolve() == _loaded_from:
+                _error = _error_for = None  # a refusal below no longer applies
+                return True
+            # torch cannot unload an op library: the ops in this process stay the old build's,
+            # and handing them out as the current build's would test or run stale code
+            _error = (f"this process already loaded the extension from {_loaded_from}; the current build "
+                      f"{lib.resolve()} needs a new process: restart it")
+            return False
         if not lib.is_file():
             return False
         real = lib.resolve()

@@ -11,6 +11,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/sagebuild-gpu-out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# one extension cache for the compile stage and the tests (tests/conftest.py otherwise isolates
+# the tests in a temporary one)
+export SAGEBUILD_CACHE_DIR="${SAGEBUILD_CACHE_DIR:-/tmp/sagebuild-gpu-cache}"
 PY="${PYTHON:-python3}"
 stages="${*:-ceilings tests ext bench accept example}"
 has() { [[ " $stages " == *" $1 "* ]]; }

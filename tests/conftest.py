@@ -13,6 +13,12 @@ import torch
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Tests never read or write the developer's ~/.cache/sagebuild (a build there from older sources,
+# loaded by an in-process test, would stand in for the one a later test builds).
+if "SAGEBUILD_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["SAGEBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="sagebuild-test-cache-")
 
 
 def _exact_fp8_casts_in_interpreter() -> None:

@@ -100,6 +100,22 @@ def test_build_records_verified_metadata(built: dict[str, Any]) -> None:
     assert ext.build_info() == info
 
 
+def test_a_second_build_in_the_same_process_is_refused_not_mixed_up(
+    ops: Any, built: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch cannot unload an op library: once one build is loaded, pointing the process at
+    another build (here a copy, so another file) must say "restart", not hand out the old ops."""
+    import shutil
+
+    other = tmp_path / "other-ext"
+    shutil.copytree(built["dir"], other, symlinks=True)
+    monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(other))
+    assert ext.get_quant_ops("cpu") is None
+    assert "restart" in ext.load_error() and str(other) in ext.load_error()
+    monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(built["dir"]))
+    assert ext.get_quant_ops("cpu") is not None
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
 def test_k_mean_and_k_quant_match_the_contract(ops: Any, dtype: torch.dtype, layout: str) -> None:
