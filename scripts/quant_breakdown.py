@@ -1,17 +1,19 @@
 """Where the K/V pre-processing time goes (GPU): each piece of ``quant.quant_kv`` timed alone.
 
-    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128]
+    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128] [--stats-sweep]
 
 Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reductions, the
 same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
 combining launch), the Triton quantization launch with the statistics given (also K alone), the
 whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor (read K and V once,
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
+``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 import triton
@@ -60,11 +62,40 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     )
 
 
+def _stats_sweep(spec: str, copy_tbps: float) -> None:
+    """kv_stats medians over its launch knobs (quant.PART_*), each checked against the defaults'
+    result (V's amax exactly, K's mean within summation-order rounding)."""
+    b, h, n, d = (int(x) for x in spec.split("x"))
+    k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    kd, vd = layout.dense(k), layout.dense(v)
+    fp8 = torch.float8_e4m3fn
+    ref = quant.kv_stats(kd, vd, d, True, fp8)
+    floor = 4 * k.numel() / (copy_tbps * 1e12) * 1e6
+    defaults = {name: getattr(quant, name) for name in ("PART_CHUNK", "PART_STAGES", "PART_WAVES")}
+    try:
+        for chunk, stages, waves in itertools.product((16, 32, 64), (1, 2, 3, 4), (4, 8)):
+            quant.PART_CHUNK, quant.PART_STAGES, quant.PART_WAVES = chunk, stages, waves
+            key = ("sweep", spec, chunk, stages, waves)
+            km, va = quant.kv_stats(kd, vd, d, True, fp8, key)
+            same = torch.equal(va, ref[1]) and torch.allclose(km, ref[0], atol=1e-5)
+            t = _ms(lambda key=key: quant.kv_stats(kd, vd, d, True, fp8, key)) * 1e3
+            print(f"{spec} chunk={chunk} stages={stages} waves={waves}: {t:.1f} us "
+                  f"(floor {floor:.1f}){'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
+    finally:
+        for name, value in defaults.items():
+            setattr(quant, name, value)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="2x32x4096x128,1x32x16384x128,4x32x8192x64")
     ap.add_argument("--copy-tbps", type=float, default=4.22, help="measured copy bandwidth (run 1)")
+    ap.add_argument("--stats-sweep", action="store_true", help="sweep kv_stats' launch knobs instead")
     args = ap.parse_args()
+    if args.stats_sweep:
+        for spec in args.shapes.split(","):
+            _stats_sweep(spec, args.copy_tbps)
+        return
     try:
         from sagebuild import ext
 

@@ -100,3 +100,29 @@ def test_refuses_what_the_table_rules_out():
     r = compile_variant("qk_int8_pv_fp8", "gfx1100")
     assert not r.ok and "fp8" in r.error.lower()
     assert not compile_variant("qk_int8_pv_fp16", "gfx1030").ok
+
+
+_PRE_SCRIPT = """
+import json, sys
+from sagebuild.attention.aot import compile_preprocessing
+res = {f"{a}/{st}": compile_preprocessing(a, stages=st) for a, st in json.loads(sys.argv[1])}
+print(json.dumps({k: {n: {"ok": r["ok"], "error": r["error"], "cp_async": "cp.async" in (r["asm"] or "")}
+                      for n, r in v.items()} for k, v in res.items()}))
+"""
+
+
+def test_preprocessing_kernels_lower_for_every_vendor():
+    """The K/V statistics and quantization kernels (run on every call) lower for AMD and NVIDIA
+    targets; with PART_STAGES > 1 the statistics loads become asynchronous copies on sm90."""
+    cases = [("gfx942", None), ("gfx1201", None), ("gfx1100", None), ("sm80", None), ("sm90", None),
+             ("sm90", 3)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _PRE_SCRIPT, json.dumps(cases)], capture_output=True,
+                          text=True, env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, kernels in res.items():
+        assert set(kernels) == {"kv_partials", "kv_finalize", "quant_blocks"}
+        for name, r in kernels.items():
+            assert r["ok"], (case, name, r["error"])
+    assert res["sm90/3"]["kv_partials"]["cp_async"]

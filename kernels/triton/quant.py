@@ -48,6 +48,12 @@ PART_CHUNK = 32
 PART_MIN_ROWS = 256
 PART_WAVES = 8
 PART_WARPS = 4
+# Row chunks in flight per statistics program (>1: Triton's pipeliner, asynchronous copies to
+# shared memory). At 1 (measured, run 13) the sm90 SASS consumes each load before issuing the next
+# (registers reused): ~2 loads in flight per thread and ~2 TB/s. 3 compiles to 24 LDGSTS per loop
+# with two chunks ahead and is predicted near the copy rate, but is not measured yet:
+# `scripts/quant_breakdown.py --stats-sweep` decides.
+PART_STAGES = 1
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -168,7 +174,7 @@ def _kv_partials_kernel(
     stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     H, N, PART_ROWS, NPART,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
-    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
+    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One program per (PART_ROWS tokens, batch·KV head) of dense K/V: the part's column sums of
     K and column amaxes of |V|. Element-wise accumulators over CHUNK-row loads, reduced across
@@ -185,7 +191,7 @@ def _kv_partials_kernel(
     n = tl.minimum(PART_ROWS, N - start)
     ksum = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
     vmax = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
-    for r0 in range(0, n, CHUNK):
+    for r0 in tl.range(0, n, CHUNK, num_stages=PART_STAGES):
         rows = r0 + offs_c
         mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
         if SMOOTH_K:
@@ -353,7 +359,7 @@ def _dense_stats(
         _kv_partials_kernel,
         (count, k.batch * k.heads),
         (k.t, vv.t, kp, vp, *k.strides(), *vv.strides(), k.heads, k.max_len, rows, count),
-        dict(HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, CHUNK=PART_CHUNK, **consts),
+        dict(HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, CHUNK=PART_CHUNK, **consts, PART_STAGES=PART_STAGES),
         num_warps=PART_WARPS,
         key=launch_key,
     )

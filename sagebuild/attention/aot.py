@@ -186,6 +186,63 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
     return results
 
 
+def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
+    """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
+    launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
+
+    Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
+    has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from sagebuild.kernels.triton import quant
+
+    row = archs.get(archs.normalize(arch))
+    fp8 = bool(row.fp8_mma)
+    both = dict(SMOOTH_K=True, V_FP8=fp8)
+    kernels = {
+        "kv_partials": (
+            quant._kv_partials_kernel,
+            dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CHUNK=quant.PART_CHUNK, **both,
+                 PART_STAGES=quant.PART_STAGES if stages is None else stages),
+            {"K": "*fp16", "V": "*fp16", "KP": "*fp32", "VP": "*fp32"},
+        ),
+        "kv_finalize": (
+            quant._kv_finalize_kernel,
+            dict(BLOCK_D=head_dim, **both),
+            {"KP": "*fp32", "VP": "*fp32", "KM": "*fp32", "VA": "*fp32"},
+        ),
+        "quant_blocks": (
+            quant._quant_blocks_kernel,
+            dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
+                 FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
+                 INLINE_STATS=False, STATS_BLK=128),
+            {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
+             "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
+        ),
+    }  # fmt: skip
+    out: dict[str, dict] = {}
+    for name, (fn, constexprs, ptr) in kernels.items():
+        signature = {a: "constexpr" if a in constexprs else ptr.get(a, "fp32" if a == "scale_mul" else "i32")
+                     for a in fn.arg_names}  # fmt: skip
+        # what the JIT sees for contiguous inputs: 16-byte aligned pointers, input strides that are
+        # multiples of 16 (the channel-major FP8 V output's strides are left unspecialised)
+        aligned = [a in ptr or a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))
+                   for a in fn.arg_names]  # fmt: skip
+        attrs = {(i,): [["tt.divisibility", 16]] for i, yes in enumerate(aligned) if yes}
+        target = GPUTarget(*row.triton_target)
+        try:
+            src = ASTSource(fn, signature, constexprs, attrs)
+            k = triton.compile(src, target=target, options={"num_warps": 4})
+            asm = k.asm.get("ptx") if row.vendor == "cuda" else k.asm.get("amdgcn")
+            out[name] = {"ok": True, "error": None, "asm": asm.decode() if isinstance(asm, bytes) else asm}
+        except Exception as exc:  # report, never raise
+            out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[-500:], "asm": None}
+    return out
+
+
 # ptxas's notes that it serialised every wgmma of a kernel (an accumulator read in flight:
 # C7514; too few registers: C7512): the warp-specialised kernel would then lose its overlap.
 WGMMA_SERIALIZED = re.compile(r"C75(?:14|12)\b[^\n]*")
