@@ -16,9 +16,10 @@ never a division (an IEEE division per element made the quantization launch issu
 docs/performance.md run 13), and the product is rounded on its own before the INT8 rounding
 (``to_int8``), as torch and the extension compute it.
 
-K and V together: the statistics (mean of K, amax of V; torch reductions for dense inputs),
-then one Triton pass quantizing K's blocks and V's blocks. Q is normally quantized inside the attention kernel
-(no launch at all); ``quant_per_block_int8`` quantizes Q on its own for the pre-quantized path.
+K and V together: the statistics (mean of K, amax of V: inside the quantization launch for short
+dense inputs, else ``kv_stats``), then one Triton pass quantizing K's blocks and V's blocks. Q is
+normally quantized inside the attention kernel (no launch at all); ``quant_blocks`` quantizes Q
+on its own for the pre-quantized path.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # ~12 µs of device time each on an H200 at 1×16×1024×64 besides their host time. Each program
 # re-reads its whole head from L2, so the extra traffic grows with N²·D: at 1×16×2048×128 the
 # inline path was measured slower than sageattention 1.0.6 (0.165 vs 0.129 ms), at
-# 1×16×1024×64 faster than the reductions (docs/performance.md, run 7).
+# 1×16×1024×64 faster than the reductions (docs/performance.md, run 7). Since run 13 the
+# alternative is kv_stats' two Triton launches, not the reductions: the limit is not re-measured.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK rows per load, at least PART_MIN_ROWS tokens and about PART_WAVES

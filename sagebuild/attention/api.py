@@ -2,8 +2,8 @@
 
 Each call: validate (views, no copies) → pick the variant and launch config (both cached per
 call signature: a plan) → one launch quantizing K (and V for FP8 P·V) with their statistics
-(computed in that launch for short sequences, by torch reductions beyond), or the C++
-extension's ops → one attention launch that also quantizes Q in registers. Repeated signatures
+(computed in that launch for short sequences, by two small Triton launches beyond), or the C++
+extension's ops when asked for → one attention launch that also quantizes Q in registers. Repeated signatures
 launch the compiled kernels without Triton's argument binder (``launcher.launch``).
 """
 
