@@ -510,7 +510,7 @@ def attention_forward(
     q_blk = q_int8.blk if q_int8 is not None else q_blk
     if cfg.block_m % q_blk:
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
-    grid = (triton.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
+    grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
     launcher.launch(
         _attn_fwd_kernel,

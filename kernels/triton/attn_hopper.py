@@ -24,7 +24,6 @@ import math
 from typing import Optional
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -35,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from . import quant
+from . import launcher, quant
 from .attn_fwd import MAGIC_F, MAGIC_I, QuantizedKV  # the INT32→FP32 bit trick's constants
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
@@ -467,7 +466,7 @@ def kernel_args(
         P_SHIFT=math.log2(fp8_max),
         NUM_WARPS=num_warps,
     )
-    grid = (triton.cdiv(n_q, block_m), b * h)
+    grid = (launcher.cdiv(n_q, block_m), b * h)
     return args, constexprs, grid
 
 

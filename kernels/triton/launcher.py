@@ -93,9 +93,16 @@ def launch(
     fn[grid](*args, **constexprs, **options)
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for host code (grids, block counts): ``triton.cdiv`` is a
+    ``constexpr_function`` in Triton 3.6, whose wrapper costs microseconds per call on the host
+    path of every attention call."""
+    return -(-a // b)
+
+
 def cached_launches() -> int:
     """How many (kernel, key) pairs launch without the binder (for tests and diagnostics)."""
     return len(_compiled)
 
 
-__all__ = ["MAX_ENTRIES", "cached_launches", "launch"]
+__all__ = ["MAX_ENTRIES", "cached_launches", "cdiv", "launch"]

@@ -44,7 +44,8 @@ class SeqView(NamedTuple):
 def dense(x: torch.Tensor) -> SeqView:
     """A logical [B, H, N, D] tensor (any strides)."""
     b, h, n, _ = x.shape
-    return SeqView(x, x.stride(0), x.stride(1), x.stride(2), b, h, n, stride_d=x.stride(3))
+    sb, sh, sn, sd = x.stride()
+    return SeqView(x, sb, sh, sn, b, h, n, stride_d=sd)
 
 
 def packed(x: torch.Tensor, cu: torch.Tensor, max_len: int) -> SeqView:

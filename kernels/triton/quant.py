@@ -337,8 +337,8 @@ def part_rows(n: int, heads: int, device: torch.device) -> int:
     """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
     PART_MIN_ROWS tokens, a multiple of PART_CHUNK."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    count = max(1, min(triton.cdiv(n, PART_MIN_ROWS), triton.cdiv(PART_WAVES * sms, heads)))
-    return triton.cdiv(triton.cdiv(n, count), PART_CHUNK) * PART_CHUNK
+    count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * sms, heads)))
+    return launcher.cdiv(launcher.cdiv(n, count), PART_CHUNK) * PART_CHUNK
 
 
 def _dense_stats(
@@ -349,7 +349,7 @@ def _dense_stats(
     if not smooth_k and v is None:
         return None, None
     rows = part_rows(k.max_len, k.batch * k.heads, k.t.device)
-    count = triton.cdiv(k.max_len, rows)
+    count = launcher.cdiv(k.max_len, rows)
     dev = k.t.device
     parts = torch.empty((2 if smooth_k and v is not None else 1, k.batch * k.heads, count, head_dim_pad),
                         dtype=torch.float32, device=dev)  # fmt: skip
@@ -400,7 +400,7 @@ def kv_stats(
     vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
     vv = v if want_v else k
     split_d = min(32, head_dim_pad)
-    grid = (k.batch * k.heads, triton.cdiv(head_dim_pad, split_d))
+    grid = (k.batch * k.heads, launcher.cdiv(head_dim_pad, split_d))
     _kv_stats_kernel[grid](
         k.t,
         vv.t,
@@ -447,7 +447,7 @@ def quant_blocks(
     channel-major (see ``layout.empty_like_view``).
     """
     xq = empty_like_view(x, head_dim_pad, torch.int8)
-    nblk = triton.cdiv(x.max_len, blk)
+    nblk = launcher.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     want_v = v is not None and fp8_dtype is not None and (v_amax is not None or inline_stats)
     vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
