@@ -419,3 +419,11 @@ def test_launcher_caches_only_kernels_whose_constexprs_trail():
     assert not launcher._constexprs_trailing(interleaved, 2, {"BLOCK": 64, "FLAG": True})
     reordered = SimpleNamespace(arg_names=["X", "n", "FLAG", "BLOCK"])
     assert not launcher._constexprs_trailing(reordered, 2, {"BLOCK": 64, "FLAG": True})
+
+
+def test_host_cdiv_is_the_ceiling_of_the_quotient():
+    import math
+
+    from sagebuild.kernels.triton import launcher
+
+    assert all(launcher.cdiv(a, b) == math.ceil(a / b) for a in range(0, 600) for b in range(1, 70))
