@@ -16,7 +16,7 @@ import argparse
 import itertools
 
 import torch
-from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton import configs, launcher, layout, quant
 from triton.testing import do_bench
 
 from sagebuild.attention import dispatch
@@ -43,7 +43,7 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     )
     t_k_only = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp))
     t_stats = _ms(lambda: quant.kv_stats(kd, vd, dp, True, fp8, key))
-    parts = -(-n // quant.part_rows(n, b * h, k.device))
+    parts = launcher.cdiv(n, quant.part_rows(n, b * h, k.device))
     t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk, launch_key=key))
     t_ext = float("nan")
     if ops is not None:

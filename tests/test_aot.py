@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -53,20 +54,19 @@ print(json.dumps([compile_variant(v, a, d, n_k=n, accum=acc).to_dict() for a, v,
 pytestmark = pytest.mark.slow
 
 
+def _compile_in_subprocess(script: str, cases: list) -> Any:
+    """Run a compile script on ``cases`` (JSON) outside the interpreter; its last line, parsed."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
+                          env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def results() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, json.dumps([(*c, 0, "fp32+fp32") for c in CASES] + ROW_CASES)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
     cases = [(*c, 0, "fp32+fp32") for c in CASES] + ROW_CASES
-    return dict(zip(cases, rows))
+    return dict(zip(cases, _compile_in_subprocess(_SCRIPT, cases)))
 
 
 @pytest.mark.parametrize(("arch", "variant", "head_dim"), CASES)
@@ -116,11 +116,7 @@ def test_preprocessing_kernels_lower_for_every_vendor():
     targets; with PART_STAGES > 1 the statistics loads become asynchronous copies on sm90."""
     cases = [("gfx942", None), ("gfx1201", None), ("gfx1100", None), ("sm80", None), ("sm90", None),
              ("sm90", 3)]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _PRE_SCRIPT, json.dumps(cases)], capture_output=True,
-                          text=True, env=env, timeout=900)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = _compile_in_subprocess(_PRE_SCRIPT, cases)
     for case, kernels in res.items():
         assert set(kernels) == {"kv_partials", "kv_finalize", "quant_blocks"}
         for name, r in kernels.items():

@@ -32,7 +32,7 @@ import triton.language as tl
 from . import configs, launcher
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView
-from .quant import LOG2E, fp8_inv_scale, int8_step, seq_base, to_int8
+from .quant import LOG2E, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -129,13 +129,13 @@ def _attn_tiles(
             kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
             y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
             if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
-                kstep, kinv = int8_step(tl.max(tl.max(tl.abs(y), axis=1), axis=0))
+                kstep, kinv = scale_and_inverse(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 127.0)
                 k = to_int8(y * kinv)
                 s = tl.dot(q, tl.trans(k)).to(tl.float32)
                 c = qs * kstep
             else:
                 kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
-                kstep, kinv = int8_step(kamax)
+                kstep, kinv = scale_and_inverse(kamax, 127.0)
                 kstep_col = tl.reshape(
                     tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
                 )
@@ -312,7 +312,7 @@ def _attn_fwd_kernel(
             if SPLIT_D:
                 amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
                 amax = tl.maximum(amax, amax2)
-            step, inv = int8_step(amax)  # the contract of quant.py
+            step, inv = scale_and_inverse(amax, 127.0)  # the contract of quant.py
             step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
             inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
             q = to_int8(qf * inv_row[:, None])
@@ -329,7 +329,7 @@ def _attn_fwd_kernel(
         else:
             km_row = tl.zeros([BLOCK_D], dtype=tl.float32)
         if KV_FUSED and PV_FP8:  # VS holds V's amax per channel: the scale is derived here
-            vs_row, vinv_row = fp8_inv_scale(tl.load(VS + kv_bh * BLOCK_D + offs_d), FP8_MAX)
+            vs_row, vinv_row = scale_and_inverse(tl.load(VS + kv_bh * BLOCK_D + offs_d), FP8_MAX)
         else:
             vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
             vinv_row = vs_row

@@ -24,6 +24,7 @@ on its own for the pre-quantized path.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -61,11 +62,18 @@ assert math.isclose(LOG2E, math.log2(math.e))
 
 
 @triton.jit
-def int8_step(amax):
-    """The contract's INT8 step of a block, max(amax, EPS) / 127, and its reciprocal, which the
-    codes are multiplied by: both IEEE quotients (one division per block, none per element)."""
-    step = tl.math.div_rn(tl.maximum(amax, 1e-8), 127.0)
-    return step, tl.math.div_rn(tl.full(step.shape, 1.0, tl.float32), step)
+def scale_and_inverse(amax, top):
+    """The contract's scale of a block or channel, max(amax, EPS) / top (127 for INT8, FP8_MAX for
+    V), and its reciprocal, which the elements are multiplied by: both IEEE quotients (one division
+    per block or channel, none per element)."""
+    s = tl.math.div_rn(tl.maximum(amax, 1e-8), top)
+    return s, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
+
+
+@triton.jit
+def column_mean(ksum, n):
+    """K's mean from its column sums over n tokens, an IEEE quotient (n may be a constexpr 1)."""
+    return tl.math.div_rn(ksum, tl.zeros(ksum.shape, dtype=tl.float32) + n)
 
 
 @triton.jit
@@ -83,13 +91,6 @@ def to_int8(r):
     a = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
     t = tl.minimum(a + 0.49999997, 127.0)
     return ((t.to(tl.int32, bitcast=True) | (bits & -0x80000000)).to(tl.float32, bitcast=True)).to(tl.int8)
-
-
-@triton.jit
-def fp8_inv_scale(amax, FP8_MAX: tl.constexpr):
-    """(v_scale, 1/v_scale) of the contract for V's per-channel amax: IEEE quotients."""
-    vs = tl.math.div_rn(tl.maximum(amax, 1e-8), FP8_MAX)
-    return vs, tl.math.div_rn(tl.full(vs.shape, 1.0, tl.float32), vs)
 
 
 @triton.jit
@@ -228,7 +229,7 @@ def _kv_finalize_kernel(
             vmax = tl.maximum(vmax, tl.load(VP + base + s * BLOCK_D))
     out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
     if SMOOTH_K:
-        tl.store(KM + out, tl.math.div_rn(ksum, tl.zeros([BLOCK_D], dtype=tl.float32) + N))
+        tl.store(KM + out, column_mean(ksum, N))
     if V_FP8:
         tl.store(VA + out, vmax)
 
@@ -298,13 +299,13 @@ def _quant_blocks_kernel(
         )
     if HAS_MEAN:
         if INLINE_STATS:
-            km = tl.math.div_rn(ksum, tl.zeros([BLOCK_D], dtype=tl.float32) + n)  # n may be a constexpr 1
+            km = column_mean(ksum, n)
             if pid_n == 0:
                 tl.store(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, km)
         else:
             km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
-    step, inv = int8_step(tl.max(tl.max(tl.abs(x), axis=1), axis=0))
+    step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
     xq = to_int8(x * inv)
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
@@ -316,7 +317,7 @@ def _quant_blocks_kernel(
             va = vmax
         else:
             va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
-        vs, vinv = fp8_inv_scale(va, FP8_MAX)
+        vs, vinv = scale_and_inverse(va, FP8_MAX)
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = v.to(tl.float32) * vinv[None, :]
@@ -333,10 +334,19 @@ def fp8_max(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
 
+@functools.cache
+def _sm_count(index: int) -> int:
+    """A GPU's SM count, read once per process (``part_rows`` is on every call's host path)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def part_rows(n: int, heads: int, device: torch.device) -> int:
     """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
     PART_MIN_ROWS tokens, a multiple of PART_CHUNK."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    if device.type == "cuda":
+        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    else:
+        sms = 4  # Triton's CPU interpreter (tests): a few parts
     count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * sms, heads)))
     return launcher.cdiv(launcher.cdiv(n, count), PART_CHUNK) * PART_CHUNK
 

@@ -11,7 +11,7 @@ import math
 import re
 import time
 from dataclasses import asdict, dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from sagebuild import archs
 
@@ -38,11 +38,35 @@ def _fp8_type(row: archs.Arch) -> str:
     return "fp8e4b8" if row.fp8_dtype == "float8_e4m3fnuz" else "fp8e4nv"
 
 
+def _ast_source(
+    fn: Any, constexprs: dict, ptr: dict[str, str], floats: Iterable[str], aligned: Callable[[str], bool]
+):
+    """``fn`` as the JIT sees it for contiguous inputs: the pointers in ``ptr`` 16-byte aligned,
+    the ``floats`` fp32, every other argument int32, a multiple of 16 where ``aligned(name)``.
+    Without these hints loads are not vectorised and the assembly would not be the one that runs."""
+    from triton.compiler import ASTSource
+
+    div16 = [["tt.divisibility", 16]]
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in ptr:
+            signature[name] = ptr[name]
+            attrs[(i,)] = div16
+        elif name in floats:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if aligned(name):
+                attrs[(i,)] = div16
+    return ASTSource(fn, signature, constexprs, attrs)
+
+
 def _source(
     variant: str, row: archs.Arch, head_dim: int, causal: bool, n_k: int = 0, accum: str = "fp32+fp32"
 ):
     import triton.language as tl
-    from triton.compiler import ASTSource
 
     from sagebuild.kernels.triton import configs
     from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel
@@ -91,24 +115,11 @@ def _source(
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
     constexprs["stride_vn" if fp8 else "stride_vd"] = 1
-    # What the JIT sees for contiguous inputs: 16-byte aligned pointers and strides that are
-    # multiples of 16 elements. Without these hints loads are not vectorised and the assembly
-    # would not be the one that runs.
     aligned = {"H", "GROUP", "N_Q", "N_K", "QS_NBLK", "KS_NBLK"}
-    signature, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name in ptr:
-            signature[name] = ptr[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name in ("q_scale_mul", "sm_scale"):
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-            if name.startswith("stride_") or name in aligned:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return ASTSource(fn, signature, constexprs, attrs), cfg
+    src = _ast_source(
+        fn, constexprs, ptr, ("q_scale_mul", "sm_scale"), lambda a: a.startswith("stride_") or a in aligned
+    )
+    return src, cfg
 
 
 def compile_variant(
@@ -195,7 +206,6 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from sagebuild.kernels.triton import quant
 
@@ -225,17 +235,11 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
     }  # fmt: skip
     out: dict[str, dict] = {}
     for name, (fn, constexprs, ptr) in kernels.items():
-        signature = {a: "constexpr" if a in constexprs else ptr.get(a, "fp32" if a == "scale_mul" else "i32")
-                     for a in fn.arg_names}  # fmt: skip
-        # what the JIT sees for contiguous inputs: 16-byte aligned pointers, input strides that are
-        # multiples of 16 (the channel-major FP8 V output's strides are left unspecialised)
-        aligned = [a in ptr or a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))
-                   for a in fn.arg_names]  # fmt: skip
-        attrs = {(i,): [["tt.divisibility", 16]] for i, yes in enumerate(aligned) if yes}
-        target = GPUTarget(*row.triton_target)
+        # the channel-major FP8 V output's strides (stride_w*) are left unspecialised
+        aligned = lambda a: a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))  # noqa: E731
+        src = _ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
-            src = ASTSource(fn, signature, constexprs, attrs)
-            k = triton.compile(src, target=target, options={"num_warps": 4})
+            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
             asm = k.asm.get("ptx") if row.vendor == "cuda" else k.asm.get("amdgcn")
             out[name] = {"ok": True, "error": None, "asm": asm.decode() if isinstance(asm, bytes) else asm}
         except Exception as exc:  # report, never raise
