@@ -43,7 +43,7 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     )
     t_k_only = _ms(lambda: quant.quant_blocks(kd, km, blk, 1.0, dp))
     t_stats = _ms(lambda: quant.kv_stats(kd, vd, dp, True, fp8, key))
-    parts = launcher.cdiv(n, quant.part_rows(n, b * h, k.device))
+    parts = launcher.cdiv(n, quant.part_rows(n, b * h, k.device, dp))
     t_all = _ms(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk, launch_key=key))
     t_ext = float("nan")
     if ops is not None:
@@ -70,10 +70,10 @@ def _stats_sweep(spec: str, copy_tbps: float) -> None:
     fp8 = torch.float8_e4m3fn
     ref = quant.kv_stats(kd, vd, d, True, fp8)
     floor = 4 * k.numel() / (copy_tbps * 1e12) * 1e6
-    defaults = {name: getattr(quant, name) for name in ("PART_CHUNK", "PART_STAGES", "PART_WAVES")}
+    defaults = {name: getattr(quant, name) for name in ("PART_CHUNK_ELEMS", "PART_STAGES", "PART_WAVES")}
     try:
-        for chunk, stages, waves in itertools.product((16, 32, 64), (1, 2, 3, 4), (4, 8)):
-            quant.PART_CHUNK, quant.PART_STAGES, quant.PART_WAVES = chunk, stages, waves
+        for chunk, stages, waves in itertools.product((2048, 4096, 8192), (1, 2, 3, 4), (4, 8)):
+            quant.PART_CHUNK_ELEMS, quant.PART_STAGES, quant.PART_WAVES = chunk, stages, waves
             key = ("sweep", spec, chunk, stages, waves)
             km, va = quant.kv_stats(kd, vd, d, True, fp8, key)
             same = torch.equal(va, ref[1]) and torch.allclose(km, ref[0], atol=1e-5)

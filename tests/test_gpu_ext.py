@@ -19,24 +19,24 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A fresh build into the process's extension cache (tests/conftest.py isolates it, or the
+    caller shares one: scripts/gpu_check.sh). Not a private directory: one process can load only
+    one build (``ext`` refuses a second), so the tests that load the extension later must find
+    this one; conftest runs this module first."""
     from sagebuild import probe, profiles
     from sagebuild.build.plan import make_plan
     from sagebuild.build.run import compile as run_compile
 
-    ext_dir = tmp_path_factory.mktemp("gpu-ext")
     facts = probe.collect()
     profile, why = profiles.resolve("auto", facts.gpu_archs())
     assert profile.vendor != "cpu", f"no bundled profile covers this GPU ({why})"
-    plan = make_plan(profile, facts, env={"SAGEBUILD_EXT_DIR": str(ext_dir)})
+    plan = make_plan(profile, facts)
     plan = dataclasses.replace(plan, aot=[])  # the Triton AOT step is tested on its own
-    res = run_compile(plan, ext_dir / "build.log", progress=False)
+    res = run_compile(plan, tmp_path_factory.mktemp("gpu-ext") / "build.log", progress=False)
     assert res.ok, f"{res.error}\n" + "\n".join(res.key_lines) + f"\nlog: {res.log_path}"
     print(f"\n[gpu-ext] profile {profile.name}, archs {plan.archs}, MAX_JOBS={res.jobs} "
           f"({plan.jobs_reason}); build + verify {res.seconds:.1f} s")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SAGEBUILD_EXT_DIR", str(ext_dir))
-    yield {"plan": plan, "result": res, "profile": profile}
-    mp.undo()
+    return {"plan": plan, "result": res, "profile": profile}
 
 
 @pytest.fixture(scope="module")

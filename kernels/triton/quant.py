@@ -45,18 +45,19 @@ EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # alternative is kv_stats' two Triton launches, not the reductions: the limit is not re-measured.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
-# amaxes), PART_CHUNK rows per load, at least PART_MIN_ROWS tokens and about PART_WAVES
-# programs per SM; a small launch combines each head's parts.
-PART_CHUNK = 32
+# amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
+# PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
+# 2 B · 2 tensors · PART_CHUNK_ELEMS · PART_STAGES = 48 KB per program at any head dim, inside
+# AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and about PART_WAVES programs per SM; a
+# small launch combines each head's parts. H200 sweep (docs/performance.md, run 14): 3 stages
+# and 4 programs per SM against run 13's 1 stage and 8: 64.9 → 53.2 µs at 2×32×4096×128,
+# 104.1 → 86.9 at 1×32×16384×128, 88.7 → 79.0 at 4×32×8192×64 (with one stage the SASS
+# consumed each load before issuing the next: ~2 loads in flight per thread, ~2 TB/s).
+PART_CHUNK_ELEMS = 4096
 PART_MIN_ROWS = 256
-PART_WAVES = 8
+PART_WAVES = 4
 PART_WARPS = 4
-# Row chunks in flight per statistics program (>1: Triton's pipeliner, asynchronous copies to
-# shared memory). At 1 (measured, run 13) the sm90 SASS consumes each load before issuing the next
-# (registers reused): ~2 loads in flight per thread and ~2 TB/s. 3 compiles to 24 LDGSTS per loop
-# with two chunks ahead and is predicted near the copy rate, but is not measured yet:
-# `scripts/quant_breakdown.py --stats-sweep` decides.
-PART_STAGES = 1
+PART_STAGES = 3
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -340,15 +341,21 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def part_rows(n: int, heads: int, device: torch.device) -> int:
+def chunk_rows(head_dim_pad: int) -> int:
+    """Rows per load of the statistics launch: PART_CHUNK_ELEMS elements, at least 16 rows."""
+    return max(16, PART_CHUNK_ELEMS // head_dim_pad)
+
+
+def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> int:
     """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
-    PART_MIN_ROWS tokens, a multiple of PART_CHUNK."""
+    PART_MIN_ROWS tokens, a multiple of ``chunk_rows``."""
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:
         sms = 4  # Triton's CPU interpreter (tests): a few parts
     count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * sms, heads)))
-    return launcher.cdiv(launcher.cdiv(n, count), PART_CHUNK) * PART_CHUNK
+    chunk = chunk_rows(head_dim_pad)
+    return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
 
 
 def _dense_stats(
@@ -358,7 +365,7 @@ def _dense_stats(
     read once, side by side), then one small launch combining each head's parts."""
     if not smooth_k and v is None:
         return None, None
-    rows = part_rows(k.max_len, k.batch * k.heads, k.t.device)
+    rows = part_rows(k.max_len, k.batch * k.heads, k.t.device, head_dim_pad)
     count = launcher.cdiv(k.max_len, rows)
     dev = k.t.device
     parts = torch.empty((2 if smooth_k and v is not None else 1, k.batch * k.heads, count, head_dim_pad),
@@ -371,7 +378,13 @@ def _dense_stats(
         _kv_partials_kernel,
         (count, k.batch * k.heads),
         (k.t, vv.t, kp, vp, *k.strides(), *vv.strides(), k.heads, k.max_len, rows, count),
-        dict(HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, CHUNK=PART_CHUNK, **consts, PART_STAGES=PART_STAGES),
+        dict(
+            HEAD_DIM=k.head_dim,
+            BLOCK_D=head_dim_pad,
+            CHUNK=chunk_rows(head_dim_pad),
+            **consts,
+            PART_STAGES=PART_STAGES,
+        ),
         num_warps=PART_WARPS,
         key=launch_key,
     )
