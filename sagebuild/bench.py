@@ -328,7 +328,6 @@ def _kernel_only(
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    tau = api._rescale_tau(arch)
 
     def run() -> Any:
         attention_forward(
@@ -342,7 +341,6 @@ def _kernel_only(
             pv_fp8=fp8 is not None,
             q_blk=q_blk,
             fp8_max=fmax,
-            rescale_tau=tau,
         )
         return out
 

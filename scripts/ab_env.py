@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A/B a tuning knob read from the environment (GPU): `sageattn` under each setting, SDPA in the same run.
 
-    python scripts/ab_env.py SAGEBUILD_RESCALE_TAU=0,3,4 [--shapes 2x32x4096x128,1x32x16384x128c]
+    python scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3" [--shapes 2x32x4096x128,1x32x16384x128c]
         [--rounds 3]
+
+Settings are separated by ";"; an empty one leaves the variable unset (the table's choice).
 
 Settings are interleaved round by round (the machines are noisy: a drift hits every setting
 alike); each round times every setting with do_bench medians, the table gives the median over
@@ -34,13 +36,13 @@ def _ms(fn) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("knob", help="NAME=v1,v2,... (an environment variable and its settings)")
+    ap.add_argument("knob", help="NAME=v1;v2;... (an environment variable and its settings)")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     args = ap.parse_args()
     name, _, values = args.knob.partition("=")
-    settings = values.split(",")
+    settings = values.split(";")
     dtype = getattr(torch, args.dtype)
     print(f"| shape | causal | {name} | median ms | SDPA ms | SDPA / ours | cos | rel L1 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -56,7 +58,10 @@ def main() -> None:
         for _ in range(args.rounds):
             sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c)))
             for s in settings:
-                os.environ[name] = s
+                if s:
+                    os.environ[name] = s
+                else:
+                    os.environ.pop(name, None)
                 out = sageattn(q, k, v, is_causal=causal)
                 acc.setdefault(s, accuracy(out, ref))
                 times[s].append(_ms(lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)))
@@ -66,8 +71,8 @@ def main() -> None:
             t = statistics.median(times[s])
             a = acc[s]
             print(
-                f"| {b}×{h}×{n}×{d} | {causal} | {s} | {t:.4f} | {t_sdpa:.4f} | {t_sdpa / t:.3f} | "
-                f"{a['cos']:.5f} | {a['rel_l1']:.4f} |",
+                f"| {b}×{h}×{n}×{d} | {causal} | {s or '(unset)'} | {t:.4f} | {t_sdpa:.4f} | "
+                f"{t_sdpa / t:.3f} | {a['cos']:.5f} | {a['rel_l1']:.4f} |",
                 flush=True,
             )
 

@@ -345,37 +345,6 @@ def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
     assert (out.float() - two_level.float()).abs().max() < 2e-3
 
 
-@pytest.mark.parametrize("variant", list(FNS))
-@pytest.mark.parametrize(("causal", "fused", "accum"), [(False, False, "fp32"), (True, False, "fp32+fp32"),
-                                                       (True, True, "fp32")])
-def test_lazy_rescaling_matches_the_golden_model(variant, causal, fused, accum, monkeypatch):
-    """configs.RESCALE_TAU > 0: the row maxima move only when some row of the CTA grew by more
-    than tau, and P runs against stale maxima in between. K's rows grow along the sequence, so
-    both kinds of key tile occur; the kernel must follow the golden model's lazy schedule (which
-    differs measurably from rescaling every tile for FP8 P·V) with exact LSE."""
-    monkeypatch.setenv(configs.FUSE_ENV_VAR, "1024" if fused else "0")
-    cfg = configs.LaunchConfig(32, 16, 4, 1) if not fused else configs.LaunchConfig(32, 64, 4, 1)
-    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=200, d=64, seed=9)
-    k = (k.float() * torch.linspace(0.2, 2.0, k.shape[2])[:, None]).to(k.dtype)
-    kw = {"pv_accum_dtype": accum} if variant == "qk_int8_pv_fp8" else {}
-    for tau in (1.0, 3.0):
-        monkeypatch.setenv(configs.RESCALE_ENV_VAR, str(tau))
-        out, lse = FNS[variant](q, k, v, is_causal=causal, return_lse=True, config=cfg,
-                               quantization_backend="triton", **kw)
-        ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal,
-                                        return_lse=True, config=cfg, rescale_tau=tau)
-        acc = _close(out.cpu(), ref)
-        finite = torch.isfinite(ref_lse)
-        assert torch.equal(torch.isfinite(lse.cpu()), finite)
-        assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
-        if variant == "qk_int8_pv_fp8":  # P's FP8 rounding follows the schedule
-            eager = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, config=cfg)
-            assert accuracy(out.cpu(), eager)["rel_l1"] > 2 * acc["rel_l1"]
-    monkeypatch.setenv(configs.RESCALE_ENV_VAR, "9")
-    with pytest.raises(AttentionInputError, match=configs.RESCALE_ENV_VAR):
-        FNS[variant](q, k, v, config=cfg)
-
-
 def test_fused_kv_threshold(monkeypatch):
     """Off by default (measured slower on an H200); when on, short sequences only, and key tiles
     made of whole K blocks."""

@@ -106,8 +106,6 @@ def _attn_tiles(
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    RESCALE_TAU: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -176,31 +174,16 @@ def _attn_tiles(
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
-        if RESCALE_TAU > 0:
-            # Lazy rescaling: the running maxima move (and acc, l are rescaled) only when some
-            # row's maximum grew by more than RESCALE_TAU (log2 units) anywhere in the CTA; P is
-            # then at most 2^TAU times its usual size, which P_SHIFT leaves room for.
-            grow = tl.max((m_new > m_i + RESCALE_TAU).to(tl.int32), axis=0)
-            if grow > 0:
-                m_use = tl.where(m_new == float("-inf"), 0.0, m_new) if MASKED else m_new
-                alpha = tl.math.exp2(m_i - m_use)
-                l_i = l_i * alpha
-                acc = acc * alpha[:, None]
-                if SPLIT_D:
-                    acc2 = acc2 * alpha[:, None]
-                m_i = m_new
-            m_use = tl.where(m_i == float("-inf"), 0.0, m_i) if MASKED else m_i
-            alpha = tl.full([BLOCK_M], 1.0, tl.float32)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new) if MASKED else m_new
-            alpha = tl.math.exp2(m_i - m_use)
-            l_i = l_i * alpha
-            m_i = m_new
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
+            m_use = m_new
         # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
-        l_i = l_i + tl.sum(p, axis=1)
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
         if PV_FP8 and KV_FUSED:
@@ -210,14 +193,11 @@ def _attn_tiles(
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
         two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
-        if RESCALE_TAU == 0:
-            acc = acc * alpha[:, None]
-            if SPLIT_D:
-                acc2 = acc2 * alpha[:, None]
-        acc = _accumulate_pv(acc, p, v, two_level)
+        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
         if SPLIT_D:
             v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
-            acc2 = _accumulate_pv(acc2, p, v2, two_level)
+            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
+        m_i = m_new
     return acc, acc2, l_i, m_i
 
 
@@ -278,7 +258,6 @@ def _attn_fwd_kernel(
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
-    RESCALE_TAU: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -404,8 +383,6 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
-            BLOCK_M,
-            RESCALE_TAU,
         )
         acc, acc2, l_i, m_i = _attn_tiles(
             acc,
@@ -447,8 +424,6 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
-            BLOCK_M,
-            RESCALE_TAU,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -522,13 +497,10 @@ def attention_forward(
     lse: Optional[torch.Tensor] = None,
     launch_key: Optional[tuple] = None,
     pv_direct: bool = False,
-    rescale_tau: float = 0.0,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
-
-    ``rescale_tau``: lazy-rescaling threshold (``configs.RESCALE_TAU``; 0 = every key tile).
 
     ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key).
     """
@@ -586,12 +558,11 @@ def attention_forward(
             SMOOTH_K=kv.km is not None,
             IS_VARLEN=q.is_varlen,
             V_PADDED=kv.v.head_dim != head_dim_pad,
-            P_SHIFT=math.log2(fp8_max) - rescale_tau if pv_fp8 else 0.0,
+            P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
             KV_FUSED=kv.fused,
             P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
             PV_DIRECT=pv_fp8 and pv_direct,
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
-            RESCALE_TAU=float(rescale_tau),
         ),
         key=launch_key,
         **cfg.launch_options(),

@@ -49,30 +49,6 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
     return not varlen and n_k <= max_tokens and cfg.block_n % cfg.k_blk == 0
 
 
-# Lazy rescaling (``attn_fwd``): the running row maxima, and with them the output accumulator,
-# move only when some row's maximum in a CTA grew by more than this (log2 units) since the last
-# move; otherwise the key tile's P is computed against the stale maxima (at most 2^tau times its
-# usual size: FP8 P·V shifts P down by tau to stay in range). 0 = rescale at every key tile.
-# By arch family; ``SAGEBUILD_RESCALE_TAU`` overrides it (tuning runs).
-RESCALE_TAU: dict[str, float] = {}
-RESCALE_ENV_VAR = "SAGEBUILD_RESCALE_TAU"
-MAX_RESCALE_TAU = 8.0
-
-
-def rescale_tau(family: str) -> float:
-    """The lazy-rescaling threshold for a family: the environment's, else the table's, else 0."""
-    env = (os.environ.get(RESCALE_ENV_VAR) or "").strip()
-    if env:
-        try:
-            tau = float(env)
-        except ValueError:
-            tau = -1.0
-        if not 0.0 <= tau <= MAX_RESCALE_TAU:
-            raise ValueError(f"{RESCALE_ENV_VAR}={env!r} must be a number within 0..{MAX_RESCALE_TAU:g}")
-        return tau
-    return RESCALE_TAU.get(family, 0.0)
-
-
 @dataclass(frozen=True)
 class LaunchConfig:
     """Tile sizes and launch parameters of one attention kernel launch.

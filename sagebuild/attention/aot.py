@@ -90,7 +90,6 @@ def _source(
         "CUQ": "*i32",
         "CUK": "*i32",
     }
-    tau = configs.rescale_tau(row.family)  # what a call on this arch would run
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": head_dim,
@@ -107,12 +106,11 @@ def _source(
         "IS_VARLEN": False,
         "V_PADDED": False,
         # the long-sequence path (K/V pre-quantized); the fused short-sequence path shares its dots
-        "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) - tau if fp8 else 0.0,
+        "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
         "PV_DIRECT": direct,
         "SPLIT_D": False,
-        "RESCALE_TAU": tau,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

@@ -126,14 +126,6 @@ def _resolve(
     return dp, cfg
 
 
-def _rescale_tau(arch: str) -> float:
-    """The portable kernel's lazy-rescaling threshold on this arch (``configs.rescale_tau``)."""
-    try:
-        return configs.rescale_tau(dispatch.family(arch))
-    except ValueError as exc:
-        raise AttentionInputError(str(exc), f"fix ${configs.RESCALE_ENV_VAR} or unset it") from None
-
-
 class _Plan(NamedTuple):
     """Everything an attention call decides from shapes, strides, dtypes and flags alone."""
 
@@ -148,7 +140,6 @@ class _Plan(NamedTuple):
     ops: Any
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
-    tau: float  # lazy-rescaling threshold of the portable kernel (``configs.rescale_tau``)
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -166,7 +157,7 @@ def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
             k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
             v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
             os.environ.get(configs.ENV_VAR), os.environ.get(configs.FUSE_ENV_VAR),
-            os.environ.get(configs.WS_ENV_VAR), os.environ.get(configs.RESCALE_ENV_VAR), *flags,
+            os.environ.get(configs.WS_ENV_VAR), *flags,
         )  # fmt: skip
         hash(key)
     except (AttributeError, TypeError):
@@ -224,9 +215,9 @@ def _make_plan(
     # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
     # the portable kernel takes the same K (it reads the block size from QuantizedKV).
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
-    tau = _rescale_tau(arch)
-    q_blk = cfg.q_blk(qk_quant_gran)
-    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tau)
+    return _Plan(
+        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops, ws, k_blk
+    )
 
 
 def _attend(
@@ -334,7 +325,6 @@ def _attend(
         lse=lse,
         launch_key=key,
         pv_direct=pv_accum == "fp32",
-        rescale_tau=plan.tau,
     )
     return (out, lse) if return_lse else out
 
@@ -566,6 +556,5 @@ def sageattn_varlen(
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
-        rescale_tau=_rescale_tau(arch),
     )
     return out

@@ -11,7 +11,6 @@ import math
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from sagebuild.kernels.triton.configs import LaunchConfig
 
@@ -114,14 +113,12 @@ def golden_attention(
     return_lse: bool = False,
     config: LaunchConfig = DEFAULT_CONFIG,
     fp8_dtype: torch.dtype = torch.float8_e4m3fn,
-    rescale_tau: float = 0.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The kernels' arithmetic in plain torch (float32 result in the input's layout).
 
     ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
     online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
-    scale block (``config.k_blk``). ``rescale_tau`` > 0: the kernels' lazy rescaling, decided
-    per CTA of ``config.block_m`` query rows (``configs.RESCALE_TAU``).
+    scale block (``config.k_blk``).
     """
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
@@ -148,7 +145,7 @@ def golden_attention(
     if fp8:
         vq, vs = quant_v_fp8(vf, fp8_dtype)
         vq, vs = _expand_kv(vq, heads), _expand_kv(vs, heads)
-        fmax = float(torch.finfo(fp8_dtype).max) * 2.0**-rescale_tau  # P's range, tau left as headroom
+        fmax = float(torch.finfo(fp8_dtype).max)
     else:
         vq = _expand_kv(vh, heads)  # P·V in the input's 16-bit type
     m = torch.full((b, heads, n_q), float("-inf"), device=s.device)
@@ -157,10 +154,6 @@ def golden_attention(
     for c0 in range(0, n_k, config.block_n):
         st = s[..., c0 : c0 + config.block_n]
         m_new = torch.maximum(m, st.amax(dim=-1))
-        if rescale_tau > 0:  # the maxima move only where some row of the CTA grew by more than tau
-            grow = F.pad(m_new > m + rescale_tau, (0, -n_q % config.block_m))
-            grow = grow.view(b, heads, -1, config.block_m).any(dim=-1)
-            m_new = torch.where(grow.repeat_interleave(config.block_m, dim=-1)[..., :n_q], m_new, m)
         m_use = torch.where(torch.isinf(m_new), 0.0, m_new)
         p = torch.exp2(st - m_use[..., None])
         alpha = torch.exp2(m - m_use)
