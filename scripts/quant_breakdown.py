@@ -1,13 +1,15 @@
 """Where the K/V pre-processing time goes (GPU): each piece of ``quant.quant_kv`` timed alone.
 
-    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128] [--stats-sweep]
+    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128] [--stats-sweep | --inline-sweep]
 
 Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reductions, the
 same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
 combining launch), the Triton quantization launch with the statistics given (also K alone), the
 whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor (read K and V once,
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
-``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead.
+``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead;
+``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
+launch) over ``quant.INLINE_*`` as CUDA-graph replays (device time only).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from sagebuild.kernels.triton import configs, launcher, layout, quant
 from triton.testing import do_bench
 
 from sagebuild.attention import dispatch
+
+DEFAULT_SHAPES = "2x32x4096x128,1x32x16384x128,4x32x8192x64"
+INLINE_SHAPES = "1x16x1024x64,1x16x2048x64,1x16x1024x128,2x32x1024x128"
 
 
 def _ms(fn) -> float:
@@ -85,12 +90,54 @@ def _stats_sweep(spec: str, copy_tbps: float) -> None:
             setattr(quant, name, value)
 
 
+def _graph_us(fn) -> float:
+    """Device time of fn's launches: captured in a CUDA graph, the replay timed (median µs)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+
+
+def _inline_sweep(spec: str) -> None:
+    """quant_kv with the statistics inside the quantization launch (short sequences), device time
+    over its knobs (quant.INLINE_*), each checked against the defaults' result."""
+    b, h, n, d = (int(x) for x in spec.split("x"))
+    k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    kd, vd = layout.dense(k), layout.dense(v)
+    dp = configs.padded_head_dim(d)
+    assert n * dp <= quant.INLINE_STATS_MAX_ELEMENTS, f"{spec} takes kv_stats, not the inline path"
+    defaults = {name: getattr(quant, name) for name in ("INLINE_CHUNK_ELEMS", "INLINE_STAGES")}
+    try:
+        for fp8 in (None, torch.float8_e4m3fn):
+            ref = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
+            for elems, stages in itertools.product((2048, 4096, 8192), (1, 2, 3)):
+                quant.INLINE_CHUNK_ELEMS, quant.INLINE_STAGES = elems, stages
+                got = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
+                same = torch.equal(got[0].t, ref[0].t) and torch.allclose(got[2], ref[2], atol=1e-5)
+                t = _graph_us(lambda fp8=fp8: quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK))
+                print(f"{spec} {'fp8' if fp8 else 'fp16'} elems={elems} stages={stages}: {t:.1f} us"
+                      f"{'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
+    finally:
+        for name, value in defaults.items():
+            setattr(quant, name, value)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="2x32x4096x128,1x32x16384x128,4x32x8192x64")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--copy-tbps", type=float, default=4.22, help="measured copy bandwidth (run 1)")
     ap.add_argument("--stats-sweep", action="store_true", help="sweep kv_stats' launch knobs instead")
+    ap.add_argument("--inline-sweep", action="store_true", help="sweep the in-launch statistics' knobs")
     args = ap.parse_args()
+    if args.inline_sweep:
+        for spec in (args.shapes if args.shapes != DEFAULT_SHAPES else INLINE_SHAPES).split(","):
+            _inline_sweep(spec)
+        return
     if args.stats_sweep:
         for spec in args.shapes.split(","):
             _stats_sweep(spec, args.copy_tbps)

@@ -44,6 +44,9 @@ EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # 1×16×1024×64 faster than the reductions (docs/performance.md, run 7). Since run 13 the
 # alternative is kv_stats' two Triton launches, not the reductions: the limit is not re-measured.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
+# The in-launch statistics' loads: elements per load and loads in flight (``_column_stats``).
+INLINE_CHUNK_ELEMS = 4096
+INLINE_STAGES = 1
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
@@ -111,21 +114,26 @@ def seq_base(CU, b, N, stride_b, stride_n, IS_VARLEN: tl.constexpr):
 def _column_stats(
     K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d,
     HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, WANT_K: tl.constexpr, WANT_V: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
-    """(sum of K, amax of |V|) over tokens [0, n) of one head, for the channels offs_d."""
+    """(sum of K, amax of |V|) over tokens [0, n) from kbase/vbase, for the channels offs_d.
+
+    Element-wise accumulators over CHUNK-row loads, reduced across rows once at the end (a
+    reduction per load puts a CTA barrier in every iteration); STAGES > 1 keeps that many loads
+    in flight (Triton's pipeliner: asynchronous copies into shared memory)."""
     offs_c = tl.arange(0, CHUNK)
-    ksum = tl.zeros(offs_d.shape, dtype=tl.float32)
-    vmax = tl.zeros(offs_d.shape, dtype=tl.float32)
-    for start in range(0, n, CHUNK):
+    ksum = tl.zeros([CHUNK, offs_d.shape[0]], dtype=tl.float32)
+    vmax = tl.zeros([CHUNK, offs_d.shape[0]], dtype=tl.float32)
+    for start in tl.range(0, n, CHUNK, num_stages=STAGES):
         rows = start + offs_c
         mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
         if WANT_K:
             k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
-            ksum += tl.sum(k.to(tl.float32), axis=0)
+            ksum += k.to(tl.float32)
         if WANT_V:
             v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-            vmax = tl.maximum(vmax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
-    return ksum, vmax
+            vmax = tl.maximum(vmax, tl.abs(v.to(tl.float32)))
+    return tl.sum(ksum, axis=0), tl.max(vmax, axis=0)
 
 
 @triton.jit
@@ -163,7 +171,7 @@ def _kv_stats_kernel(
     vbase += h.to(tl.int64) * stride_vh
     offs_d = pid_d * SPLIT_D + tl.arange(0, SPLIT_D)
     ksum, vmax = _column_stats(
-        K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8
+        K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, 1
     )
     out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
     if SMOOTH_K:
@@ -181,8 +189,7 @@ def _kv_partials_kernel(
     SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One program per (PART_ROWS tokens, batch·KV head) of dense K/V: the part's column sums of
-    K and column amaxes of |V|. Element-wise accumulators over CHUNK-row loads, reduced across
-    rows once at the end (a reduction per load would put a CTA barrier in every iteration)."""
+    K and column amaxes of |V|."""
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -190,25 +197,16 @@ def _kv_partials_kernel(
     start = pid_s * PART_ROWS
     kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
     vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
-    offs_c = tl.arange(0, CHUNK)
     offs_d = tl.arange(0, BLOCK_D)
     n = tl.minimum(PART_ROWS, N - start)
-    ksum = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
-    vmax = tl.zeros([CHUNK, BLOCK_D], dtype=tl.float32)
-    for r0 in tl.range(0, n, CHUNK, num_stages=PART_STAGES):
-        rows = r0 + offs_c
-        mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
-        if SMOOTH_K:
-            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
-            ksum += k.to(tl.float32)
-        if V_FP8:
-            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-            vmax = tl.maximum(vmax, tl.abs(v.to(tl.float32)))
+    ksum, vmax = _column_stats(
+        K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, PART_STAGES
+    )
     out = (pid_bh.to(tl.int64) * NPART + pid_s) * BLOCK_D + offs_d
     if SMOOTH_K:
-        tl.store(KP + out, tl.sum(ksum, axis=0))
+        tl.store(KP + out, ksum)
     if V_FP8:
-        tl.store(VP + out, tl.max(vmax, axis=0))
+        tl.store(VP + out, vmax)
 
 
 @triton.jit
@@ -272,6 +270,7 @@ def _quant_blocks_kernel(
     IS_VARLEN: tl.constexpr,
     INLINE_STATS: tl.constexpr,
     STATS_BLK: tl.constexpr,
+    STATS_STAGES: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
@@ -294,10 +293,11 @@ def _quant_blocks_kernel(
     x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
-    if INLINE_STATS:  # wide chunks: few iterations, many loads in flight
+    if INLINE_STATS:
         ksum, vmax = _column_stats(
-            X, V, xbase, vbase, n, stride_xn, stride_vn, offs_d, HEAD_DIM, STATS_BLK, HAS_MEAN, V_FP8
-        )
+            X, V, xbase, vbase, n, stride_xn, stride_vn, offs_d,
+            HEAD_DIM, STATS_BLK, HAS_MEAN, V_FP8, STATS_STAGES,
+        )  # fmt: skip
     if HAS_MEAN:
         if INLINE_STATS:
             km = column_mean(ksum, n)
@@ -512,7 +512,8 @@ def quant_blocks(
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
             IS_VARLEN=x.is_varlen,
             INLINE_STATS=inline_stats,
-            STATS_BLK=max(blk, 16384 // head_dim_pad),  # 16K elements per chunk
+            STATS_BLK=max(16, INLINE_CHUNK_ELEMS // head_dim_pad),
+            STATS_STAGES=INLINE_STAGES,
         ),
         num_warps=4,
         key=launch_key,
