@@ -111,16 +111,20 @@ def _inline_sweep(spec: str) -> None:
     kd, vd = layout.dense(k), layout.dense(v)
     dp = configs.padded_head_dim(d)
     assert n * dp <= quant.INLINE_STATS_MAX_ELEMENTS, f"{spec} takes kv_stats, not the inline path"
-    defaults = {name: getattr(quant, name) for name in ("INLINE_CHUNK_ELEMS", "INLINE_STAGES")}
+    defaults = {name: getattr(quant, name) for name in ("INLINE_CHUNK_ROWS", "INLINE_STAGES")}
     try:
         for fp8 in (None, torch.float8_e4m3fn):
+            for name, value in defaults.items():
+                setattr(quant, name, value)
             ref = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
-            for elems, stages in itertools.product((2048, 4096, 8192), (1, 2, 3)):
-                quant.INLINE_CHUNK_ELEMS, quant.INLINE_STAGES = elems, stages
+            for rows, stages in itertools.product((16, 32, 64, 128), (1, 2, 3)):
+                quant.INLINE_CHUNK_ROWS, quant.INLINE_STAGES = {dp: rows}, stages
                 got = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
-                same = torch.equal(got[0].t, ref[0].t) and torch.allclose(got[2], ref[2], atol=1e-5)
+                # another chunk size sums K in another order: codes may move by one step
+                flips = int((got[0].t.int() - ref[0].t.int()).abs().gt(0).sum())
+                same = torch.allclose(got[2], ref[2], atol=1e-5) and flips <= got[0].t.numel() // 10000
                 t = _graph_us(lambda fp8=fp8: quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK))
-                print(f"{spec} {'fp8' if fp8 else 'fp16'} elems={elems} stages={stages}: {t:.1f} us"
+                print(f"{spec} {'fp8' if fp8 else 'fp16'} rows={rows} stages={stages}: {t:.1f} us"
                       f"{'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
     finally:
         for name, value in defaults.items():

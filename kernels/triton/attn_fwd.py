@@ -478,6 +478,9 @@ class QuantizedQ:
 
 
 _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
+# The kernel's constexprs by launch key: a key fixes every input property and flag they derive
+# from, and building the dict is a visible part of a small call's host time.
+_CONSTS: dict[tuple, dict] = {}
 
 
 def attention_forward(
@@ -502,7 +505,9 @@ def attention_forward(
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
 
-    ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key).
+    ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key); it must
+    also fix the arguments the constexprs derive from (head dims, config, flags, FP8 type), which
+    are then built once per key.
     """
     group = q.heads // kv.k.heads
     qi = q_int8.q if q_int8 is not None else q
@@ -512,6 +517,33 @@ def attention_forward(
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
+    consts = _CONSTS.get(launch_key) if launch_key is not None else None
+    if consts is None:
+        consts = dict(
+            HEAD_DIM=q.head_dim,
+            BLOCK_D=head_dim_pad,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            Q_BLK=q_blk,
+            KS_BLK=kv.k_blk,
+            CAUSAL=causal,
+            PV_FP8=pv_fp8,
+            FP8_MAX=fp8_max,
+            Q_INT8=q_int8 is not None,
+            RETURN_LSE=lse is not None,
+            SMOOTH_K=kv.km is not None,
+            IS_VARLEN=q.is_varlen,
+            V_PADDED=kv.v.head_dim != head_dim_pad,
+            P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
+            KV_FUSED=kv.fused,
+            P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
+            PV_DIRECT=pv_fp8 and pv_direct,
+            SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
+        )
+        if launch_key is not None:
+            if len(_CONSTS) >= launcher.MAX_ENTRIES:
+                _CONSTS.clear()
+            _CONSTS[launch_key] = consts
     launcher.launch(
         _attn_fwd_kernel,
         grid,
@@ -543,27 +575,7 @@ def attention_forward(
             sm_scale * LOG2E,
             sm_scale,
         ),
-        dict(
-            HEAD_DIM=q.head_dim,
-            BLOCK_D=head_dim_pad,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            Q_BLK=q_blk,
-            KS_BLK=kv.k_blk,
-            CAUSAL=causal,
-            PV_FP8=pv_fp8,
-            FP8_MAX=fp8_max,
-            Q_INT8=q_int8 is not None,
-            RETURN_LSE=lse is not None,
-            SMOOTH_K=kv.km is not None,
-            IS_VARLEN=q.is_varlen,
-            V_PADDED=kv.v.head_dim != head_dim_pad,
-            P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
-            KV_FUSED=kv.fused,
-            P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
-            PV_DIRECT=pv_fp8 and pv_direct,
-            SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
-        ),
+        consts,
         key=launch_key,
         **cfg.launch_options(),
     )

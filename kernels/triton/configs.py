@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.11.30.7"
+CONFIG_TABLE_VERSION = "2026.11.30.8"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -128,7 +128,11 @@ _TABLE: list[Row] = [
     Row("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
-    Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3)),
+    # FP16 P·V at head dim 64 below 3K keys: 128-key tiles (and 128-token K blocks, half the
+    # quantization programs). Run 14, whole call vs 128,64,4,3: 2×32×2048×64 0.226 vs 0.245 ms,
+    # 1×16×2048×64 0.069 vs 0.072, 1×16×1024×64 at parity (host-bound); at 4096 keys 0.190 vs 0.182.
+    Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3), min_keys=3072),
+    Row("Hopper", 64, "fp16", "*", LaunchConfig(64, 128, 4, 3)),
     # Head dim 256: a 64×256 FP32 accumulator is 128 registers per thread at 4 warps, and FP8
     # P·V's fresh per-tile accumulator doubles that (spills, seen in the sm90 SASS); 8 warps split
     # the 256 columns between two warpgroups. The MMA-accumulated FP8 P·V has no second

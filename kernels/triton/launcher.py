@@ -33,6 +33,14 @@ _compiled: dict[tuple, Any] = {}
 _trailing_constexprs: dict[int, bool] = {}
 
 
+try:  # the current stream's handle as Triton's own driver reads it: no Stream object built
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # CPU-only torch builds (the fast path never runs there)
+
+    def _raw_stream(dev: int) -> int:
+        return torch.cuda.current_stream(dev).cuda_stream
+
+
 def _hooks_installed() -> bool:
     """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
     older releases in plain attributes that are None when unset. Without ``triton.knobs`` the
@@ -78,7 +86,7 @@ def launch(
         if kernel is not None and not _hooks_installed():
             g1 = grid[1] if len(grid) > 1 else 1
             g2 = grid[2] if len(grid) > 2 else 1
-            stream = torch.cuda.current_stream(dev).cuda_stream
+            stream = _raw_stream(dev)
             kernel.run(
                 grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
                 *args, *constexprs.values(),

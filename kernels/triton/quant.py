@@ -44,9 +44,14 @@ EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # 1×16×1024×64 faster than the reductions (docs/performance.md, run 7). Since run 13 the
 # alternative is kv_stats' two Triton launches, not the reductions: the limit is not re-measured.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
-# The in-launch statistics' loads: elements per load and loads in flight (``_column_stats``).
-INLINE_CHUNK_ELEMS = 4096
-INLINE_STAGES = 1
+# The in-launch statistics' loads (``_column_stats``): rows per load by padded head dim, and
+# loads in flight. H200 device time of quant_kv, CUDA-graph replays (docs/performance.md, run
+# 14), K only / K + FP8 V: 1×16×1024×64 15.6 / 24.0 µs with run 13's loop (256 rows, reduced
+# per load) → 10.9 / 15.6 at 128 rows and 3 stages; 1×16×1024×128 23.1 / 32.7 at 64 rows and
+# 1 stage → 15.8 / 24.6 at 32 rows and 3 stages (64 rows: two FP32 accumulators of 64 registers
+# beside the block being quantized).
+INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
+INLINE_STAGES = 3
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
@@ -62,6 +67,9 @@ PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
 LOG2E = 1.4426950408889634
+# The quantization launch's constexprs by launch key (built once per key: host time matters at
+# small shapes).
+_CONSTS: dict[tuple, dict] = {}
 assert math.isclose(LOG2E, math.log2(math.e))
 
 
@@ -480,6 +488,26 @@ def quant_blocks(
         else None
     )
     vv, ww = (v, vq) if want_v else (x, xq)
+    ckey = (launch_key, inline_stats) if launch_key is not None else None
+    consts = _CONSTS.get(ckey) if ckey is not None else None
+    if consts is None:  # a launch key fixes every argument the constexprs derive from but the
+        # statistics' placement, which module knobs decide (quant_kv)
+        consts = dict(
+            HEAD_DIM=x.head_dim,
+            BLOCK_D=head_dim_pad,
+            BLK=blk,
+            HAS_MEAN=km is not None,
+            V_FP8=want_v,
+            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+            IS_VARLEN=x.is_varlen,
+            INLINE_STATS=inline_stats,
+            STATS_BLK=INLINE_CHUNK_ROWS.get(head_dim_pad, 16),
+            STATS_STAGES=INLINE_STAGES,
+        )
+        if ckey is not None:
+            if len(_CONSTS) >= launcher.MAX_ENTRIES:
+                _CONSTS.clear()
+            _CONSTS[ckey] = consts
     launcher.launch(
         _quant_blocks_kernel,
         (nblk, x.batch * x.heads),
@@ -503,18 +531,7 @@ def quant_blocks(
             nblk,
             float(scale_mul),
         ),
-        dict(
-            HEAD_DIM=x.head_dim,
-            BLOCK_D=head_dim_pad,
-            BLK=blk,
-            HAS_MEAN=km is not None,
-            V_FP8=want_v,
-            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
-            IS_VARLEN=x.is_varlen,
-            INLINE_STATS=inline_stats,
-            STATS_BLK=max(16, INLINE_CHUNK_ELEMS // head_dim_pad),
-            STATS_STAGES=INLINE_STAGES,
-        ),
+        consts,
         num_warps=4,
         key=launch_key,
     )

@@ -286,10 +286,11 @@ def _attend(
         stub = km if km is not None else va if va is not None else torch.empty(1, device=q.device)
         kv = QuantizedKV(kd, stub, plan.k_blk, km, vd, va, fused=True)
     else:
+        vd = layout.dense(v)
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), layout.dense(v), dp, smooth_k, fp8, plan.k_blk, launch_key=key
+            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key
         )
-        kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else layout.dense(v), vs)
+        kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vd, vs)
 
     if plan.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
