@@ -47,9 +47,9 @@ INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 # The in-launch statistics' loads (``_column_stats``): rows per load by padded head dim, and
 # loads in flight. H200 device time of quant_kv, CUDA-graph replays (docs/performance.md, run
 # 14), K only / K + FP8 V: 1×16×1024×64 15.6 / 24.0 µs with run 13's loop (256 rows, reduced
-# per load) → 10.9 / 15.6 at 128 rows and 3 stages; 1×16×1024×128 23.1 / 32.7 at 64 rows and
-# 1 stage → 15.8 / 24.6 at 32 rows and 3 stages (64 rows: two FP32 accumulators of 64 registers
-# beside the block being quantized).
+# per load) → 10.9 / 15.6 at 128 rows and 3 stages; 1×16×1024×128 23.1 / 32.7 at 32 rows and
+# 1 stage → 15.8 / 24.6 with 3 stages (64 rows and 3 stages: 20.0 / 31.5; two FP32 accumulators
+# of 64 registers each beside the block being quantized).
 INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
 INLINE_STAGES = 3
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
@@ -59,7 +59,7 @@ INLINE_STAGES = 3
 # AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and about PART_WAVES programs per SM; a
 # small launch combines each head's parts. H200 sweep (docs/performance.md, run 14): 3 stages
 # and 4 programs per SM against run 13's 1 stage and 8: 64.9 → 53.2 µs at 2×32×4096×128,
-# 104.1 → 86.9 at 1×32×16384×128, 88.7 → 79.0 at 4×32×8192×64 (with one stage the SASS
+# 104.1 → 86.9 at 1×32×16384×128, 88.7 → 83.0 at 4×32×8192×64 (with one stage the SASS
 # consumed each load before issuing the next: ~2 loads in flight per thread, ~2 TB/s).
 PART_CHUNK_ELEMS = 4096
 PART_MIN_ROWS = 256
