@@ -18,6 +18,7 @@ from sagebuild.kernels.triton import configs
 from triton.testing import do_bench
 
 from sagebuild.attention import sageattn, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+from sagebuild.bench import graph_replay_us
 
 
 def _measure(name: str, fn) -> None:
@@ -31,34 +32,12 @@ def _measure(name: str, fn) -> None:
     host = (time.perf_counter() - t0) / reps * 1e6
     torch.cuda.synchronize()
     dev = do_bench(fn, warmup=25, rep=200, return_mode="median")
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        fn()
-    graph = do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+    graph = graph_replay_us(fn)
     print(
         f"host-profile {name}: host {host:.1f} us/call (loop, no sync), do_bench {dev * 1e3:.1f} us, "
-        f"graph replay {graph * 1e3:.1f} us",
+        f"graph replay {graph:.1f} us",
         flush=True,
     )
-
-
-def _graph_us(fn) -> float:
-    """Device time of fn: its launches captured in a CUDA graph, replay timed (median µs)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def device_breakdown(q, k, v) -> None:
@@ -68,10 +47,12 @@ def device_breakdown(q, k, v) -> None:
 
     d = q.shape[-1]
     kd, vd = layout.dense(k), layout.dense(v)
-    print(f"device K mean (torch): {_graph_us(lambda: torch.mean(k, dim=2, dtype=torch.float32)):.1f} us")
-    print(f"device V amax (torch): {_graph_us(lambda: torch.linalg.vector_norm(v, float('inf'), 2)):.1f} us")
+    t_mean = graph_replay_us(lambda: torch.mean(k, dim=2, dtype=torch.float32))
+    t_amax = graph_replay_us(lambda: torch.linalg.vector_norm(v, float("inf"), 2))
+    print(f"device K mean (torch): {t_mean:.1f} us")
+    print(f"device V amax (torch): {t_amax:.1f} us")
     for pv, fp8 in (("fp16", None), ("fp8", torch.float8_e4m3fn)):
-        t_quant = _graph_us(lambda fp8=fp8: quant.quant_kv(kd, vd, d, True, fp8, 64))
+        t_quant = graph_replay_us(lambda fp8=fp8: quant.quant_kv(kd, vd, d, True, fp8, 64))
         print(f"device quant_kv {pv}: {t_quant:.1f} us")
         kq, ks, km, vq, vs = quant.quant_kv(kd, vd, d, True, fp8, 64)
         kv = QuantizedKV(kq, ks, 64, km, vq if vq is not None else vd, vs)
@@ -101,7 +82,7 @@ def device_breakdown(q, k, v) -> None:
                 )
 
             try:
-                print(f"device attention {pv} {cfg}: {_graph_us(attn):.1f} us")
+                print(f"device attention {pv} {cfg}: {graph_replay_us(attn):.1f} us")
             except Exception as exc:  # a config that does not fit is a result too
                 print(f"device attention {pv} {cfg}: failed ({type(exc).__name__})")
     from sagebuild.attention import GraphedAttention

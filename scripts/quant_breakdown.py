@@ -22,6 +22,7 @@ from sagebuild.kernels.triton import configs, launcher, layout, quant
 from triton.testing import do_bench
 
 from sagebuild.attention import dispatch
+from sagebuild.bench import graph_replay_us
 
 DEFAULT_SHAPES = "2x32x4096x128,1x32x16384x128,4x32x8192x64"
 INLINE_SHAPES = "1x16x1024x64,1x16x2048x64,1x16x1024x128,2x32x1024x128"
@@ -90,19 +91,6 @@ def _stats_sweep(spec: str, copy_tbps: float) -> None:
             setattr(quant, name, value)
 
 
-def _graph_us(fn) -> float:
-    """Device time of fn's launches: captured in a CUDA graph, the replay timed (median µs)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
-
-
 def _inline_sweep(spec: str) -> None:
     """quant_kv with the statistics inside the quantization launch (short sequences), device time
     over its knobs (quant.INLINE_*), each checked against the defaults' result."""
@@ -123,7 +111,7 @@ def _inline_sweep(spec: str) -> None:
                 # another chunk size sums K in another order: codes may move by one step
                 flips = int((got[0].t.int() - ref[0].t.int()).abs().gt(0).sum())
                 same = torch.allclose(got[2], ref[2], atol=1e-5) and flips <= got[0].t.numel() // 10000
-                t = _graph_us(lambda fp8=fp8: quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK))
+                t = graph_replay_us(lambda fp8=fp8: quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK))
                 print(f"{spec} {'fp8' if fp8 else 'fp16'} rows={rows} stages={stages}: {t:.1f} us"
                       f"{'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
     finally:
