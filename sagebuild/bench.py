@@ -332,7 +332,7 @@ def _kernel_only(
     from sagebuild.attention.validate import check_dense, check_sm_scale
     from sagebuild.kernels.triton import configs, quant
     from sagebuild.kernels.triton import layout as lay
-    from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+    from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward, tma_eligible
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
     qh, kh, vh = check_dense(q, k, v, layout)
@@ -347,6 +347,7 @@ def _kernel_only(
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
+    tma = configs.use_tma(dispatch.family(arch)) and tma_eligible(kv, d, dp, fp8 is not None)
 
     def run() -> Any:
         attention_forward(
@@ -360,11 +361,13 @@ def _kernel_only(
             pv_fp8=fp8 is not None,
             q_blk=q_blk,
             fp8_max=fmax,
+            tma=tma,
         )
         return out
 
     split = configs.split_head_dim(d, dp)
-    return run, api.plan_record(variant, "fp32+fp32", "portable", cfg, cfg.k_blk, split, "excluded")
+    kernel = "portable_tma" if tma else "portable"
+    return run, api.plan_record(variant, "fp32+fp32", kernel, cfg, cfg.k_blk, split, "excluded")
 
 
 def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:

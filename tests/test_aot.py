@@ -126,3 +126,30 @@ def test_preprocessing_kernels_lower_for_every_vendor():
     assert quant.PART_STAGES > 1 and res["sm90/None"]["kv_partials"]["cp_async"]
     assert not res["sm90/1"]["kv_partials"]["cp_async"]
 
+
+_TMA_SCRIPT = """
+import json, re, sys, triton
+from triton.backends.compiler import GPUTarget
+from sagebuild import archs
+from sagebuild.attention import aot
+out = []
+for arch, n_k in json.loads(sys.argv[1]):
+    row = archs.get(arch)
+    src, cfg = aot._source("qk_int8_pv_fp8", row, 128, False, n_k, "fp32")
+    ptx = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options()).asm["ptx"]
+    tiles = re.search(r"cp\\.async\\.c[ag]\\.shared\\.global[^;]*0x10,", ptx)  # 16-byte copies
+    out.append({"tma": "cp.async.bulk.tensor" in ptx, "wgmma": "wgmma.mma_async" in ptx,
+                "cp_async": tiles is not None})
+print(json.dumps(out))
+"""
+
+
+def test_tma_tiles_lower_to_bulk_tensor_copies():
+    """SAGEBUILD_TMA=1 (opt-in): on sm90 the K/V tiles of both Hopper rows (64- and 128-key
+    tiles) become TMA bulk tensor copies feeding the wgmma, with no per-thread 16-byte copies
+    left (the K scale's 4-byte copy stays)."""
+    cases = [("sm90", 0), ("sm90", 16384)]
+    for r in _compile_in_subprocess(_TMA_SCRIPT, cases, SAGEBUILD_TMA="1"):
+        assert r == {"tma": True, "wgmma": True, "cp_async": False}, r
+    for r in _compile_in_subprocess(_TMA_SCRIPT, cases[:1], SAGEBUILD_TMA="0"):
+        assert r == {"tma": False, "wgmma": True, "cp_async": True}, r

@@ -154,6 +154,25 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
 
 
+@pytest.mark.parametrize(("n", "causal", "config"), [(4096, False, None), (4096, True, "64,128,4,3,168"),
+                                                     (16384, False, None)])
+def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, monkeypatch):
+    """SAGEBUILD_TMA=1 (opt-in, NVIDIA sm90+): K/V tiles by tensor descriptors give the pointer
+    path's result (the same arithmetic on the same tiles) at the table's rows and at 128-key
+    tiles capped at 168 registers (the configuration TMA is meant to make fit), GQA included."""
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) not in configs.TMA_CAPABLE:
+        pytest.skip(f"{arch} has no TMA")
+    q, k, v = _inputs(1, 8, n, 128, seed=8, hk=2)
+    kw = dict(is_causal=causal, quantization_backend="triton", pv_accum_dtype="fp32", config=config)
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
+    ref = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
+    out = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
+    assert (out.float() - ref.float()).abs().max() <= 1e-3
+    _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")
+
+
 def test_sageattn_takes_the_measured_fp8_accumulation():
     """sageattn's FP8 calls use the accumulation the preference table names (on Hopper the
     MMA-accumulated one): bit-identical to asking for it by keyword; an explicit keyword wins."""

@@ -345,6 +345,33 @@ def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
     assert (out.float() - two_level.float()).abs().max() < 2e-3
 
 
+@pytest.mark.parametrize(("causal", "accum"), [(False, "fp32"), (True, "fp32+fp32")])
+def test_tma_tiles_match_pointer_tiles(causal, accum, monkeypatch):
+    """SAGEBUILD_TMA=1: K/V tiles through tensor descriptors (rows past the sequence arrive as
+    zeros) give bit-for-bit the pointer path's result: GQA, q_len ≠ kv_len, a ragged last key
+    tile, LSE. Key counts that are not a multiple of 16 (TMA's stride rule for the channel-major
+    FP8 V) keep the pointer path, and the launch plan says which one runs."""
+    from sagebuild.attention.api import launch_plan
+
+    cfg = configs.LaunchConfig(32, 64, 4, 1)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=160, d=64, seed=21)
+    kw = dict(is_causal=causal, return_lse=True, config=cfg, quantization_backend="triton",
+              pv_accum_dtype=accum)  # fmt: skip
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
+    ref, ref_lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
+
+    def kernel(k, v):
+        return launch_plan(q, k, v, variant="qk_int8_pv_fp8", quantization_backend="triton")["kernel"]
+
+    assert kernel(k, v) == "portable_tma"
+    out, lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    gold = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal, config=cfg)
+    _close(out.cpu(), gold)
+    assert kernel(k[:, :, :150], v[:, :, :150]) == "portable"
+
+
 def test_fused_kv_threshold(monkeypatch):
     """Off by default (measured slower on an H200); when on, short sequences only, and key tiles
     made of whole K blocks."""

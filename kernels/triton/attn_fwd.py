@@ -17,6 +17,9 @@ One kernel serves every variant through constexpr switches:
 * ``KV_FUSED``: K (and V for FP8) arrive in 16 bits and are quantized tile by tile in here
   (opt-in, ``configs.fuse_kv``; measured slower on an H200, kept for other GPUs).
 * FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
+* ``USE_TMA``: K and V tiles by tensor descriptors built per program (the TMA engine on NVIDIA
+  sm90+; rows past the sequence arrive as zeros) instead of per-thread copies (opt-in,
+  ``configs.use_tma``).
 """
 
 from __future__ import annotations
@@ -106,6 +109,9 @@ def _attn_tiles(
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
+    k_desc,
+    v_desc,
+    USE_TMA: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -146,7 +152,10 @@ def _attn_tiles(
             off = tl.zeros_like(qs)
         else:
             k_rows = K + k_base + cols[:, None] * stride_kn
-            k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
+            if USE_TMA:  # the copy engine fetches the tile; rows past n_k arrive as zeros
+                k = k_desc.load([start_n, 0])
+            else:
+                k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
             # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
             # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
             # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
@@ -185,7 +194,10 @@ def _attn_tiles(
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
-        v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
+        if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
+            v = tl.trans(v_desc.load([0, start_n]))
+        else:
+            v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
         if PV_FP8 and KV_FUSED:
             v = v.to(tl.float32) * vinv_row[None, :]
             v = tl.minimum(tl.maximum(v, -FP8_MAX), FP8_MAX).to(P_DTYPE)
@@ -258,6 +270,7 @@ def _attn_fwd_kernel(
     P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -334,6 +347,16 @@ def _attn_fwd_kernel(
             vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
             vinv_row = vs_row
 
+        if USE_TMA:  # FP8 P·V with pre-quantized K/V (both padded to BLOCK_D), NVIDIA sm90+
+            k_desc = tl.make_tensor_descriptor(
+                K + k_base, shape=[n_k, BLOCK_D], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
+            )
+            v_desc = tl.make_tensor_descriptor(
+                V + v_base, shape=[BLOCK_D, n_k], strides=[stride_vd, 1], block_shape=[BLOCK_D, BLOCK_N]
+            )
+        else:
+            k_desc = K
+            v_desc = V
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
         if CAUSAL:
@@ -383,6 +406,9 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
+            k_desc,
+            v_desc,
+            USE_TMA,
         )
         acc, acc2, l_i, m_i = _attn_tiles(
             acc,
@@ -424,6 +450,9 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
+            k_desc,
+            v_desc,
+            USE_TMA,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -483,6 +512,22 @@ _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e
 _CONSTS: dict[tuple, dict] = {}
 
 
+def tma_eligible(kv: QuantizedKV, head_dim: int, head_dim_pad: int, pv_fp8: bool) -> bool:
+    """Whether a launch can read K/V by tensor descriptors: FP8 P·V on K/V quantized beforehand
+    into padded buffers (no split head dim), token strides of K and of the channel-major V
+    multiples of 16 bytes (TMA's rule)."""
+    return (
+        pv_fp8
+        and not kv.fused
+        and not configs.split_head_dim(head_dim, head_dim_pad)
+        and kv.k.head_dim == head_dim_pad
+        and kv.v.head_dim == head_dim_pad
+        and kv.k.stride_n % 16 == 0
+        and kv.v.stride_d % 16 == 0
+        and kv.v.stride_n == 1
+    )
+
+
 def attention_forward(
     q: SeqView,
     kv: QuantizedKV,
@@ -500,10 +545,14 @@ def attention_forward(
     lse: Optional[torch.Tensor] = None,
     launch_key: Optional[tuple] = None,
     pv_direct: bool = False,
+    tma: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
+
+    ``tma``: K/V tiles by tensor descriptors (``configs.use_tma``; FP8 P·V, K/V quantized
+    beforehand, 16-byte aligned token strides: ``tma_eligible``).
 
     ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key); it must
     also fix the arguments the constexprs derive from (head dims, config, flags, FP8 type), which
@@ -539,11 +588,14 @@ def attention_forward(
             P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
             PV_DIRECT=pv_fp8 and pv_direct,
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
+            USE_TMA=tma,
         )
         if launch_key is not None:
             if len(_CONSTS) >= launcher.MAX_ENTRIES:
                 _CONSTS.clear()
             _CONSTS[launch_key] = consts
+    if tma and q.t.is_cuda:
+        launcher.ensure_allocator()
     launcher.launch(
         _attn_fwd_kernel,
         grid,
@@ -581,4 +633,4 @@ def attention_forward(
     )
 
 
-__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward"]
+__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward", "tma_eligible"]

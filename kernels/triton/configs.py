@@ -49,6 +49,27 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
     return not varlen and n_k <= max_tokens and cfg.block_n % cfg.k_blk == 0
 
 
+# K/V tiles by the tensor-memory accelerator (TMA: ``tl.make_tensor_descriptor`` in the portable
+# kernel) instead of per-thread asynchronous copies, for FP8 P·V with pre-quantized K/V. sm90
+# SASS (docs/performance.md, run 14): no per-thread load addresses, so 64×128 tiles capped at 168
+# registers (three CTAs per SM) spill 8 bytes instead of 152, and the unmasked key loop has 618
+# instead of 629 instructions per tile. Not measured on a GPU yet: opt-in until then.
+# ``SAGEBUILD_TMA=1`` turns it on where the family has TMA (and under the interpreter, for tests).
+TMA_FAMILIES: frozenset[str] = frozenset()
+TMA_CAPABLE = frozenset({"Hopper", "Blackwell", "interpreter"})
+TMA_ENV_VAR = "SAGEBUILD_TMA"
+
+
+def use_tma(family: str) -> bool:
+    """Whether the portable kernel loads K/V tiles by TMA on this family (when a call allows it)."""
+    env = (os.environ.get(TMA_ENV_VAR) or "").strip().lower()
+    if env in ("1", "on"):
+        return family in TMA_CAPABLE
+    if env in ("0", "off"):
+        return False
+    return family in TMA_FAMILIES
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """Tile sizes and launch parameters of one attention kernel launch.

@@ -101,6 +101,21 @@ def launch(
     fn[grid](*args, **constexprs, **options)
 
 
+def ensure_allocator() -> None:
+    """Give Triton an allocator for kernels that need global scratch (tensor descriptors built
+    on the device take 128 bytes each), unless the caller has set one: Triton's default refuses
+    every allocation. Triton keeps it in a context variable, so this runs before each such launch."""
+    import triton.runtime._allocation as alloc
+
+    if alloc._allocator.get() is alloc._NULL_ALLOCATOR:
+        alloc.set_allocator(_torch_scratch)
+
+
+def _torch_scratch(size: int, alignment: int, stream: Optional[int]) -> torch.Tensor:
+    """Scratch from torch's caching allocator on the current device (256-byte aligned)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for host code (grids, block counts): ``triton.cdiv`` is a
     ``constexpr_function`` in Triton 3.6, whose wrapper costs microseconds per call on the host
@@ -113,4 +128,4 @@ def cached_launches() -> int:
     return len(_compiled)
 
 
-__all__ = ["MAX_ENTRIES", "cached_launches", "cdiv", "launch"]
+__all__ = ["MAX_ENTRIES", "cached_launches", "cdiv", "ensure_allocator", "launch"]

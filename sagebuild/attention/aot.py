@@ -111,6 +111,7 @@ def _source(
         "P_DTYPE": tl.float16,
         "PV_DIRECT": direct,
         "SPLIT_D": False,
+        "USE_TMA": fp8 and configs.use_tma(row.family),  # what a call on this arch would run
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

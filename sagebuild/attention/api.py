@@ -25,7 +25,7 @@ from sagebuild.attention.validate import (
     unit_stride,
 )
 from sagebuild.kernels.triton import configs, launcher, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward, tma_eligible
 
 try:  # Gluon (Triton ≥ 3.5): the warp-specialised Hopper kernel; without it, the portable one
     from sagebuild.kernels.triton import attn_hopper
@@ -140,6 +140,7 @@ class _Plan(NamedTuple):
     ops: Any
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
+    tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, ``tma_eligible``)
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -157,7 +158,7 @@ def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
             k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
             v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
             os.environ.get(configs.ENV_VAR), os.environ.get(configs.FUSE_ENV_VAR),
-            os.environ.get(configs.WS_ENV_VAR), *flags,
+            os.environ.get(configs.WS_ENV_VAR), os.environ.get(configs.TMA_ENV_VAR), *flags,
         )  # fmt: skip
         hash(key)
     except (AttributeError, TypeError):
@@ -215,9 +216,17 @@ def _make_plan(
     # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
     # the portable kernel takes the same K (it reads the block size from QuantizedKV).
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
-    return _Plan(
-        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, cfg.q_blk(qk_quant_gran), fused, ops, ws, k_blk
+    # FP8 V is stored channel-major, N tokens per channel row: TMA needs N·1 byte % 16 == 0
+    tma = (
+        configs.use_tma(dispatch.family(arch))
+        and fp8 is not None
+        and not fused
+        and ops is None
+        and not configs.split_head_dim(d, dp)
+        and n_k % 16 == 0
     )
+    q_blk = cfg.q_blk(qk_quant_gran)
+    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)
 
 
 def _attend(
@@ -326,6 +335,7 @@ def _attend(
         lse=lse,
         launch_key=key,
         pv_direct=pv_accum == "fp32",
+        tma=plan.tma and tma_eligible(kv, d, dp, True),
     )
     return (out, lse) if return_lse else out
 
@@ -479,7 +489,7 @@ def launch_plan(
     return plan_record(
         variant,
         accum,
-        "hopper_ws" if plan.ws is not None else "portable",
+        "hopper_ws" if plan.ws is not None else "portable_tma" if plan.tma else "portable",
         plan.ws[0] if plan.ws is not None else plan.cfg,
         plan.k_blk,
         configs.split_head_dim(d, plan.dp),
