@@ -8,6 +8,7 @@ them. Command modules import torch inside their functions, never at module level
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Annotated
 
 import typer
@@ -47,4 +48,7 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
+    # torch prints this when numpy is absent (CPU wheels do not require it); nothing here uses
+    # numpy, so it would only alarm a user reading the pipeline's output
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     app()
