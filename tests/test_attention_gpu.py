@@ -317,3 +317,27 @@ def test_graphed_attention_replays_the_eager_result_and_guards_its_signature():
         g(q[:, :, :512], k[:, :, :512], v[:, :, :512])
     with pytest.raises(AttentionInputError, match="CUDA"):
         GraphedAttention(q.cpu(), k.cpu(), v.cpu())
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_inputs_on_another_gpu_than_the_current_one():
+    """A model spread over GPUs calls with tensors on cuda:1 while cuda:0 is current: the kernels
+    must run on the tensors' GPU (Triton launches on the current device), eagerly, packed and
+    in a captured graph, and give what the same call gives with cuda:1 current."""
+    from sagebuild.attention import GraphedAttention, sageattn_varlen
+
+    assert torch.cuda.current_device() == 0
+    q, k, v = (t.to("cuda:1") for t in _inputs(1, 4, 1024, 64, seed=9))
+    out = sageattn(q, k, v, is_causal=True)
+    assert out.device == q.device and torch.cuda.current_device() == 0
+    with torch.cuda.device(1):
+        ref = sageattn(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    variant = dispatch.choice_for_call(q.device, 64, 1024)[0]
+    _check(accuracy(out, exact_attention(q, k, v, is_causal=True)), variant)
+    qp, kp, vp = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # [N, H, D]
+    cu = torch.tensor([0, 400, 1024], dtype=torch.int32, device="cuda:1")
+    packed = sageattn_varlen(qp, kp, vp, cu, cu, 624, 624)
+    assert packed.device == q.device and torch.isfinite(packed).all()
+    g = GraphedAttention(q, k, v, is_causal=True)
+    torch.testing.assert_close(g(q, k, v), ref, rtol=0, atol=0)

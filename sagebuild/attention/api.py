@@ -229,6 +229,24 @@ def _make_plan(
     return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)
 
 
+def _on_input_device(fn: Any) -> Any:
+    """Run fn with q's GPU as the current device. Triton launches on the current device, not on
+    the tensors' (and our launcher keys its compiled kernels by it), so a model spread over
+    several GPUs (``device_map="auto"``) would otherwise launch a layer's kernels on the wrong one."""
+
+    @functools.wraps(fn)
+    def wrapper(q: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(q, torch.Tensor) and q.is_cuda:
+            index = q.get_device()
+            if index != torch.cuda.current_device():
+                with torch.cuda.device(index):
+                    return fn(q, *args, **kwargs)
+        return fn(q, *args, **kwargs)
+
+    return wrapper
+
+
+@_on_input_device
 def _attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -519,6 +537,7 @@ def plan_record(
     }
 
 
+@_on_input_device
 def sageattn_varlen(
     q: torch.Tensor,
     k: torch.Tensor,

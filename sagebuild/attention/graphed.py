@@ -53,15 +53,18 @@ class GraphedAttention:
         self.q.copy_(q)
         self.k.copy_(k)
         self.v.copy_(v)
-        side = torch.cuda.Stream(device=q.device)
-        side.wait_stream(torch.cuda.current_stream(q.device))
-        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-            for _ in range(max(warmup, 1)):
-                self.fn(self.q, self.k, self.v, **kwargs)
-        torch.cuda.current_stream(q.device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = self.fn(self.q, self.k, self.v, **kwargs)
+        # capture on the inputs' GPU: the kernels launch there (``api._on_input_device``), and a
+        # graph captures only the current device's stream
+        with torch.cuda.device(q.device):
+            side = torch.cuda.Stream(device=q.device)
+            side.wait_stream(torch.cuda.current_stream(q.device))
+            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+                for _ in range(max(warmup, 1)):
+                    self.fn(self.q, self.k, self.v, **kwargs)
+            torch.cuda.current_stream(q.device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self.fn(self.q, self.k, self.v, **kwargs)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         """Copy the inputs in (skipped for the graph's own buffers), replay, return the output buffer."""
