@@ -7,8 +7,9 @@ At small shapes the host path decides the whole call, and the GPU hosts' speed v
 between machines (docs/performance.md, run 14), so host-side changes are compared here, on one
 CPU, in one process: Triton's interpreter makes CPU tensors acceptable, and both launchers
 (attention and quantization) return at once, so only our Python (plan key, validation cache,
-allocations, argument lists) is timed. Prints the median µs per call over 7 × 3000 calls;
-``--profile`` adds the top functions by own time.
+allocations, argument lists) is timed. Prints the median µs per call over 7 × 3000 calls, for
+replayed calls (``attention.replay``) and for the full path, interleaved; ``--profile`` adds
+the top functions by own time (replayed calls).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: CPU tensors a
 import torch  # noqa: E402
 from sagebuild.kernels.triton import launcher  # noqa: E402
 
-from sagebuild.attention import sageattn  # noqa: E402
+from sagebuild.attention import api, replay, sageattn  # noqa: E402
 
 
 def main() -> None:
@@ -35,21 +36,34 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     b, h, n, d = (int(x) for x in args.shape.split("x"))
-    launcher.launch = lambda *a, **k: None  # every kernel module calls it through the module
+    launcher._launch = lambda *a, **k: None  # the launch itself: recording and replay still run
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float16) for _ in range(3))
 
     def call() -> None:
         sageattn(q, k, v)
 
-    for _ in range(200):
-        call()
-    samples = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(3000):
+    build = replay.Recorder.build
+
+    def mode(replayed: bool) -> None:
+        """Replays on, or every call down the full path (the recorder finds nothing to replay)."""
+        replay.Recorder.build = build if replayed else (lambda self, inputs, result: None)
+        api.clear_caches()
+        for _ in range(200):
             call()
-        samples.append((time.perf_counter() - t0) / 3000 * 1e6)
-    print(f"sageattn {args.shape}: {statistics.median(samples):.1f} us of Python per call (launches stubbed)")
+
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(7):  # interleaved: the machine's drift hits both alike
+        for replayed in (True, False):
+            mode(replayed)
+            t0 = time.perf_counter()
+            for _ in range(3000):
+                call()
+            samples[replayed].append((time.perf_counter() - t0) / 3000 * 1e6)
+    mode(True)
+    print(
+        f"sageattn {args.shape}, µs of Python per call (launches stubbed, median of 7 × 3000): "
+        f"replayed {statistics.median(samples[True]):.1f}, full path {statistics.median(samples[False]):.1f}"
+    )
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()

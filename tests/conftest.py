@@ -85,6 +85,15 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     _scalar_index_in_interpreter()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_attention_caches() -> None:
+    """Each test starts without cached plans, replays and constexprs: tests patch module-level
+    knobs that those caches would otherwise outlive (``api.clear_caches``)."""
+    from sagebuild.attention import api
+
+    api.clear_caches()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_GPU:
         # The extension's own tests build it and load that build; one process can load only one

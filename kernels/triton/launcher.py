@@ -15,6 +15,7 @@ trailing: those take Triton's path every time.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Hashable, Optional
 
 import torch
@@ -63,6 +64,22 @@ def _constexprs_trailing(fn: Any, n_args: int, constexprs: dict[str, Any]) -> bo
     return ok
 
 
+# ``start_recording``: this thread's launches are also appended to ``_tls.recording`` (per
+# thread: another thread's launches must not land in a recorded call)
+_tls = threading.local()
+
+
+def start_recording(into: list) -> None:
+    """Append every launch (and allocator setup) of this thread to ``into`` until
+    ``stop_recording``, issuing them with torch's dispatch modes off (``attention.replay``
+    watches the ops between them)."""
+    _tls.recording = into
+
+
+def stop_recording() -> None:
+    _tls.recording = None
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -79,6 +96,20 @@ def launch(
     are part of the cache key here): argument dtypes, which integers equal 1 or are multiples
     of 16, and which pointers are 16-byte aligned. None launches through Triton every time.
     """
+    recording = getattr(_tls, "recording", None)
+    if recording is not None:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        recording.append(("launch", fn, grid, args, constexprs, key, options))
+        with _disable_current_modes():
+            _launch(fn, grid, args, constexprs, key, options)
+        return
+    _launch(fn, grid, args, constexprs, key, options)
+
+
+def _launch(
+    fn: Any, grid: tuple, args: tuple, constexprs: dict, key: Optional[Hashable], options: dict
+) -> None:
     if key is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_cuda:
         dev = torch.cuda.current_device()
         cache_key = (id(fn), key, tuple(constexprs.values()), tuple(options.items()), dev)
@@ -107,6 +138,9 @@ def ensure_allocator() -> None:
     every allocation. Triton keeps it in a context variable, so this runs before each such launch."""
     import triton.runtime._allocation as alloc
 
+    recording = getattr(_tls, "recording", None)
+    if recording is not None:
+        recording.append(("allocator",))
     if alloc._allocator.get() is alloc._NULL_ALLOCATOR:
         alloc.set_allocator(_torch_scratch)
 
@@ -128,4 +162,12 @@ def cached_launches() -> int:
     return len(_compiled)
 
 
-__all__ = ["MAX_ENTRIES", "cached_launches", "cdiv", "ensure_allocator", "launch"]
+__all__ = [
+    "MAX_ENTRIES",
+    "cached_launches",
+    "cdiv",
+    "ensure_allocator",
+    "launch",
+    "start_recording",
+    "stop_recording",
+]

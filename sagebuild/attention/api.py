@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Optional
 import torch
 
 from sagebuild import archs
-from sagebuild.attention import dispatch
+from sagebuild.attention import dispatch, replay
 from sagebuild.attention.validate import (
     AttentionInputError,
     check_dense,
@@ -141,6 +141,23 @@ class _Plan(NamedTuple):
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
     tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, ``tma_eligible``)
+
+
+# Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
+# launches on new buffers, nothing else; None marks a signature whose call cannot be replayed.
+_REPLAYS: dict[tuple, Optional[replay.Replay]] = {}
+_UNSEEN = object()
+
+
+def clear_caches() -> None:
+    """Forget plans, replays and per-key constexprs: for module-level tuning knobs changed at run
+    time (environment knobs are part of the keys and need nothing)."""
+    from sagebuild.kernels.triton import attn_fwd
+
+    _PLANS.clear()
+    _REPLAYS.clear()
+    attn_fwd._CONSTS.clear()
+    quant._CONSTS.clear()
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -296,6 +313,34 @@ def _attend(
             if len(_PLANS) >= launcher.MAX_ENTRIES:
                 _PLANS.clear()
             _PLANS[key] = plan
+    if key is None or plan.ws is not None:  # the Hopper kernel launches outside launcher.launch
+        return _execute(plan, key, q, k, v, is_causal, smooth_k, return_lse, pv_accum)
+    rkey = (key, q.data_ptr() == k.data_ptr(), q.data_ptr() == v.data_ptr(), k.data_ptr() == v.data_ptr())
+    rep = _REPLAYS.get(rkey, _UNSEEN)
+    if rep is not _UNSEEN and rep is not None:
+        return rep(q, k, v)
+    if rep is _UNSEEN and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        with replay.Recorder() as rec:
+            result = _execute(plan, key, q, k, v, is_causal, smooth_k, return_lse, pv_accum)
+        if len(_REPLAYS) >= launcher.MAX_ENTRIES:
+            _REPLAYS.clear()
+        _REPLAYS[rkey] = rec.build((q, k, v), result)  # None: this signature is never replayed
+        return result
+    return _execute(plan, key, q, k, v, is_causal, smooth_k, return_lse, pv_accum)
+
+
+def _execute(
+    plan: _Plan,
+    key: Optional[tuple],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    smooth_k: bool,
+    return_lse: bool,
+    pv_accum: str,
+) -> Any:
+    """One call's quantization and attention launches under its plan."""
     b, n, d = q.shape[0], q.shape[1 if plan.nhd else 2], q.shape[-1]
     h = q.shape[2 if plan.nhd else 1]
     if plan.nhd:

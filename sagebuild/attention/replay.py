@@ -1,0 +1,161 @@
+"""Re-issuing a repeated attention call's launches without re-running its Python.
+
+At small shapes the host path is the whole call (docs/performance.md, runs 13–14): the device
+work of 1×16×1024×64 is ~28 µs, the Python around it ~46 µs, most of it deciding again what
+the plan already fixed (views, argument lists, constexprs). A call whose plan is cached is run
+once under a recorder: every Triton launch (through ``launcher.launch``) and every tensor those
+launches touch is classified as one of the call's inputs (q, k, v) or a buffer allocated during
+the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
+the same buffers and issue the same launches with the new tensors, nothing else.
+
+Replayable only if the recorded call did nothing on tensors but allocate and take views (a
+``TorchDispatchMode`` watches every aten op outside the launches): any other op (a copy, the
+extension's custom ops, a reduction) would be skipped by a replay, so such calls never get one.
+Decisions in the recorded path must depend only on what the plan key fixes (shapes, strides,
+dtypes, devices, flags, the environment knobs), never on tensor values; module-level tuning
+knobs changed at run time need ``api.clear_caches()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from sagebuild.kernels.triton import launcher
+
+_ALLOCATIONS = frozenset({"empty", "empty_strided"})
+
+
+class _Watch(TorchDispatchMode):
+    """Notes every aten op that is neither an allocation nor a view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.foreign: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not (func.is_view or func.overloadpacket.__name__ in _ALLOCATIONS):
+            self.foreign.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _view_spec(t: torch.Tensor) -> tuple:
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+class Replay:
+    """A recorded call: buffers to allocate, launches to issue, outputs to return."""
+
+    def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any) -> None:
+        self.device = device
+        # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
+        # a flat allocation no argument uses whole
+        self.groups = groups
+        self.launches = (
+            launches  # [("launch", fn, grid, template, slots, constexprs, key, options) | ("allocator",)]
+        )
+        self.outputs = outputs  # view id, or a tuple of view ids
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        inputs = (q, k, v)
+        views: dict[int, torch.Tensor] = {}
+        for (pid, (dtype, size, stride, _)), others in self.groups:
+            base = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+            views[pid] = base
+            for vid, (_, vsize, vstride, voff) in others:
+                views[vid] = base.as_strided(vsize, vstride, voff)
+        for item in self.launches:
+            if item[0] == "allocator":
+                launcher.ensure_allocator()
+                continue
+            _, fn, grid, template, slots, constexprs, key, options = item
+            args = list(template)
+            for pos, is_input, idx in slots:
+                args[pos] = inputs[idx] if is_input else views[idx]
+            launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
+        if isinstance(self.outputs, tuple):
+            return tuple(views[i] for i in self.outputs)
+        return views[self.outputs]
+
+
+class Recorder:
+    """Records one call (``with Recorder() as rec: ...``), then ``rec.build`` makes its Replay or
+    returns None when the call is not replayable."""
+
+    def __enter__(self) -> Recorder:
+        self.launches: list = []
+        self._watch = _Watch()
+        launcher.start_recording(self.launches)
+        self._watch.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._watch.__exit__(*exc)
+        launcher.stop_recording()
+
+    def build(self, inputs: tuple, result: Any) -> Optional[Replay]:
+        if self._watch.foreign or not self.launches:
+            return None
+        ptrs = [t.data_ptr() for t in inputs]
+        groups: dict[int, list] = {}  # storage pointer -> [(view id, spec, tensor)]
+        spec_ids: dict[tuple, int] = {}
+
+        def view_id(t: torch.Tensor) -> int:
+            spec = (t.untyped_storage().data_ptr(), *_view_spec(t))
+            vid = spec_ids.get(spec)
+            if vid is None:
+                vid = spec_ids[spec] = len(spec_ids)
+                groups.setdefault(spec[0], []).append((vid, _view_spec(t), t))
+            return vid
+
+        launches = []
+        for item in self.launches:
+            if item[0] == "allocator":
+                launches.append(item)
+                continue
+            _, fn, grid, args, constexprs, key, options = item
+            slots = []
+            for pos, a in enumerate(args):
+                if not isinstance(a, torch.Tensor):
+                    continue
+                idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
+                            and a.dtype == t.dtype), None)  # fmt: skip
+                slots.append((pos, True, idx) if idx is not None else (pos, False, view_id(a)))
+            template = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
+            launches.append(("launch", fn, grid, template, tuple(slots), constexprs, key, options))
+        outs = result if isinstance(result, tuple) else (result,)
+        if not all(isinstance(t, torch.Tensor) for t in outs):
+            return None
+        input_storages = {t.untyped_storage().data_ptr() for t in inputs}
+        if any(t.untyped_storage().data_ptr() in input_storages for t in outs):
+            return None
+        out_ids = tuple(view_id(t) for t in outs)
+        plan = []
+        for members in groups.values():
+            if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
+                return None  # a buffer the call did not allocate (it would be replaced)
+            dtype = members[0][1][0]
+            if any(spec[0] != dtype for _, spec, _ in members):
+                return None
+            nbytes = members[0][2].untyped_storage().nbytes()
+            primary = next((m for m in members if _spans(m[2], nbytes)), None)
+            if primary is None:  # only parts of the allocation are used: allocate it flat
+                flat = (dtype, (nbytes // members[0][2].element_size(),), (1,), 0)
+                plan.append(((-1 - len(plan), flat), [(vid, spec) for vid, spec, _ in members]))
+            else:
+                rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
+                plan.append(((primary[0], primary[1]), rest))
+        return Replay(inputs[0].device, plan, launches, out_ids if isinstance(result, tuple) else out_ids[0])
+
+
+def _spans(t: torch.Tensor, nbytes: int) -> bool:
+    """Whether allocating t's shape and strides recreates its whole storage (offset 0, same size)."""
+    if t.storage_offset() != 0:
+        return False
+    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return span * t.element_size() == nbytes
+
+
+__all__ = ["Recorder", "Replay"]

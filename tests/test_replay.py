@@ -1,0 +1,101 @@
+"""Replayed calls (``sagebuild.attention.replay``): a repeated call signature issues the recorded
+launches on new buffers and must give exactly what the full path gives for the same inputs.
+
+Runs on the GPU when there is one (the path users take) and under Triton's interpreter otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sagebuild.kernels.triton import configs, quant
+
+from sagebuild.attention import api, replay, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+
+GPU = torch.cuda.is_available()
+DEV = "cuda" if GPU else "cpu"
+CFG = None if GPU else configs.LaunchConfig(32, 64, 4, 1)
+FP16, FP8 = sageattn_qk_int8_pv_fp16_triton, sageattn_qk_int8_pv_fp8_triton
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+
+
+def _qkv(seed: int, hq: int = 4, hk: int = 2, n: int = 200, d: int = 64, nhd: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    shape = (lambda h: (1, n, h, d)) if nhd else (lambda h: (1, h, n, d))
+    return tuple(torch.randn(shape(h), generator=g).half().to(DEV) for h in (hq, hk, hk))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, tuple):
+        return all(_same(x, y) for x, y in zip(a, b))
+    return a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+
+
+CASES = {
+    "fp16": (FP16, {}),
+    "fp8 two-level": (FP8, {}),
+    "fp8 mma-accumulated, causal": (FP8, {"pv_accum_dtype": "fp32", "is_causal": True}),
+    "fp16 causal lse": (FP16, {"is_causal": True, "return_lse": True}),
+    "fp8 NHD lse": (FP8, {"tensor_layout": "NHD", "return_lse": True}),
+    "fp16 unsmoothed per-block": (FP16, {"smooth_k": False, "qk_quant_gran": "per_block"}),
+}
+
+
+@pytest.mark.parametrize("stats", ["inline", "parts"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
+    fn, kw = CASES[case]
+    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 30 if stats == "inline" else 0)
+    api.clear_caches()
+    nhd = kw.get("tensor_layout") == "NHD"
+    kw = {**kw, "config": CFG, "quantization_backend": "triton"}
+    first = fn(*_qkv(1, nhd=nhd), **kw)  # the full path, recorded
+    assert [r for r in api._REPLAYS.values() if r is not None], "the call was not recorded as replayable"
+    b, c = _qkv(2, nhd=nhd), _qkv(3, nhd=nhd)
+    out_b, out_c = fn(*b, **kw), fn(*c, **kw)  # replayed
+    api.clear_caches()
+    assert _same(out_b, fn(*b, **kw)) and _same(out_c, fn(*c, **kw))
+    o_b = out_b[0] if isinstance(out_b, tuple) else out_b
+    o_c = out_c[0] if isinstance(out_c, tuple) else out_c
+    assert o_b.data_ptr() != o_c.data_ptr() and not torch.equal(o_b, o_c)  # fresh buffers, new data
+    assert not torch.equal(o_b, first[0] if isinstance(first, tuple) else first)
+
+
+def test_kv_quantized_in_the_kernel_replays(monkeypatch):
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "1024")
+    api.clear_caches()
+    kw = {"config": CFG, "quantization_backend": "triton"}
+    FP8(*_qkv(1), **kw)
+    b = _qkv(2)
+    out = FP8(*b, **kw)
+    api.clear_caches()
+    assert _same(out, FP8(*b, **kw))
+
+
+def test_aliased_inputs_get_their_own_replay():
+    """Self-attention on one tensor (q is k is v) records a replay of its own: a later call with
+    three distinct tensors of the same signature must not reuse it (it would read q thrice)."""
+    api.clear_caches()
+    kw = {"config": CFG, "quantization_backend": "triton"}
+    x = _qkv(1, hk=4)[0]
+    FP16(x, x, x, **kw)
+    y = _qkv(2, hk=4)[0]
+    out_alias = FP16(y, y, y, **kw)
+    q, k, v = _qkv(3, hk=4)
+    out = FP16(q, k, v, **kw)
+    assert len([r for r in api._REPLAYS.values() if r is not None]) == 2
+    api.clear_caches()
+    assert _same(out_alias, FP16(y, y, y, **kw)) and _same(out, FP16(q, k, v, **kw))
+
+
+def test_a_call_with_other_tensor_ops_is_never_replayed():
+    """The recorder refuses what a replay would skip: any aten op besides allocations and views."""
+    x = torch.randn(4, 4)
+    with replay.Recorder() as rec:
+        out = torch.empty(4, 4)
+        out.copy_(x)
+    assert rec.build((x, x, x), out) is None
+    with replay.Recorder() as rec:  # no launch at all: nothing to replay either
+        out = torch.empty(4, 4).t()
+    assert rec.build((x, x, x), out) is None
