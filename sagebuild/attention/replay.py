@@ -42,6 +42,7 @@ class _Watch(TorchDispatchMode):
 
 
 def _view_spec(t: torch.Tensor) -> tuple:
+    """What recreates a view of a fresh allocation: (dtype, shape, strides, storage offset)."""
     return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
 
 
@@ -53,9 +54,9 @@ class Replay:
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
         # a flat allocation no argument uses whole
         self.groups = groups
-        self.launches = (
-            launches  # [("launch", fn, grid, template, slots, constexprs, key, options) | ("allocator",)]
-        )
+        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options)
+        # or ("allocator",) where the call set up Triton's scratch allocator
+        self.launches = launches
         self.outputs = outputs  # view id, or a tuple of view ids
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
