@@ -50,7 +50,10 @@ def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
     api.clear_caches()
     nhd = kw.get("tensor_layout") == "NHD"
     kw = {**kw, "config": CFG, "quantization_backend": "triton"}
-    first = fn(*_qkv(1, nhd=nhd), **kw)  # the full path, recorded
+    a = _qkv(1, nhd=nhd)
+    first = fn(*a, **kw)  # the full path (a signature's first call is not recorded)
+    assert not api._REPLAYS
+    assert _same(fn(*a, **kw), first)  # the full path again, recorded
     assert [r for r in api._REPLAYS.values() if r is not None], "the call was not recorded as replayable"
     b, c = _qkv(2, nhd=nhd), _qkv(3, nhd=nhd)
     out_b, out_c = fn(*b, **kw), fn(*c, **kw)  # replayed
@@ -67,6 +70,7 @@ def test_kv_quantized_in_the_kernel_replays(monkeypatch):
     api.clear_caches()
     kw = {"config": CFG, "quantization_backend": "triton"}
     FP8(*_qkv(1), **kw)
+    FP8(*_qkv(1), **kw)  # recorded
     b = _qkv(2)
     out = FP8(*b, **kw)
     api.clear_caches()
@@ -80,9 +84,11 @@ def test_aliased_inputs_get_their_own_replay():
     kw = {"config": CFG, "quantization_backend": "triton"}
     x = _qkv(1, hk=4)[0]
     FP16(x, x, x, **kw)
+    FP16(x, x, x, **kw)  # recorded
     y = _qkv(2, hk=4)[0]
     out_alias = FP16(y, y, y, **kw)
     q, k, v = _qkv(3, hk=4)
+    FP16(q, k, v, **kw)  # recorded: another aliasing, another replay
     out = FP16(q, k, v, **kw)
     assert len([r for r in api._REPLAYS.values() if r is not None]) == 2
     api.clear_caches()
