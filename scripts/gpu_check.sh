@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
+#   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -52,6 +53,13 @@ if has ws; then
 fi
 if has host; then
   PYTHONPATH=/tmp/sage106 $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40
+fi
+if has tma; then
+  for tma in 0 1; do
+    echo "== SAGEBUILD_TMA=$tma" | tee -a "$OUT/tma.txt"
+    SAGEBUILD_TMA=$tma $PY scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3,168" \
+      --shapes "${TMA_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee -a "$OUT/tma.txt" | tail -n 8
+  done
 fi
 if has tune; then
   # shellcheck disable=SC2086
