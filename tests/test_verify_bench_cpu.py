@@ -164,6 +164,28 @@ def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
     assert "kernel" in header(text) and "fp8 mma-acc 64,128,4,3 K128" in text
 
 
+def test_bench_table_keeps_every_digit_in_a_narrow_terminal(monkeypatch):
+    """At 80 columns the table drops the spread, max abs and TFLOPS columns (the JSON keeps them)
+    rather than cut numbers short; at 200 all columns show. An error row's message follows."""
+    from rich.console import Console
+
+    from sagebuild.cli import bench_cmd
+
+    res = bench.run_bench(CPU, bench.config_from_profile(CPU, seq=(1024,), heads=1, warmup=0, reps=1))
+    res.rows[2] = dataclasses.replace(res.rows[2], timing=None, error="out of memory: try a shorter --seq")
+    medians = [f"{r.timing.median_ms:.4f}" for r in res.rows if r.timing is not None]
+    for width, dropped in ((80, True), (200, False)):
+        out = Console(record=True, width=width)
+        monkeypatch.setattr(bench_cmd, "console", out)
+        bench_cmd.render(res)
+        text = out.export_text()
+        table = [line for line in text.splitlines() if "│" in line or "┃" in line]
+        assert not any("…" in line for line in table), text
+        assert all(any(m in line for line in table) for m in medians), text
+        assert ("p20–p80" not in text) == dropped and ("TFLOPS" not in text) == dropped
+        assert "out of memory: try a shorter --seq" in text.replace("\n", " ")
+
+
 def test_bench_accuracy_gate_exit_40():
     prof = tight(CPU)
     res = bench.run_bench(prof, bench.config_from_profile(prof, seq=(128,), heads=1, warmup=0, reps=1))

@@ -32,40 +32,52 @@ def render(res: Any) -> None:
 
     d = res.to_dict()
     label = "CPU timings — not a GPU result" if res.timing_kind == "cpu" else f"GPU {res.device_name}"
-    table = Table(title=f"sagebuild bench — {label}", title_justify="left")
-    # the kernel column only when rows carry a launch plan (GPU runs): narrow terminals truncate
+    # the kernel column only when rows carry a launch plan (GPU runs)
     with_plan = any(r.get("plan") for r in d["rows"])
     cols = ["seq", "provider", "kind", "kernel", "median ms", "p20–p80", "TFLOPS", "speed-up", "cos"]
     cols += ["rel L1", "max abs"]
     if not with_plan:
         cols.remove("kernel")
-    for col in cols:
-        table.add_column(col, justify="right" if col not in ("provider", "kind", "kernel") else "left")
-
-    def cells(r: dict[str, Any], *rest: str) -> list[str]:
-        head = [str(r["seq"]), r["provider"], r["kind"]]
-        if with_plan:
-            head.append(escape(plan_text(r.get("plan"))))
-        return head + list(rest)
-
+    rows: list[dict[str, str]] = []
     for r in d["rows"]:
         t, a = r["timing"], r["accuracy"] or {}
-        if t is None:
-            table.add_row(*cells(r, "[red]error[/]", escape(r["error"] or "")[:60], "", "", "", "", "", ""))
-            continue
-        table.add_row(
-            *cells(
-                r,
-                f"{t['median_ms']:.4f}",
-                f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}",
-                f"{r['tflops']:.3g}",
-                f"{r['speedup']:.3f}×" if r["speedup"] is not None else "",
-                f"{a.get('cos', 0):.6f}",
-                f"{a.get('rel_l1', 0):.5f}",
-                f"{a.get('max_abs', 0):.4g}",
-            )
-        )
+        row = {"seq": str(r["seq"]), "provider": r["provider"], "kind": r["kind"]}
+        row["kernel"] = escape(plan_text(r.get("plan")))
+        if t is None:  # the message follows the table (a narrow terminal drops columns)
+            row["median ms"] = "[red]error[/]"
+        else:
+            row["median ms"] = f"{t['median_ms']:.4f}"
+            row["p20–p80"] = f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}"
+            row["TFLOPS"] = f"{r['tflops']:.3g}"
+            row["speed-up"] = f"{r['speedup']:.3f}×" if r["speedup"] is not None else ""
+            row["cos"] = f"{a.get('cos', 0):.6f}"
+            row["rel L1"] = f"{a.get('rel_l1', 0):.5f}"
+            row["max abs"] = f"{a.get('max_abs', 0):.4g}"
+        rows.append(row)
+
+    def width(col: str) -> int:  # markup ("[red]error[/]") aside
+        cells = (row.get(col, "") for row in rows)
+        return max([len(col)] + [len(c) for c in cells if not c.startswith("[")])
+
+    # A narrow terminal drops the spread, max abs and TFLOPS columns (the JSON and the report keep
+    # them) before any number would lose digits; words wrap.
+    for optional in ("p20–p80", "max abs", "TFLOPS"):
+        if sum(width(c) + 3 for c in cols) <= console.width:
+            break
+        cols.remove(optional)
+    table = Table(title=f"sagebuild bench — {label}", title_justify="left")
+    for col in cols:
+        if col in ("provider", "kind", "kernel"):
+            table.add_column(col, justify="left", overflow="fold")
+        else:
+            table.add_column(col, justify="right", no_wrap=True, min_width=width(col))
+    for row in rows:
+        table.add_row(*(row.get(c, "") for c in cols))
     console.print(table)
+    for r in d["rows"]:
+        if r["timing"] is None:
+            what = f"{escape(r['provider'])} @ seq {r['seq']}: {escape(r['error'] or '')}"
+            console.print(f"[red]error[/] {what}", highlight=False)
     console.print(
         escape(f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"), highlight=False
     )

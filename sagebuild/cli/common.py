@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, TypeVar
@@ -20,6 +21,9 @@ from sagebuild.errors import Exit, SagebuildError
 JSON_SCHEMA_VERSION = 1
 
 console = Console(stderr=True)
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    # a pipe or a CI log has no width: rich would assume 80 columns and squeeze tables
+    console.width = 160
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
 ProfileOpt = Annotated[
@@ -42,13 +46,18 @@ PythonOpt = Annotated[
 # Build and bench options shared by `compile`/`bench` and `accept` (one declaration each).
 JobsOpt = Annotated[
     Optional[int],
-    typer.Option("--jobs", "-j", help="MAX_JOBS for the build (default: from free memory, cores and the "
-                 "profile's cap)."),
+    typer.Option(
+        "--jobs",
+        "-j",
+        help="MAX_JOBS for the build (default: from free memory, cores and the profile's cap).",
+    ),
 ]
 ArchOpt = Annotated[
     Optional[str],
-    typer.Option("--arch", help="Target archs: 'gfx1201', 'gfx1201,gfx1100', '9.0', 'sm90' (default: the "
-                 "detected GPUs)."),
+    typer.Option(
+        "--arch",
+        help="Target archs: 'gfx1201', 'gfx1201,gfx1100', '9.0', 'sm90' (default: the detected GPUs).",
+    ),
 ]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", help="Bench batch size (default: profile).")]
 HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Bench attention heads (default: profile).")]
