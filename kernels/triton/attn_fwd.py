@@ -507,9 +507,6 @@ class QuantizedQ:
 
 
 _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
-# The kernel's constexprs by launch key: a key fixes every input property and flag they derive
-# from, and building the dict is a visible part of a small call's host time.
-_CONSTS: dict[tuple, dict] = {}
 
 
 def tma_eligible(kv: QuantizedKV, head_dim: int, head_dim_pad: int, pv_fp8: bool) -> bool:
@@ -554,9 +551,8 @@ def attention_forward(
     ``tma``: K/V tiles by tensor descriptors (``configs.use_tma``; FP8 P·V, K/V quantized
     beforehand, 16-byte aligned token strides: ``tma_eligible``).
 
-    ``launch_key``: see ``launcher.launch`` (the API passes its per-signature plan key); it must
-    also fix the arguments the constexprs derive from (head dims, config, flags, FP8 type), which
-    are then built once per key.
+    ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
+    per-signature plan key, which fixes the head dims, config, flags and FP8 type).
     """
     group = q.heads // kv.k.heads
     qi = q_int8.q if q_int8 is not None else q
@@ -566,9 +562,10 @@ def attention_forward(
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
-    consts = _CONSTS.get(launch_key) if launch_key is not None else None
-    if consts is None:
-        consts = dict(
+    consts = launcher.constexprs(
+        _attn_fwd_kernel,
+        launch_key,
+        lambda: dict(
             HEAD_DIM=q.head_dim,
             BLOCK_D=head_dim_pad,
             BLOCK_M=cfg.block_m,
@@ -589,11 +586,8 @@ def attention_forward(
             PV_DIRECT=pv_fp8 and pv_direct,
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
             USE_TMA=tma,
-        )
-        if launch_key is not None:
-            if len(_CONSTS) >= launcher.MAX_ENTRIES:
-                _CONSTS.clear()
-            _CONSTS[launch_key] = consts
+        ),
+    )
     if tma and q.t.is_cuda:
         launcher.ensure_allocator()
     launcher.launch(

@@ -16,7 +16,7 @@ trailing: those take Triton's path every time.
 from __future__ import annotations
 
 import threading
-from typing import Any, Hashable, Optional
+from typing import Any, Callable, Hashable, Optional
 
 import torch
 
@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - older Triton
 MAX_ENTRIES = 2048
 
 _compiled: dict[tuple, Any] = {}
+_constexprs: dict[tuple, dict] = {}
 _trailing_constexprs: dict[int, bool] = {}
 
 
@@ -132,6 +133,26 @@ def _launch(
     fn[grid](*args, **constexprs, **options)
 
 
+def constexprs(fn: Any, key: Optional[Hashable], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A launch's constexpr dict, built once per (kernel, key): building ~20 entries is a visible
+    part of a small call's host time. ``key`` must fix every argument they derive from (the API's
+    plan key does; callers add what else decides them); None builds it every time."""
+    if key is None:
+        return build()
+    cache_key = (id(fn), key)
+    consts = _constexprs.get(cache_key)
+    if consts is None:
+        if len(_constexprs) >= MAX_ENTRIES:
+            _constexprs.clear()
+        consts = _constexprs[cache_key] = build()
+    return consts
+
+
+def forget_constexprs() -> None:
+    """Drop the memoised constexpr dicts (module-level tuning knobs changed at run time)."""
+    _constexprs.clear()
+
+
 def ensure_allocator() -> None:
     """Give Triton an allocator for kernels that need global scratch (tensor descriptors built
     on the device take 128 bytes each), unless the caller has set one: Triton's default refuses
@@ -166,7 +187,9 @@ __all__ = [
     "MAX_ENTRIES",
     "cached_launches",
     "cdiv",
+    "constexprs",
     "ensure_allocator",
+    "forget_constexprs",
     "launch",
     "start_recording",
     "stop_recording",

@@ -67,9 +67,6 @@ PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
 LOG2E = 1.4426950408889634
-# The quantization launch's constexprs by launch key (built once per key: host time matters at
-# small shapes).
-_CONSTS: dict[tuple, dict] = {}
 assert math.isclose(LOG2E, math.log2(math.e))
 
 
@@ -488,11 +485,11 @@ def quant_blocks(
         else None
     )
     vv, ww = (v, vq) if want_v else (x, xq)
-    ckey = (launch_key, inline_stats) if launch_key is not None else None
-    consts = _CONSTS.get(ckey) if ckey is not None else None
-    if consts is None:  # a launch key fixes every argument the constexprs derive from but the
-        # statistics' placement, which module knobs decide (quant_kv)
-        consts = dict(
+    # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
+    consts = launcher.constexprs(
+        _quant_blocks_kernel,
+        (launch_key, inline_stats) if launch_key is not None else None,
+        lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
             BLK=blk,
@@ -503,11 +500,8 @@ def quant_blocks(
             INLINE_STATS=inline_stats,
             STATS_BLK=INLINE_CHUNK_ROWS.get(head_dim_pad, 16),
             STATS_STAGES=INLINE_STAGES,
-        )
-        if ckey is not None:
-            if len(_CONSTS) >= launcher.MAX_ENTRIES:
-                _CONSTS.clear()
-            _CONSTS[ckey] = consts
+        ),
+    )
     launcher.launch(
         _quant_blocks_kernel,
         (nblk, x.batch * x.heads),

@@ -25,7 +25,7 @@ from sagebuild.attention.validate import (
     unit_stride,
 )
 from sagebuild.kernels.triton import configs, launcher, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward, tma_eligible
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
 try:  # Gluon (Triton ≥ 3.5): the warp-specialised Hopper kernel; without it, the portable one
     from sagebuild.kernels.triton import attn_hopper
@@ -140,7 +140,7 @@ class _Plan(NamedTuple):
     ops: Any
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
-    tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, ``tma_eligible``)
+    tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, eligible shapes)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -152,12 +152,9 @@ _UNSEEN = object()
 def clear_caches() -> None:
     """Forget plans, replays and per-key constexprs: for module-level tuning knobs changed at run
     time (environment knobs are part of the keys and need nothing)."""
-    from sagebuild.kernels.triton import attn_fwd
-
     _PLANS.clear()
     _REPLAYS.clear()
-    attn_fwd._CONSTS.clear()
-    quant._CONSTS.clear()
+    launcher.forget_constexprs()
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and
@@ -233,7 +230,8 @@ def _make_plan(
     # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
     # the portable kernel takes the same K (it reads the block size from QuantizedKV).
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
-    # FP8 V is stored channel-major, N tokens per channel row: TMA needs N·1 byte % 16 == 0
+    # What ``attn_fwd.tma_eligible`` checks on the quantized K/V, decided from the shapes: the
+    # FP8 V is stored channel-major, N tokens per channel row, and TMA needs N·1 byte % 16 == 0.
     tma = (
         configs.use_tma(dispatch.family(arch))
         and fp8 is not None
@@ -317,12 +315,12 @@ def _attend(
     # Recording costs ~0.3 ms of host time once, so only a signature's second call records:
     # one-off shapes (prefills of varying length) never pay it. The Hopper kernel launches
     # outside launcher.launch: never replayed.
-    if fresh or key is None or plan.ws is not None:
-        return _execute(plan, key, q, k, v, is_causal, smooth_k, return_lse, pv_accum)
-    rkey = (key, q.data_ptr() == k.data_ptr(), q.data_ptr() == v.data_ptr(), k.data_ptr() == v.data_ptr())
-    rep = _REPLAYS.get(rkey, _UNSEEN)
-    if rep is not _UNSEEN and rep is not None:
-        return rep(q, k, v)
+    rep = None
+    if not fresh and key is not None and plan.ws is None:
+        rkey = (key, q.data_ptr() == k.data_ptr(), q.data_ptr() == v.data_ptr(), k.data_ptr() == v.data_ptr())
+        rep = _REPLAYS.get(rkey, _UNSEEN)
+        if rep is not _UNSEEN and rep is not None:
+            return rep(q, k, v)
     if rep is _UNSEEN and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
         with replay.Recorder() as rec:
             result = _execute(plan, key, q, k, v, is_causal, smooth_k, return_lse, pv_accum)
@@ -402,7 +400,7 @@ def _execute(
         lse=lse,
         launch_key=key,
         pv_direct=pv_accum == "fp32",
-        tma=plan.tma and tma_eligible(kv, d, dp, True),
+        tma=plan.tma,
     )
     return (out, lse) if return_lse else out
 

@@ -104,11 +104,11 @@ class Recorder:
         spec_ids: dict[tuple, int] = {}
 
         def view_id(t: torch.Tensor) -> int:
-            spec = (t.untyped_storage().data_ptr(), *_view_spec(t))
-            vid = spec_ids.get(spec)
+            storage, spec = t.untyped_storage().data_ptr(), _view_spec(t)
+            vid = spec_ids.get((storage, spec))
             if vid is None:
-                vid = spec_ids[spec] = len(spec_ids)
-                groups.setdefault(spec[0], []).append((vid, _view_spec(t), t))
+                vid = spec_ids[(storage, spec)] = len(spec_ids)
+                groups.setdefault(storage, []).append((vid, spec, t))
             return vid
 
         launches = []

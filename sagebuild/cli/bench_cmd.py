@@ -28,40 +28,25 @@ def render(res: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from sagebuild.report.render import plan_text
+    from sagebuild.report.render import bench_table
 
     d = res.to_dict()
     label = "CPU timings — not a GPU result" if res.timing_kind == "cpu" else f"GPU {res.device_name}"
-    # the kernel column only when rows carry a launch plan (GPU runs)
-    with_plan = any(r.get("plan") for r in d["rows"])
-    cols = ["seq", "provider", "kind", "kernel", "median ms", "p20–p80", "TFLOPS", "speed-up", "cos"]
-    cols += ["rel L1", "max abs"]
-    if not with_plan:
+    head, cells = bench_table(d)
+    rows = [dict(zip(head, row)) for row in cells]
+    for r, row in zip(d["rows"], rows):
+        if r["timing"] is None:  # the message follows the table (a narrow terminal drops columns)
+            row["median ms"] = "error"
+    cols = list(head)
+    if not any(r.get("plan") for r in d["rows"]):  # a kernel column only for GPU runs
         cols.remove("kernel")
-    rows: list[dict[str, str]] = []
-    for r in d["rows"]:
-        t, a = r["timing"], r["accuracy"] or {}
-        row = {"seq": str(r["seq"]), "provider": r["provider"], "kind": r["kind"]}
-        row["kernel"] = escape(plan_text(r.get("plan")))
-        if t is None:  # the message follows the table (a narrow terminal drops columns)
-            row["median ms"] = "[red]error[/]"
-        else:
-            row["median ms"] = f"{t['median_ms']:.4f}"
-            row["p20–p80"] = f"{t['p20_ms']:.4f}–{t['p80_ms']:.4f}"
-            row["TFLOPS"] = f"{r['tflops']:.3g}"
-            row["speed-up"] = f"{r['speedup']:.3f}×" if r["speedup"] is not None else ""
-            row["cos"] = f"{a.get('cos', 0):.6f}"
-            row["rel L1"] = f"{a.get('rel_l1', 0):.5f}"
-            row["max abs"] = f"{a.get('max_abs', 0):.4g}"
-        rows.append(row)
 
-    def width(col: str) -> int:  # markup ("[red]error[/]") aside
-        cells = (row.get(col, "") for row in rows)
-        return max([len(col)] + [len(c) for c in cells if not c.startswith("[")])
+    def width(col: str) -> int:
+        return max([len(col)] + [len(row[col]) for row in rows])
 
-    # A narrow terminal drops the spread, max abs and TFLOPS columns (the JSON and the report keep
-    # them) before any number would lose digits; words wrap.
-    for optional in ("p20–p80", "max abs", "TFLOPS"):
+    # A narrow terminal drops the spread, RMSE, max abs and TFLOPS columns (the JSON and the
+    # report keep them) before any number would lose digits; words wrap.
+    for optional in ("p20–p80 ms", "RMSE", "max abs", "TFLOPS"):
         if sum(width(c) + 3 for c in cols) <= console.width:
             break
         cols.remove(optional)
@@ -72,7 +57,7 @@ def render(res: Any) -> None:
         else:
             table.add_column(col, justify="right", no_wrap=True, min_width=width(col))
     for row in rows:
-        table.add_row(*(row.get(c, "") for c in cols))
+        table.add_row(*(escape(row[c]) for c in cols))
     console.print(table)
     for r in d["rows"]:
         if r["timing"] is None:

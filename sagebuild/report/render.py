@@ -55,7 +55,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """A bench result's rows as text cells (the report's tables and ``sagebuild bench``'s)."""
     head = [
         "seq",
         "provider",
@@ -81,7 +82,7 @@ def _bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 plan_text(r.get("plan")),
                 _f(t and t["median_ms"]),
                 f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
-                _f(r.get("tflops"), 1),
+                f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
                 _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else ""),
                 _f(a.get("cos"), 6),
                 _f(a.get("rel_l1")),
@@ -188,7 +189,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{b['method']}. {b['note']}",
             "",
         ]
-        lines += _md_table(*_bench_table(b))
+        lines += _md_table(*bench_table(b))
         g = b["gate"]
         gate_s = f"speed gate ≥ {g['min_speedup']:g}×" if g["speed_gate_applied"] else "no speed gate"
         lines += [
@@ -270,7 +271,7 @@ def to_html(report: dict[str, Any]) -> str:
             f"<h2>Bench ({escape(kind)})</h2>",
             f"<p>SDPA backend: <b>{escape(b['sdpa_backend']['name'])}</b> "
             f"({escape(b['sdpa_backend']['how'])}). Timing: {escape(b['method'])}. {escape(b['note'])}</p>",
-            _html_table(*_bench_table(b)),
+            _html_table(*bench_table(b)),
         ]
         if b["gate"]["failures"]:
             parts.append(
