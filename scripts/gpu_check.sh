@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [onepass] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
-#   (onepass: the one-launch K/V quantization's tests, its knob sweep, and the whole call with it on/off)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -61,12 +60,6 @@ if has tma; then
     SAGEBUILD_TMA=$tma $PY scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3,168" \
       --shapes "${TMA_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee -a "$OUT/tma.txt" | tail -n 8
   done
-fi
-if has onepass; then
-  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k "quantization or one_pass or replay" 2>&1 | tail -n 15
-  $PY scripts/quant_breakdown.py --onepass \
-    --shapes "${ONEPASS_SHAPES:-2x32x4096x128,1x32x16384x128,4x32x8192x64,1x16x1024x64}" 2>&1 | tee "$OUT/onepass.txt"
-  $PY scripts/ab_env.py "quant.ONEPASS=True;False" 2>&1 | tee -a "$OUT/onepass.txt" | tail -n 12
 fi
 if has tune; then
   # shellcheck disable=SC2086

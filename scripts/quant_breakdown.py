@@ -1,7 +1,6 @@
 """Where the K/V pre-processing time goes (GPU): each piece of ``quant.quant_kv`` timed alone.
 
-    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128]
-        [--stats-sweep | --inline-sweep | --onepass]
+    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128] [--stats-sweep | --inline-sweep]
 
 Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reductions, the
 same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
@@ -10,8 +9,7 @@ whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
 ``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead;
 ``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
-launch) over ``quant.INLINE_*`` as CUDA-graph replays (device time only); ``--onepass`` times
-the one-launch ``quant_kv`` (``quant.ONEPASS_*``) against the two launches, the same way.
+launch) over ``quant.INLINE_*`` as CUDA-graph replays (device time only).
 """
 
 from __future__ import annotations
@@ -121,73 +119,13 @@ def _inline_sweep(spec: str) -> None:
             setattr(quant, name, value)
 
 
-def _onepass(spec: str, copy_tbps: float) -> None:
-    """quant_kv in one launch (quant.ONEPASS) against the statistics-then-quantization launches,
-    over the one-pass knobs (programs per SM, item bytes), interleaved rounds; device time by
-    CUDA-graph replay; each result checked against the two-launch path's (K's mean within
-    summation-order rounding, V exactly, codes within a step on a few elements)."""
-    b, h, n, d = (int(x) for x in spec.split("x"))
-    k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
-    kd, vd = layout.dense(k), layout.dense(v)
-    dp = configs.padded_head_dim(d)
-    family = dispatch.family(dispatch.device_arch(k.device))
-    fp8 = torch.float8_e4m3fn
-    floor = 6 * k.numel() / (copy_tbps * 1e12) * 1e6
-    knobs = ("ONEPASS", "ONEPASS_PER_SM", "ONEPASS_ITEM_BYTES")
-    defaults = {name: getattr(quant, name) for name in knobs}
-    settings = [(False, 0, 0)] + list(
-        itertools.product([True], (1, 2, 3, 4), (64 << 10, 128 << 10, 256 << 10))
-    )
-    try:
-        for pv in (None, fp8):
-            blk = configs.lookup(family, dp, "fp8acc" if pv else "fp16", False, n_k=n).k_blk
-            ref = None
-            times: dict = {st: [] for st in settings}
-            for _ in range(3):
-                for st in settings:
-                    quant.ONEPASS, quant.ONEPASS_PER_SM, quant.ONEPASS_ITEM_BYTES = (
-                        st if st[0] else (False, defaults["ONEPASS_PER_SM"], defaults["ONEPASS_ITEM_BYTES"])
-                    )
-                    quant.forget_plans()
-                    got = quant.quant_kv(kd, vd, dp, True, pv, blk)
-                    if ref is None:
-                        ref = got
-                    flips = int((got[0].t.int() - ref[0].t.int()).abs().gt(0).sum())
-                    ok = torch.allclose(got[2], ref[2], atol=1e-5) and flips <= got[0].t.numel() // 10000
-                    if pv is not None:
-                        ok = (
-                            ok
-                            and torch.equal(got[4], ref[4])
-                            and torch.equal(got[3].t.float(), ref[3].t.float())
-                        )
-                    t = graph_replay_us(lambda pv=pv, blk=blk: quant.quant_kv(kd, vd, dp, True, pv, blk))
-                    plan = next(iter(quant._ONEPASS_PLANS.values()), None)
-                    times[st].append((t, ok, plan))
-            for st in settings:
-                ts = sorted(x[0] for x in times[st])
-                ok = all(x[1] for x in times[st])
-                label = "two launches" if not st[0] else f"one pass per_sm={st[1]} item={st[2] >> 10}K"
-                print(f"{spec} {'fp8' if pv else 'fp16'} blk={blk} {label}: {ts[1]:.1f} us "
-                      f"plan={times[st][0][2]} (floor {floor * (1 if pv else 0.5):.1f})"
-                      f"{'' if ok else ' MISMATCH'}", flush=True)  # fmt: skip
-    finally:
-        for name, value in defaults.items():
-            setattr(quant, name, value)
-        quant.forget_plans()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--copy-tbps", type=float, default=4.22, help="measured copy bandwidth (run 1)")
     ap.add_argument("--stats-sweep", action="store_true", help="sweep kv_stats' launch knobs instead")
     ap.add_argument("--inline-sweep", action="store_true", help="sweep the in-launch statistics' knobs")
-    ap.add_argument("--onepass", action="store_true", help="one launch against two, over its knobs")
     args = ap.parse_args()
-    if args.onepass:
-        for spec in args.shapes.split(","):
-            _onepass(spec, args.copy_tbps)
-        return
     if args.inline_sweep:
         for spec in (args.shapes if args.shapes != DEFAULT_SHAPES else INLINE_SHAPES).split(","):
             _inline_sweep(spec)

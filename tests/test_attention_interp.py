@@ -186,14 +186,12 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
     _close(o_split, golden_attention(q, k, v, variant, is_causal=True, config=CFG))
 
 
-@pytest.mark.parametrize("stats", ["onepass", "inline", "one_part", "parts"])
+@pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])
 def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
-    with the statistics and codes in one launch, the statistics computed in the quantization
-    launch (short keys) or from one or several parts of column statistics (the last part
-    shorter)."""
-    monkeypatch.setattr(quant, "ONEPASS", stats == "onepass")
+    with the statistics computed in the quantization launch (short keys) or from one or several
+    parts of column statistics (the last part shorter)."""
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
     if stats == "parts":
         monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
@@ -206,7 +204,7 @@ def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn,
                                         configs.K_BLK)
     # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
-    assert seen == {"onepass": [], "inline": [], "one_part": [192], "parts": [64]}[stats]
+    assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
     kf, vf = k.cpu().float(), v.cpu().float()
     ref_km = kf.mean(dim=2)
     assert torch.allclose(km.cpu()[..., :d], ref_km, atol=1e-6)

@@ -43,27 +43,6 @@ except ImportError:  # CPU-only torch builds (the fast path never runs there)
         return torch.cuda.current_stream(dev).cuda_stream
 
 
-raw_stream = _raw_stream
-
-# Buffers that outlive a call (the one-pass quantization's counters, ``quant._sync_counters``):
-# id → (buffer, resolver). A recorded call (``attention.replay``) takes such an argument from
-# its resolver at replay time instead of allocating it afresh like the call's own buffers.
-_shared: dict[int, tuple[torch.Tensor, Callable[[], torch.Tensor]]] = {}
-
-
-def share_buffer(old: Optional[torch.Tensor], new: torch.Tensor, resolve: Callable[[], torch.Tensor]) -> None:
-    """Register ``new`` (replacing ``old``) as a buffer that outlives calls, found again by ``resolve``."""
-    if old is not None:
-        _shared.pop(id(old), None)
-    _shared[id(new)] = (new, resolve)
-
-
-def shared_resolver(t: torch.Tensor) -> Optional[Callable[[], torch.Tensor]]:
-    """The resolver of a buffer registered by ``share_buffer``, None for any other tensor."""
-    entry = _shared.get(id(t))
-    return entry[1] if entry is not None and entry[0] is t else None
-
-
 def _hooks_installed() -> bool:
     """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
     older releases in plain attributes that are None when unset. Without ``triton.knobs`` the
@@ -154,25 +133,6 @@ def _launch(
     fn[grid](*args, **constexprs, **options)
 
 
-def resident_programs(fn: Any, args: tuple, constexprs: dict[str, Any], device: int, **options: Any) -> int:
-    """How many programs of ``fn`` (compiled for these arguments, without launching) fit on one
-    SM at once, from its registers, shared memory and threads: the size of a cooperative grid.
-    NVIDIA's allocation rules (registers per warp in units of 256, 1 KB of shared memory reserved
-    per block); 1 elsewhere (AMD's rules differ: one per compute unit is always safe)."""
-    kernel = fn.warmup(*args, grid=(1,), **constexprs, **options)
-    if torch.version.hip is not None:
-        return 1
-    kernel._init_handles()
-    props = torch.cuda.get_device_properties(device)
-    warps = kernel.metadata.num_warps
-    regs = warps * -(-max(kernel.n_regs, 1) * 32 // 256) * 256
-    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs
-    smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
-    by_smem = smem_sm // (kernel.metadata.shared + 1024)
-    by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (warps * 32)
-    return max(1, min(by_regs, by_smem, by_threads, 32))
-
-
 def constexprs(fn: Any, key: Optional[Hashable], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A launch's constexpr dict, built once per (kernel, key): building ~20 entries is a visible
     part of a small call's host time. ``key`` must fix every argument they derive from (the API's
@@ -231,10 +191,6 @@ __all__ = [
     "ensure_allocator",
     "forget_constexprs",
     "launch",
-    "raw_stream",
-    "resident_programs",
-    "share_buffer",
-    "shared_resolver",
     "start_recording",
     "stop_recording",
 ]

@@ -66,17 +66,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# Dense K/V: one launch for statistics and quantization (``_kv_onepass_kernel``): persistent
-# programs, ONEPASS_PER_SM per SM (a cooperative grid: all resident at once; sm90 registers
-# per thread: 121 at 4 warps and 64-token blocks, 173 at 8 warps and 128, head dim 128), items
-# of about ONEPASS_ITEM_BYTES of K and V (read again from L2 for the quantization), at most
-# ONEPASS_MAX_ITEMS per head (their parts are combined as one tile). ONEPASS off: the
-# statistics (in the quantization launch, or ``kv_stats``), then the quantization launch.
-ONEPASS = True
-ONEPASS_PER_SM = 2
-ONEPASS_WARPS = 8  # for blocks of more than 8192 elements (128 tokens at head dim 128)
-ONEPASS_ITEM_BYTES = 128 * 1024
-ONEPASS_MAX_ITEMS = 64
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -346,137 +335,6 @@ def _quant_blocks_kernel(
         )
 
 
-@triton.jit
-def _block(X, base, rows, stride_n, offs_d, mask):
-    """A [rows, channels] block of X in its own dtype (zeros outside mask). The offsets are one
-    integer tile added to the pointer once: a loop-invariant part added on its own is hoisted
-    out of the persistent loop and held in registers (a 64-bit pointer per element)."""
-    return tl.load(X + base + (rows[:, None] * stride_n + offs_d[None, :]), mask=mask, other=0.0)
-
-
-@triton.jit
-def _kv_onepass_kernel(
-    K, V, KQ, KS, KM, VQ, VSO, KP, VP, SYNC,
-    stride_kb, stride_kh, stride_kn, stride_qb, stride_qh, stride_qn,
-    stride_vb, stride_vh, stride_vn, stride_wb, stride_wh, stride_wn, stride_wd,
-    H, N, NBLK, ITEM_ROWS, NITEM, TOTAL, SPIN_LIMIT,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLK: tl.constexpr, NITEM_P2: tl.constexpr,
-    CHUNK: tl.constexpr, STAGES: tl.constexpr,
-    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FALLBACK: tl.constexpr,
-):  # fmt: skip
-    """K's mean, V's amax and both quantizations of dense K/V in one launch (``quant_kv_onepass``).
-
-    Persistent programs take items (batch·KV head, ITEM_ROWS tokens) in order, item = program +
-    round · programs. Per item: the column statistics of its tokens (``_column_stats``) stored
-    as the item's part; arrive on the head's counter; wait until the head's NITEM parts are in;
-    combine them (one [NITEM, channels] tile, a fixed reduction order: deterministic); then
-    quantize the item's BLK-token blocks, read again (from L2: the item was just read).
-
-    No deadlock while every program is resident and NITEM ≤ programs (the host launches a
-    cooperative grid, which the driver refuses rather than run partly): the lowest unfinished
-    item's head then has all its items running. Under Triton's interpreter, which runs programs
-    one by one, FALLBACK: after SPIN_LIMIT polls a program computes the head's parts itself (the
-    same loop, the same tile, so the same result). The head's last program out resets its two
-    counters (arrivals, departures) to zero for the next launch.
-    """
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_r = tl.arange(0, BLK)
-    offs_p = tl.arange(0, NITEM_P2)
-    d_ok = offs_d < HEAD_DIM
-    for w in tl.range(tl.program_id(0), TOTAL, tl.num_programs(0), num_stages=1):
-        bh = w // NITEM
-        it = w - bh * NITEM
-        b = bh // H
-        h = bh - b * H
-        kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-        vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-        start = it * ITEM_ROWS
-        n_item = tl.minimum(ITEM_ROWS, N - start)
-        stat = bh.to(tl.int64) * BLOCK_D + offs_d
-        ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
-        if SMOOTH_K or V_FP8:
-            ksum, vmax = _column_stats(
-                K, V, kbase + start.to(tl.int64) * stride_kn, vbase + start.to(tl.int64) * stride_vn,
-                n_item, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, STAGES,
-            )  # fmt: skip
-            part = (bh.to(tl.int64) * NITEM_P2 + it) * BLOCK_D + offs_d
-            tile = (bh.to(tl.int64) * NITEM_P2 + offs_p[:, None]) * BLOCK_D + offs_d[None, :]
-            if SMOOTH_K:
-                tl.store(KP + part, ksum)
-            if V_FP8:
-                tl.store(VP + part, vmax)
-            tl.debug_barrier()  # every thread's part is written before the arrival releases it
-            arrived = tl.atomic_add(SYNC + 2 * bh, 1, sem="acq_rel", scope="gpu") + 1
-            spins = 0
-            while (arrived < NITEM) & (spins < SPIN_LIMIT):
-                arrived = tl.atomic_add(SYNC + 2 * bh, 0, sem="acquire", scope="gpu")
-                spins += 1
-            in_head = (offs_p < NITEM)[:, None]
-            kp = tl.zeros([NITEM_P2, BLOCK_D], dtype=tl.float32)
-            vp = tl.zeros([NITEM_P2, BLOCK_D], dtype=tl.float32)
-            if arrived >= NITEM:
-                if SMOOTH_K:
-                    kp = tl.load(KP + tile, mask=in_head, other=0.0, cache_modifier=".cg")
-                if V_FP8:
-                    vp = tl.load(VP + tile, mask=in_head, other=0.0, cache_modifier=".cg")
-            elif FALLBACK:  # not every part arrived in time: the same parts, from K/V
-                for s in range(NITEM):
-                    s0 = s * ITEM_ROWS
-                    ks_, vm_ = _column_stats(
-                        K, V, kbase + s0.to(tl.int64) * stride_kn, vbase + s0.to(tl.int64) * stride_vn,
-                        tl.minimum(ITEM_ROWS, N - s0), stride_kn, stride_vn, offs_d,
-                        HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, STAGES,
-                    )  # fmt: skip
-                    kp = tl.where((offs_p == s)[:, None], ks_[None, :], kp)
-                    vp = tl.where((offs_p == s)[:, None], vm_[None, :], vp)
-            left = tl.atomic_add(SYNC + 2 * bh + 1, 1, sem="acq_rel", scope="gpu")
-            if left == NITEM - 1:  # the head's last program out: counters back to zero
-                tl.atomic_xchg(SYNC + 2 * bh, 0, sem="relaxed", scope="gpu")
-                tl.atomic_xchg(SYNC + 2 * bh + 1, 0, sem="relaxed", scope="gpu")
-            if SMOOTH_K:
-                ksum = tl.sum(kp, axis=0)
-            if V_FP8:
-                vmax = tl.max(vp, axis=0)
-        if SMOOTH_K:
-            km = column_mean(ksum, N)
-            if it == 0:
-                tl.store(KM + stat, km)
-        if V_FP8:
-            vs, vinv = scale_and_inverse(vmax, FP8_MAX)
-            if it == 0:
-                tl.store(VSO + stat, vs)
-        qbase = b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        wbase = b.to(tl.int64) * stride_wb + h.to(tl.int64) * stride_wh
-        # K's blocks, then V's (two loops: each loop's invariant tiles, which Triton hoists and
-        # holds in registers, live only during their own loop)
-        for r in tl.range(0, n_item, BLK, num_stages=1):
-            rows = start + r + offs_r
-            row_ok = rows < N
-            mask = row_ok[:, None] & d_ok[None, :]
-            x = _block(K, kbase, rows, stride_kn, offs_d, mask).to(tl.float32)
-            if SMOOTH_K:
-                x = tl.where(mask, x - km[None, :], 0.0)
-            step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
-            q_off = rows[:, None] * stride_qn + offs_d[None, :]
-            tl.store(KQ + qbase + q_off, to_int8(x * inv), mask=row_ok[:, None])
-            tl.store(KS + bh.to(tl.int64) * NBLK + (start + r) // BLK, step)
-        if V_FP8:
-            for r in tl.range(0, n_item, BLK, num_stages=1):
-                rows = start + r + offs_r
-                row_ok = rows < N
-                mask = row_ok[:, None] & d_ok[None, :]
-                v = _block(V, vbase, rows, stride_vn, offs_d, mask).to(tl.float32)
-                vq = tl.minimum(tl.maximum(v * vinv[None, :], -FP8_MAX), FP8_MAX)
-                # a byte per store into the channel-major buffer: storing the transposed tile
-                # instead took a layout whose channel scales and pointers cost ~100 registers
-                tl.store(
-                    VQ + wbase + (rows[:, None] * stride_wn + offs_d[None, :] * stride_wd),
-                    vq.to(VQ.dtype.element_ty),
-                    mask=row_ok[:, None],
-                )
-
-
 def fp8_max(dtype: torch.dtype) -> float:
     """Largest finite value of an fp8 dtype (448 for e4m3fn, 240 for the fnuz variant)."""
     return float(torch.finfo(dtype).max)
@@ -674,143 +532,6 @@ def quant_blocks(
     return xq, xs, vq, vs
 
 
-def _sync_counters(device: torch.device, heads: int) -> torch.Tensor:
-    """The one-pass launch's counters (arrivals, departures per batch·KV head), zero between
-    launches (each launch resets what it used). One buffer per (device, stream): launches on one
-    stream run in order, launches on two streams could overlap. Under CUDA-graph capture a fresh
-    zeroed buffer (its memset is captured with the graph), so that no two graphs share one."""
-    need = 2 * heads
-    if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(need, dtype=torch.int32, device=device)
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (device.type, index, launcher.raw_stream(index))
-    else:  # Triton's CPU interpreter (tests)
-        key = (device.type, device.index, 0)
-    buf = _SYNC.get(key)
-    if buf is None or buf.numel() < need:
-        buf = torch.zeros(max(need, 1024), dtype=torch.int32, device=device)
-        launcher.share_buffer(_SYNC.get(key), buf, lambda: _sync_counters(device, heads))
-        _SYNC[key] = buf
-    return buf
-
-
-_SYNC: dict[tuple, torch.Tensor] = {}
-
-
-# (k_int8, k_scale, km or None, v_fp8 or None, v_scale or None), as ``quant_kv`` returns them
-QuantizedKVParts = tuple[
-    SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]
-]
-
-
-def _onepass_items(n: int, heads: int, blk: int, row_bytes: int, cap: int) -> tuple[int, int]:
-    """(tokens per item, items per head) for at most ``cap`` programs: about ONEPASS_ITEM_BYTES
-    of K (and V) per item, so that the blocks read again for the quantization are still in L2;
-    short inputs get an item per block while there are programs for them."""
-    rows = max(blk, ONEPASS_ITEM_BYTES // row_bytes // blk * blk)
-    items = launcher.cdiv(n, rows)
-    spare = cap // heads  # items per head that still give every program work
-    if items < spare:
-        items = min(spare, launcher.cdiv(n, blk))
-    rows = launcher.cdiv(launcher.cdiv(n, items), blk) * blk
-    return rows, launcher.cdiv(n, rows)
-
-
-# launch shape → (programs, tokens per item, items per head) or None (one-pass not possible)
-_ONEPASS_PLANS: dict[tuple, Optional[tuple[int, int, int]]] = {}
-
-
-def forget_plans() -> None:
-    """Drop the one-pass launch's cached grids (its module knobs changed at run time)."""
-    _ONEPASS_PLANS.clear()
-
-
-def quant_kv_onepass(
-    k: SeqView,
-    v: SeqView,
-    head_dim_pad: int,
-    smooth_k: bool,
-    fp8_dtype: Optional[torch.dtype],
-    blk: int,
-    launch_key: Optional[tuple] = None,
-) -> Optional[QuantizedKVParts]:
-    """``quant_kv`` for dense K/V in one launch (``_kv_onepass_kernel``), or None where a head's
-    items cannot all be resident at once (more than ONEPASS_MAX_ITEMS, or than the programs that
-    fit on the GPU)."""
-    dev = k.t.device
-    on_gpu = dev.type == "cuda"
-    nblk = launcher.cdiv(k.max_len, blk)
-    heads = k.batch * k.heads
-    want_v = fp8_dtype is not None
-    kq = empty_like_view(k, head_dim_pad, torch.int8)
-    ks = torch.empty((k.batch, k.heads, nblk), dtype=torch.float32, device=dev)
-    stats = torch.empty((2, k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev)
-    vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else kq
-    warps = ONEPASS_WARPS if blk * head_dim_pad > 8192 else 4
-    # a cooperative grid on GPUs: every program resident at once, or the launch is refused
-    options = dict(num_warps=warps, launch_cooperative_grid=True) if on_gpu else dict(num_warps=warps)
-
-    def consts(items_p2: int) -> dict:
-        return dict(
-            HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, BLK=blk, NITEM_P2=items_p2,
-            CHUNK=chunk_rows(head_dim_pad), STAGES=PART_STAGES, SMOOTH_K=smooth_k, V_FP8=want_v,
-            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0, FALLBACK=not on_gpu,
-        )  # fmt: skip
-
-    def args(parts: torch.Tensor, rows: int, items: int) -> tuple:
-        return (
-            k.t, v.t, kq.t, ks, stats[0], vq.t, stats[1], parts[0], parts[1],
-            _sync_counters(dev, heads),
-            *k.strides(), *kq.strides(), *v.strides(), *vq.strides(), vq.stride_d,
-            k.heads, k.max_len, nblk, rows, items, heads * items,
-            2**31 - 1 if on_gpu else 1,
-        )  # fmt: skip
-
-    row_bytes = head_dim_pad * k.t.element_size() * (2 if want_v else 1)
-    shape = (dev, k.max_len, heads, blk, head_dim_pad, k.head_dim, row_bytes, smooth_k, fp8_dtype)
-    plan = _ONEPASS_PLANS.get(shape, False)
-    if plan is False:  # first call of this shape: size the grid by what fits on an SM
-        sms = _sm_count(dev.index if dev.index is not None else torch.cuda.current_device()) if on_gpu else 4
-        per_sm = ONEPASS_PER_SM
-        plan = None
-        for _ in range(2):  # the items decide the kernel, whose registers decide the programs
-            rows, items = _onepass_items(k.max_len, heads, blk, row_bytes, per_sm * sms)
-            if items > ONEPASS_MAX_ITEMS:
-                break
-            if on_gpu:
-                p2 = triton.next_power_of_2(items)
-                parts = torch.empty((2, heads, p2, head_dim_pad), dtype=torch.float32, device=dev)
-                fit = launcher.resident_programs(
-                    _kv_onepass_kernel, args(parts, rows, items), consts(p2), dev.index or 0, **options
-                )
-            else:
-                fit = per_sm
-            if fit >= per_sm:
-                plan = (min(heads * items, per_sm * sms), rows, items) if items <= per_sm * sms else None
-                break
-            per_sm = fit
-        _ONEPASS_PLANS[shape] = plan
-    if plan is None:
-        return None
-    programs, rows, items = plan
-    items_p2 = triton.next_power_of_2(items)
-    parts = torch.empty((2, heads, items_p2, head_dim_pad), dtype=torch.float32, device=dev)
-    launcher.launch(
-        _kv_onepass_kernel,
-        (programs,),
-        args(parts, rows, items),
-        launcher.constexprs(
-            _kv_onepass_kernel,
-            ("onepass", launch_key) if launch_key is not None else None,
-            lambda: consts(items_p2),
-        ),
-        key=launch_key,
-        **options,
-    )
-    return kq, ks, (stats[0] if smooth_k else None), (vq if want_v else None), (stats[1] if want_v else None)
-
-
 def quant_kv(
     k: SeqView,
     v: SeqView,
@@ -819,7 +540,7 @@ def quant_kv(
     fp8_dtype: Optional[torch.dtype],
     blk: int,
     launch_key: Optional[tuple] = None,
-) -> QuantizedKVParts:
+) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
@@ -827,10 +548,6 @@ def quant_kv(
     quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale
     or None).
     """
-    if ONEPASS and not k.is_varlen:
-        out = quant_kv_onepass(k, v, head_dim_pad, smooth_k, fp8_dtype, blk, launch_key)
-        if out is not None:
-            return out
     inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (

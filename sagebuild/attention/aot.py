@@ -198,13 +198,9 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
     return results
 
 
-# the one-pass launch's key count and FP8 V channel stride: multiples of 16 at the usual shapes
-ONEPASS_ALIGNED = frozenset({("kv_onepass", "stride_wd"), ("kv_onepass", "N")})
-
-
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
     """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
-    launch, the INT8 + FP8 block quantization, the one-pass launch) for ``arch`` without a GPU.
+    launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``.
@@ -237,30 +233,14 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),
-        "kv_onepass": (
-            quant._kv_onepass_kernel,
-            dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=128, **both,
-                 FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0,
-                 stride_wn=1),  # channel-major FP8 V: tokens contiguous (the JIT specialises 1)
-            {"K": "*fp16", "V": "*fp16", "KQ": "*i8", "KS": "*fp32", "KM": "*fp32",
-             "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "VSO": "*fp32", "KP": "*fp32",
-             "VP": "*fp32", "SYNC": "*i32"},
-        ),
     }  # fmt: skip
-    warps = {"kv_onepass": quant.ONEPASS_WARPS}
     out: dict[str, dict] = {}
     for name, (fn, constexprs, ptr) in kernels.items():
-        # the channel-major FP8 V output's strides (stride_w*) are left unspecialised (but for
-        # ONEPASS_ALIGNED)
-        aligned = lambda a, name=name: (  # noqa: E731
-            a == "PART_ROWS"
-            or (a.startswith("stride_") and not a.startswith("stride_w"))
-            or (name, a) in ONEPASS_ALIGNED
-        )
+        # the channel-major FP8 V output's strides (stride_w*) are left unspecialised
+        aligned = lambda a: a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))  # noqa: E731
         src = _ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
-            options = {"num_warps": warps.get(name, 4)}
-            k = triton.compile(src, target=GPUTarget(*row.triton_target), options=options)
+            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
             asm = k.asm.get("ptx") if row.vendor == "cuda" else k.asm.get("amdgcn")
             out[name] = {"ok": True, "error": None, "asm": asm.decode() if isinstance(asm, bytes) else asm}
         except Exception as exc:  # report, never raise

@@ -155,7 +155,6 @@ def clear_caches() -> None:
     _PLANS.clear()
     _REPLAYS.clear()
     launcher.forget_constexprs()
-    quant.forget_plans()
 
 
 # Plans by call signature: a repeated call skips validation, dispatch and the config lookup, and

@@ -4,9 +4,8 @@ At small shapes the host path is the whole call (docs/performance.md, runs 13–
 work of 1×16×1024×64 is ~28 µs, the Python around it ~46 µs, most of it deciding again what
 the plan already fixed (views, argument lists, constexprs). A call whose plan is cached is run
 once under a recorder: every Triton launch (through ``launcher.launch``) and every tensor those
-launches touch is classified as one of the call's inputs (q, k, v), a buffer allocated during
-the call, or a buffer that outlives calls (``launcher.share_buffer``: looked up again per
-replay). Later calls with the same plan key (and the same aliasing between q, k and v) allocate
+launches touch is classified as one of the call's inputs (q, k, v) or a buffer allocated during
+the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
 the same buffers and issue the same launches with the new tensors, nothing else.
 
 Replayable only if the recorded call did nothing on tensors but allocate and take views (a
@@ -55,9 +54,7 @@ class Replay:
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
         # a flat allocation no argument uses whole
         self.groups = groups
-        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options);
-        # a slot is (position, "input", index of q/k/v), (position, "view", view id) or
-        # (position, "shared", resolver of a buffer that outlives calls)
+        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options)
         # or ("allocator",) where the call set up Triton's scratch allocator
         self.launches = launches
         self.outputs = outputs  # view id, or a tuple of view ids
@@ -76,8 +73,8 @@ class Replay:
                 continue
             _, fn, grid, template, slots, constexprs, key, options = item
             args = list(template)
-            for pos, kind, ref in slots:
-                args[pos] = inputs[ref] if kind == "input" else views[ref] if kind == "view" else ref()
+            for pos, is_input, idx in slots:
+                args[pos] = inputs[idx] if is_input else views[idx]
             launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
         if isinstance(self.outputs, tuple):
             return tuple(views[i] for i in self.outputs)
@@ -124,13 +121,9 @@ class Recorder:
             for pos, a in enumerate(args):
                 if not isinstance(a, torch.Tensor):
                     continue
-                resolve = launcher.shared_resolver(a)
-                if resolve is not None:  # a buffer that outlives calls: looked up again per replay
-                    slots.append((pos, "shared", resolve))
-                    continue
                 idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
                             and a.dtype == t.dtype), None)  # fmt: skip
-                slots.append((pos, "input", idx) if idx is not None else (pos, "view", view_id(a)))
+                slots.append((pos, True, idx) if idx is not None else (pos, False, view_id(a)))
             template = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
             launches.append(("launch", fn, grid, template, tuple(slots), constexprs, key, options))
         outs = result if isinstance(result, tuple) else (result,)
