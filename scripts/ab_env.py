@@ -4,7 +4,8 @@
     python scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3" [--shapes 2x32x4096x128,1x32x16384x128c]
         [--rounds 3]
 
-Settings are separated by ";"; an empty one leaves the variable unset (the table's choice).
+Settings are separated by ";"; an empty one leaves the variable unset (the table's choice). A
+name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"quant.ONEPASS=True;False"``).
 
 Settings are interleaved round by round (the machines are noisy: a drift hits every setting
 alike); each round times every setting with do_bench medians, the table gives the median over
@@ -16,6 +17,8 @@ plan key includes them).
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import os
 import statistics
 
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 import triton.testing
 from torch.nn.functional import scaled_dot_product_attention as sdpa_fn
 
-from sagebuild.attention import sageattn
+from sagebuild.attention import api, sageattn
 from sagebuild.attention.metrics import accuracy
 
 DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x1024x64"
@@ -32,6 +35,26 @@ DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x
 
 def _ms(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+_DEFAULTS: dict[str, object] = {}
+
+
+def _set(name: str, value: str) -> None:
+    """An environment variable, or with a dot a module knob of ``sagebuild.kernels.triton``
+    (``quant.ONEPASS``: a Python literal, the module's own value when empty; the API's caches
+    are cleared so that the plans see it)."""
+    if "." not in name:
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+        return
+    mod_name, attr = name.split(".", 1)
+    mod = importlib.import_module(f"sagebuild.kernels.triton.{mod_name}")
+    _DEFAULTS.setdefault(name, getattr(mod, attr))
+    setattr(mod, attr, ast.literal_eval(value) if value else _DEFAULTS[name])
+    api.clear_caches()
 
 
 def main() -> None:
@@ -58,14 +81,11 @@ def main() -> None:
         for _ in range(args.rounds):
             sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c)))
             for s in settings:
-                if s:
-                    os.environ[name] = s
-                else:
-                    os.environ.pop(name, None)
+                _set(name, s)
                 out = sageattn(q, k, v, is_causal=causal)
                 acc.setdefault(s, accuracy(out, ref))
                 times[s].append(_ms(lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)))
-        os.environ.pop(name, None)
+        _set(name, "")
         t_sdpa = statistics.median(sdpa)
         for s in settings:
             t = statistics.median(times[s])
