@@ -9,7 +9,7 @@ whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
 ``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead;
 ``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
-launch) over ``quant.INLINE_*`` as CUDA-graph replays (device time only).
+launch) over ``quant.INLINE_*`` (rows per load, stages, warps) as CUDA-graph replays (device time only).
 """
 
 from __future__ import annotations
@@ -99,21 +99,21 @@ def _inline_sweep(spec: str) -> None:
     kd, vd = layout.dense(k), layout.dense(v)
     dp = configs.padded_head_dim(d)
     assert n * dp <= quant.INLINE_STATS_MAX_ELEMENTS, f"{spec} takes kv_stats, not the inline path"
-    defaults = {name: getattr(quant, name) for name in ("INLINE_CHUNK_ROWS", "INLINE_STAGES")}
+    defaults = {name: getattr(quant, name) for name in ("INLINE_CHUNK_ROWS", "INLINE_STAGES", "INLINE_WARPS")}
     try:
         for fp8 in (None, torch.float8_e4m3fn):
             for name, value in defaults.items():
                 setattr(quant, name, value)
             ref = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
-            for rows, stages in itertools.product((16, 32, 64, 128), (1, 2, 3)):
-                quant.INLINE_CHUNK_ROWS, quant.INLINE_STAGES = {dp: rows}, stages
+            for rows, stages, warps in itertools.product((16, 32, 64, 128, 256), (1, 2, 3), (4, 8)):
+                quant.INLINE_CHUNK_ROWS, quant.INLINE_STAGES, quant.INLINE_WARPS = {dp: rows}, stages, warps
                 got = quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK)
                 # another chunk size sums K in another order: codes may move by one step
                 flips = int((got[0].t.int() - ref[0].t.int()).abs().gt(0).sum())
                 same = torch.allclose(got[2], ref[2], atol=1e-5) and flips <= got[0].t.numel() // 10000
                 t = graph_replay_us(lambda fp8=fp8: quant.quant_kv(kd, vd, dp, True, fp8, configs.K_BLK))
-                print(f"{spec} {'fp8' if fp8 else 'fp16'} rows={rows} stages={stages}: {t:.1f} us"
-                      f"{'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
+                label = f"{'fp8' if fp8 else 'fp16'} rows={rows} stages={stages} warps={warps}"
+                print(f"{spec} {label}: {t:.1f} us{'' if same else ' MISMATCH'}", flush=True)
     finally:
         for name, value in defaults.items():
             setattr(quant, name, value)

@@ -52,6 +52,7 @@ INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 # of 64 registers each beside the block being quantized).
 INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
 INLINE_STAGES = 3
+INLINE_WARPS = 4
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
@@ -526,7 +527,7 @@ def quant_blocks(
             float(scale_mul),
         ),
         consts,
-        num_warps=4,
+        num_warps=INLINE_WARPS if inline_stats else 4,
         key=launch_key,
     )
     return xq, xs, vq, vs
