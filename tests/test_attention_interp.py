@@ -416,22 +416,22 @@ def test_launcher_defers_to_triton_while_a_launch_hook_is_set():
     from sagebuild.kernels.triton import launcher
     from triton import knobs
 
-    assert not launcher._hooks_installed()
+    assert not launcher.hooks_installed()
     chain = knobs.runtime.launch_enter_hook
     hook = lambda metadata: None  # noqa: E731
     if hasattr(chain, "add"):
         chain.add(hook)
         try:
-            assert launcher._hooks_installed()
+            assert launcher.hooks_installed()
         finally:
             chain.remove(hook)
     else:  # older Triton: a plain attribute
         knobs.runtime.launch_enter_hook = hook
         try:
-            assert launcher._hooks_installed()
+            assert launcher.hooks_installed()
         finally:
             knobs.runtime.launch_enter_hook = chain
-    assert not launcher._hooks_installed()
+    assert not launcher.hooks_installed()
 
 
 def test_launcher_caches_only_kernels_whose_constexprs_trail():

@@ -54,7 +54,11 @@ def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
     first = fn(*a, **kw)  # the full path (a signature's first call is not recorded)
     assert not api._REPLAYS
     assert _same(fn(*a, **kw), first)  # the full path again, recorded
-    assert [r for r in api._REPLAYS.values() if r is not None], "the call was not recorded as replayable"
+    reps = [r for r in api._REPLAYS.values() if r is not None]
+    assert reps, "the call was not recorded as replayable"
+    # on a GPU every launch is bound to its compiled kernel (no launcher cache lookup per replay)
+    bound = [item[-1] is not None for item in reps[0].launches if item[0] == "launch"]
+    assert bound and all(bound) == GPU
     b, c = _qkv(2, nhd=nhd), _qkv(3, nhd=nhd)
     out_b, out_c = fn(*b, **kw), fn(*c, **kw)  # replayed
     api.clear_caches()
@@ -105,3 +109,16 @@ def test_a_call_with_other_tensor_ops_is_never_replayed():
     with replay.Recorder() as rec:  # no launch at all: nothing to replay either
         out = torch.empty(4, 4).t()
     assert rec.build((x, x, x), out) is None
+
+
+def test_environment_knobs_are_part_of_the_key(monkeypatch):
+    """The plan key reads the knobs through os.environ's own mapping: a variable set, changed or
+    removed while the process runs gives another key (another plan, another replay)."""
+    monkeypatch.delenv(configs.ENV_VAR, raising=False)
+    unset = configs.knob_values()
+    monkeypatch.setenv(configs.ENV_VAR, "64,64,4,3")
+    first = configs.knob_values()
+    monkeypatch.setenv(configs.ENV_VAR, "64,32,4,3")
+    second = configs.knob_values()
+    monkeypatch.delenv(configs.ENV_VAR)
+    assert len({unset, first, second}) == 3 and configs.knob_values() == unset

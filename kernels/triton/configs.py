@@ -42,6 +42,17 @@ FUSED_KV_MAX_TOKENS = 0
 FUSE_ENV_VAR = "SAGEBUILD_FUSE_KV_MAX_TOKENS"
 
 
+def knob_values() -> tuple:
+    """The raw values of the environment knobs a call's plan depends on (unset: None), as a
+    part of the API's plan key, read on every call. ``os.environ.get`` raises and catches a
+    KeyError for each unset name (~1.5 µs each, most of a replayed call's key); CPython's
+    encoded mapping behind ``os.environ`` (updated in place by it) answers in ~0.1 µs. Values
+    stay encoded: only their equality matters."""
+    if _ENV_DATA is not None:
+        return tuple(map(_ENV_DATA.get, _KNOB_KEYS))
+    return tuple(os.environ.get(name) for name in _KNOB_VARS)
+
+
 def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
     """Whether K/V are quantized inside the attention kernel for this launch."""
     limit = os.environ.get(FUSE_ENV_VAR)
@@ -370,3 +381,11 @@ def table_rows() -> list[dict]:
         }
         for r in _TABLE
     ]
+
+
+_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR)
+try:  # CPython: os.environ's own mapping and key encoding
+    _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
+    _KNOB_KEYS = tuple(os.environ.encodekey(name) for name in _KNOB_VARS)  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - other Pythons
+    _ENV_DATA = None

@@ -20,7 +20,7 @@ from typing import Any, Callable, Hashable, Optional
 
 import torch
 
-try:  # Triton ≥ 3.4; without it the binder-free path stays off (see _hooks_installed)
+try:  # Triton ≥ 3.4; without it the binder-free path stays off (see hooks_installed)
     from triton import knobs
 except ImportError:  # pragma: no cover - older Triton
     knobs = None
@@ -43,7 +43,7 @@ except ImportError:  # CPU-only torch builds (the fast path never runs there)
         return torch.cuda.current_stream(dev).cuda_stream
 
 
-def _hooks_installed() -> bool:
+def hooks_installed() -> bool:
     """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
     older releases in plain attributes that are None when unset. Without ``triton.knobs`` the
     hooks cannot be read, so they are assumed set (Triton's own path every time)."""
@@ -115,7 +115,7 @@ def _launch(
         dev = torch.cuda.current_device()
         cache_key = (id(fn), key, tuple(constexprs.values()), tuple(options.items()), dev)
         kernel = _compiled.get(cache_key)
-        if kernel is not None and not _hooks_installed():
+        if kernel is not None and not hooks_installed():
             g1 = grid[1] if len(grid) > 1 else 1
             g2 = grid[2] if len(grid) > 2 else 1
             stream = _raw_stream(dev)
@@ -131,6 +131,29 @@ def _launch(
             _compiled[cache_key] = kernel
         return
     fn[grid](*args, **constexprs, **options)
+
+
+def bind(
+    fn: Any, grid: tuple, constexprs: dict, key: Optional[Hashable], options: dict, device: int
+) -> Optional[tuple]:
+    """A launch that ran through ``launch`` with a key, bound to its compiled kernel for
+    ``run_bound`` (``attention.replay``: no cache key to build and hash per launch), or None where
+    the launch has no compiled kernel kept (no key, CPU interpreter, constexprs not trailing)."""
+    if key is None:
+        return None
+    consts = tuple(constexprs.values())
+    kernel = _compiled.get((id(fn), key, consts, tuple(options.items()), device))
+    if kernel is None:
+        return None
+    g1 = grid[1] if len(grid) > 1 else 1
+    g2 = grid[2] if len(grid) > 2 else 1
+    return (kernel.run, grid[0], g1, g2, kernel.function, kernel.packed_metadata, consts)
+
+
+def run_bound(bound: tuple, args: tuple, stream: int) -> None:
+    """Issue a launch bound by ``bind`` on ``stream`` (the caller checks ``hooks_installed``)."""
+    run, g0, g1, g2, function, metadata, consts = bound
+    run(g0, g1, g2, stream, function, metadata, None, None, None, *args, *consts)
 
 
 def constexprs(fn: Any, key: Optional[Hashable], build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -183,14 +206,20 @@ def cached_launches() -> int:
     return len(_compiled)
 
 
+raw_stream = _raw_stream
+
 __all__ = [
     "MAX_ENTRIES",
+    "bind",
     "cached_launches",
     "cdiv",
     "constexprs",
     "ensure_allocator",
     "forget_constexprs",
+    "hooks_installed",
     "launch",
+    "raw_stream",
+    "run_bound",
     "start_recording",
     "stop_recording",
 ]

@@ -51,10 +51,12 @@ class Replay:
 
     def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any) -> None:
         self.device = device
+        self.index = device.index if device.type == "cuda" else None  # for the current stream
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
         # a flat allocation no argument uses whole
         self.groups = groups
-        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options)
+        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options,
+        # the launch bound to its compiled kernel or None: ``launcher.bind``)
         # or ("allocator",) where the call set up Triton's scratch allocator
         self.launches = launches
         self.outputs = outputs  # view id, or a tuple of view ids
@@ -67,15 +69,20 @@ class Replay:
             views[pid] = base
             for vid, (_, vsize, vstride, voff) in others:
                 views[vid] = base.as_strided(vsize, vstride, voff)
+        direct = self.index is not None and not launcher.hooks_installed()
+        stream = launcher.raw_stream(self.index) if direct else 0
         for item in self.launches:
             if item[0] == "allocator":
                 launcher.ensure_allocator()
                 continue
-            _, fn, grid, template, slots, constexprs, key, options = item
+            _, fn, grid, template, slots, constexprs, key, options, bound = item
             args = list(template)
             for pos, is_input, idx in slots:
                 args[pos] = inputs[idx] if is_input else views[idx]
-            launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
+            if direct and bound is not None:
+                launcher.run_bound(bound, tuple(args), stream)
+            else:
+                launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
         if isinstance(self.outputs, tuple):
             return tuple(views[i] for i in self.outputs)
         return views[self.outputs]
@@ -125,7 +132,11 @@ class Recorder:
                             and a.dtype == t.dtype), None)  # fmt: skip
                 slots.append((pos, True, idx) if idx is not None else (pos, False, view_id(a)))
             template = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
-            launches.append(("launch", fn, grid, template, tuple(slots), constexprs, key, options))
+            dev = inputs[0].device
+            bound = (
+                None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
+            )
+            launches.append(("launch", fn, grid, template, tuple(slots), constexprs, key, options, bound))
         outs = result if isinstance(result, tuple) else (result,)
         if not all(isinstance(t, torch.Tensor) for t in outs):
             return None
