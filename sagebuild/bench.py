@@ -112,10 +112,16 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 
 @dataclass
 class Timing:
+    """Cold per-call times (median, p20, p80 of ``reps`` calls) and, on GPUs, ``back_to_back_ms``:
+    the time per call of ``reps`` calls issued back to back, warm. Cold calls are each preceded
+    by an L2 flush long enough to hide the host's time for one call, so they measure the device;
+    back-to-back calls measure the slower of host and device, what a loop of small calls sees."""
+
     median_ms: float
     p20_ms: float
     p80_ms: float
     reps: int
+    back_to_back_ms: Optional[float] = None
 
     @classmethod
     def from_samples(cls, ms: list[float]) -> Timing:
@@ -142,7 +148,8 @@ def time_cpu(fn: Callable[[], Any], warmup: int, reps: int) -> Timing:
 
 
 def time_gpu(fn: Callable[[], Any], warmup: int, reps: int, device: Any) -> Timing:
-    """Device-event time of each call, the L2 cache flushed before each (cold cache, like do_bench)."""
+    """Device-event time of each call, the L2 cache flushed before each (cold cache, like
+    do_bench), then the time per call of as many calls back to back (``Timing``)."""
     import torch
 
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)  # > any GPU's L2
@@ -157,7 +164,15 @@ def time_gpu(fn: Callable[[], Any], warmup: int, reps: int, device: Any) -> Timi
         fn()
         ends[i].record()
     torch.cuda.synchronize(device)
-    return Timing.from_samples([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    timing = Timing.from_samples([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    for _ in range(reps):
+        fn()
+    last.record()
+    torch.cuda.synchronize(device)
+    timing.back_to_back_ms = first.elapsed_time(last) / reps
+    return timing
 
 
 def graph_replay_us(fn: Callable[[], Any]) -> float:
@@ -431,7 +446,8 @@ def run_bench(
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
-            f"{cfg.reps} timed; median and p20/p80"
+            f"{cfg.reps} timed; median and p20/p80; back-to-back: {cfg.reps} calls in a row, warm, "
+            "per call (includes the host's time where it exceeds the device's)"
         )
         note = (
             f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "

@@ -186,6 +186,24 @@ def test_bench_table_keeps_every_digit_in_a_narrow_terminal(monkeypatch):
         assert "out of memory: try a shorter --seq" in text.replace("\n", " ")
 
 
+def test_back_to_back_times_show_where_measured():
+    """GPU rows carry the time per call of calls issued back to back (host-bound at small shapes):
+    a column in the table, the report and the JSON; CPU runs measure none and show no column."""
+    from sagebuild.report.render import bench_table
+
+    res = bench.run_bench(CPU, bench.config_from_profile(CPU, seq=(64,), heads=1, warmup=0, reps=1))
+    assert all(r.timing.back_to_back_ms is None for r in res.rows)
+    head, _ = bench_table(res.to_dict())
+    assert "back-to-back ms" not in head
+    timed = dataclasses.replace(res.rows[0].timing, back_to_back_ms=0.0421)
+    res.rows[0] = dataclasses.replace(res.rows[0], timing=timed)
+    d = res.to_dict()
+    assert d["rows"][0]["timing"]["back_to_back_ms"] == 0.0421
+    head, cells = bench_table(d)
+    col = head.index("back-to-back ms")
+    assert [row[col] for row in cells] == ["0.0421"] + ["–"] * (len(cells) - 1)
+
+
 def test_bench_accuracy_gate_exit_40():
     prof = tight(CPU)
     res = bench.run_bench(prof, bench.config_from_profile(prof, seq=(128,), heads=1, warmup=0, reps=1))

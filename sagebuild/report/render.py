@@ -64,6 +64,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "kernel",
         "median ms",
         "p20–p80 ms",
+        "back-to-back ms",
         "TFLOPS",
         "speed-up",
         "cos",
@@ -82,6 +83,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 plan_text(r.get("plan")),
                 _f(t and t["median_ms"]),
                 f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
+                _f(t and t.get("back_to_back_ms")),
                 f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
                 _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else ""),
                 _f(a.get("cos"), 6),
@@ -92,6 +94,11 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         )
         if r.get("error"):
             rows[-1][4] = "error: " + r["error"].splitlines()[0][:80]
+    col = head.index("back-to-back ms")
+    if all(row[col] == "–" for row in rows):  # measured on GPUs only
+        head.pop(col)
+        for row in rows:
+            row.pop(col)
     return head, rows
 
 
