@@ -17,8 +17,8 @@ done
 $PY - "$OUT/targets" <<'PY'
 import json, pathlib, sys
 from sagebuild.report.render import plan_text
-print("| shape | causal | provider | kind | kernel | median ms | TFLOPS | SDPA time / ours | cos | rel L1 |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| shape | causal | provider | kind | kernel | median ms | back-to-back ms | TFLOPS | SDPA time / ours | cos | rel L1 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     doc = json.loads(f.read_text())
     c = doc["config"]
@@ -26,11 +26,11 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     for r in doc["rows"]:
         if r.get("error") or not r.get("timing"):
             print(f"| {shape} | {c['causal']} | {r['provider']} | {r['kind']} | {plan_text(r.get('plan'))} "
-                  f"| error: {r.get('error')} | | | | |")
+                  f"| error: {r.get('error')} | | | | | |")
             continue
         a = r["accuracy"] or {}
         sp = r["speedup"] if r["speedup"] is not None else 1.0
         print(f"| {shape} | {c['causal']} | {r['provider']} | {r['kind']} | {plan_text(r.get('plan'))} | "
-              f"{r['timing']['median_ms']:.4f} | "
+              f"{r['timing']['median_ms']:.4f} | {r['timing'].get('back_to_back_ms') or float('nan'):.4f} | "
               f"{r['tflops']:.0f} | {sp:.3f} | {a.get('cos', float('nan')):.5f} | {a.get('rel_l1', float('nan')):.4f} |")
 PY

@@ -39,6 +39,9 @@ fi
 if has tests; then
   $PY -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt" | tail -n 25
   echo "gpu tests: $(tail -n 1 "$OUT/gpu_tests.txt")" >> "$summary"
+  # unmarked tests that run on the GPU when there is one (CPU interpreter otherwise)
+  $PY -m pytest -q tests/test_replay.py -p no:cacheprovider 2>&1 | tee "$OUT/replay_tests.txt" | tail -n 5
+  echo "replay tests: $(tail -n 1 "$OUT/replay_tests.txt")" >> "$summary"
 fi
 if has bench; then
   # shellcheck disable=SC2086
