@@ -16,7 +16,7 @@ trailing: those take Triton's path every time.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 import torch
 
@@ -150,7 +150,7 @@ def bind(
     return (kernel.run, grid[0], g1, g2, kernel.function, kernel.packed_metadata, consts)
 
 
-def run_bound(bound: tuple, args: tuple, stream: int) -> None:
+def run_bound(bound: tuple, args: Sequence[Any], stream: int) -> None:
     """Issue a launch bound by ``bind`` on ``stream`` (the caller checks ``hooks_installed``)."""
     run, g0, g1, g2, function, metadata, consts = bound
     run(g0, g1, g2, stream, function, metadata, None, None, None, *args, *consts)

@@ -47,28 +47,32 @@ def _view_spec(t: torch.Tensor) -> tuple:
 
 
 class Replay:
-    """A recorded call: buffers to allocate, launches to issue, outputs to return."""
+    """A recorded call: buffers to allocate, launches to issue, outputs to return.
 
-    def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any) -> None:
+    Tensors are looked up in one list per call: q, k, v, then the views of the call's buffers by
+    view id (``_INPUTS + id``), so that filling a launch's arguments is one index per tensor."""
+
+    def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any, views: int) -> None:
         self.device = device
         self.index = device.index if device.type == "cuda" else None  # for the current stream
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
         # a flat allocation no argument uses whole
         self.groups = groups
-        # ("launch", fn, grid, args with None for tensors, tensor slots, constexprs, key, options,
-        # the launch bound to its compiled kernel or None: ``launcher.bind``)
-        # or ("allocator",) where the call set up Triton's scratch allocator
+        # ("launch", fn, grid, args as a list with None for tensors, [(position, tensor index)],
+        # constexprs, key, options, the launch bound to its compiled kernel or None:
+        # ``launcher.bind``) or ("allocator",) where the call set up Triton's scratch allocator
         self.launches = launches
-        self.outputs = outputs  # view id, or a tuple of view ids
+        self.outputs = outputs  # tensor index, or a tuple of them
+        self.blank = [None] * views
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
-        inputs = (q, k, v)
-        views: dict[int, torch.Tensor] = {}
+        vals = [q, k, v, *self.blank]
         for (pid, (dtype, size, stride, _)), others in self.groups:
             base = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
-            views[pid] = base
+            if pid >= 0:
+                vals[_INPUTS + pid] = base
             for vid, (_, vsize, vstride, voff) in others:
-                views[vid] = base.as_strided(vsize, vstride, voff)
+                vals[_INPUTS + vid] = base.as_strided(vsize, vstride, voff)
         direct = self.index is not None and not launcher.hooks_installed()
         stream = launcher.raw_stream(self.index) if direct else 0
         for item in self.launches:
@@ -76,16 +80,19 @@ class Replay:
                 launcher.ensure_allocator()
                 continue
             _, fn, grid, template, slots, constexprs, key, options, bound = item
-            args = list(template)
-            for pos, is_input, idx in slots:
-                args[pos] = inputs[idx] if is_input else views[idx]
+            args = template.copy()
+            for pos, i in slots:
+                args[pos] = vals[i]
             if direct and bound is not None:
-                launcher.run_bound(bound, tuple(args), stream)
+                launcher.run_bound(bound, args, stream)
             else:
                 launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
         if isinstance(self.outputs, tuple):
-            return tuple(views[i] for i in self.outputs)
-        return views[self.outputs]
+            return tuple(vals[i] for i in self.outputs)
+        return vals[self.outputs]
+
+
+_INPUTS = 3  # q, k, v come first in a replay's tensor list
 
 
 class Recorder:
@@ -130,8 +137,8 @@ class Recorder:
                     continue
                 idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
                             and a.dtype == t.dtype), None)  # fmt: skip
-                slots.append((pos, True, idx) if idx is not None else (pos, False, view_id(a)))
-            template = tuple(None if isinstance(a, torch.Tensor) else a for a in args)
+                slots.append((pos, idx if idx is not None else _INPUTS + view_id(a)))
+            template = [None if isinstance(a, torch.Tensor) else a for a in args]
             dev = inputs[0].device
             bound = (
                 None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
@@ -143,7 +150,7 @@ class Recorder:
         input_storages = {t.untyped_storage().data_ptr() for t in inputs}
         if any(t.untyped_storage().data_ptr() in input_storages for t in outs):
             return None
-        out_ids = tuple(view_id(t) for t in outs)
+        out_ids = tuple(_INPUTS + view_id(t) for t in outs)
         plan = []
         for members in groups.values():
             if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
@@ -159,7 +166,8 @@ class Recorder:
             else:
                 rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
                 plan.append(((primary[0], primary[1]), rest))
-        return Replay(inputs[0].device, plan, launches, out_ids if isinstance(result, tuple) else out_ids[0])
+        outputs = out_ids if isinstance(result, tuple) else out_ids[0]
+        return Replay(inputs[0].device, plan, launches, outputs, len(spec_ids))
 
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:
