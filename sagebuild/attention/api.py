@@ -497,7 +497,7 @@ def sageattn(
     """Quantized attention with the variant the GPU's arch gets from the dispatch table, or the
     one measured faster for this head dim and key count (``configs._PV_PREFERENCE``), which also
     picks the FP8 accumulation unless ``pv_accum_dtype`` is given."""
-    unknown = sorted(set(kwargs) - set(_SAGEATTN_KW))
+    unknown = sorted(set(kwargs) - set(_SAGEATTN_KW)) if kwargs else None
     if unknown:
         raise AttentionInputError(
             f"sageattn got unexpected keyword(s) {unknown}; accepted: {list(_SAGEATTN_KW)}",
