@@ -116,13 +116,7 @@ def _launch(
         cache_key = (id(fn), key, tuple(constexprs.values()), tuple(options.items()), dev)
         kernel = _compiled.get(cache_key)
         if kernel is not None and not hooks_installed():
-            g1 = grid[1] if len(grid) > 1 else 1
-            g2 = grid[2] if len(grid) > 2 else 1
-            stream = _raw_stream(dev)
-            kernel.run(
-                grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None,
-                *args, *constexprs.values(),
-            )  # fmt: skip
+            run_bound(_bound(kernel, grid, tuple(constexprs.values())), args, _raw_stream(dev))
             return
         kernel = fn[grid](*args, **constexprs, **options)
         if kernel is not None and _constexprs_trailing(fn, len(args), constexprs):
@@ -143,15 +137,18 @@ def bind(
         return None
     consts = tuple(constexprs.values())
     kernel = _compiled.get((id(fn), key, consts, tuple(options.items()), device))
-    if kernel is None:
-        return None
+    return None if kernel is None else _bound(kernel, grid, consts)
+
+
+def _bound(kernel: Any, grid: tuple, consts: tuple) -> tuple:
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     return (kernel.run, grid[0], g1, g2, kernel.function, kernel.packed_metadata, consts)
 
 
 def run_bound(bound: tuple, args: Sequence[Any], stream: int) -> None:
-    """Issue a launch bound by ``bind`` on ``stream`` (the caller checks ``hooks_installed``)."""
+    """Issue a bound launch on ``stream``: the compiled kernel's launcher with the argument order
+    Triton itself uses (the caller checks ``hooks_installed``)."""
     run, g0, g1, g2, function, metadata, consts = bound
     run(g0, g1, g2, stream, function, metadata, None, None, None, *args, *consts)
 
