@@ -43,3 +43,4 @@ def test_bench_gpu_rows_backend_and_timing():
     for r in res.rows:
         assert r.error is None, r.error
         assert r.timing.p20_ms <= r.timing.median_ms <= r.timing.p80_ms
+        assert r.timing.back_to_back_ms is not None and r.timing.back_to_back_ms > 0
