@@ -176,21 +176,15 @@ def time_gpu(fn: Callable[[], Any], warmup: int, reps: int, device: Any) -> Timi
 
 
 def graph_replay_us(fn: Callable[[], Any]) -> float:
-    """Device time of fn alone (median µs): its launches captured in a CUDA graph (after two
-    warm-up calls on a side stream, as capture requires), the replay timed. Host time, which
-    decides small calls, is left out: compare with a plain timing to see the host's share."""
+    """Device time of fn alone (median µs): its launches captured in a CUDA graph on the current
+    device (``graphed.capture``), the replay timed. Host time, which decides small calls, is left
+    out: compare with a plain timing to see the host's share."""
     import torch
     from triton.testing import do_bench
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    from sagebuild.attention.graphed import capture
+
+    g, _ = capture(fn, torch.device("cuda", torch.cuda.current_device()))
     return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 

@@ -509,18 +509,24 @@ class QuantizedQ:
 _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
 
 
-def tma_eligible(kv: QuantizedKV, head_dim: int, head_dim_pad: int, pv_fp8: bool) -> bool:
-    """Whether a launch can read K/V by tensor descriptors: FP8 P·V on K/V quantized beforehand
-    into padded buffers (no split head dim), token strides of K and of the channel-major V
-    multiples of 16 bytes (TMA's rule)."""
+def tma_layout_ok(pv_fp8: bool, fused: bool, head_dim: int, head_dim_pad: int, v_row_stride: int) -> bool:
+    """TMA's conditions that a call's shapes decide, for K/V laid out as ``quant.quant_kv`` lays
+    them out (K in rows of head_dim_pad bytes, FP8 V channel-major in rows of N tokens): FP8 P·V
+    on K/V quantized beforehand, no split head dim, V's row stride a multiple of 16 bytes (TMA's
+    rule). The API decides from these before quantizing; ``tma_eligible`` checks actual buffers."""
     return (
-        pv_fp8
-        and not kv.fused
-        and not configs.split_head_dim(head_dim, head_dim_pad)
+        pv_fp8 and not fused and not configs.split_head_dim(head_dim, head_dim_pad) and v_row_stride % 16 == 0
+    )
+
+
+def tma_eligible(kv: QuantizedKV, head_dim: int, head_dim_pad: int, pv_fp8: bool) -> bool:
+    """Whether a launch can read these K/V buffers by tensor descriptors: ``tma_layout_ok``, and
+    both padded to head_dim_pad, K's token stride a multiple of 16 bytes, V channel-major."""
+    return (
+        tma_layout_ok(pv_fp8, kv.fused, head_dim, head_dim_pad, kv.v.stride_d)
         and kv.k.head_dim == head_dim_pad
         and kv.v.head_dim == head_dim_pad
         and kv.k.stride_n % 16 == 0
-        and kv.v.stride_d % 16 == 0
         and kv.v.stride_n == 1
     )
 
@@ -627,4 +633,4 @@ def attention_forward(
     )
 
 
-__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward", "tma_eligible"]
+__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward", "tma_eligible", "tma_layout_ok"]

@@ -36,10 +36,10 @@ _trailing_constexprs: dict[int, bool] = {}
 
 
 try:  # the current stream's handle as Triton's own driver reads it: no Stream object built
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+    from torch._C import _cuda_getCurrentRawStream as raw_stream
 except ImportError:  # CPU-only torch builds (the fast path never runs there)
 
-    def _raw_stream(dev: int) -> int:
+    def raw_stream(dev: int) -> int:
         return torch.cuda.current_stream(dev).cuda_stream
 
 
@@ -113,10 +113,11 @@ def _launch(
 ) -> None:
     if key is not None and args and isinstance(args[0], torch.Tensor) and args[0].is_cuda:
         dev = torch.cuda.current_device()
-        cache_key = (id(fn), key, tuple(constexprs.values()), tuple(options.items()), dev)
+        consts = tuple(constexprs.values())
+        cache_key = _cache_key(fn, key, consts, options, dev)
         kernel = _compiled.get(cache_key)
         if kernel is not None and not hooks_installed():
-            run_bound(_bound(kernel, grid, tuple(constexprs.values())), args, _raw_stream(dev))
+            run_bound(_bound(kernel, grid, consts), args, raw_stream(dev))
             return
         kernel = fn[grid](*args, **constexprs, **options)
         if kernel is not None and _constexprs_trailing(fn, len(args), constexprs):
@@ -136,8 +137,14 @@ def bind(
     if key is None:
         return None
     consts = tuple(constexprs.values())
-    kernel = _compiled.get((id(fn), key, consts, tuple(options.items()), device))
+    kernel = _compiled.get(_cache_key(fn, key, consts, options, device))
     return None if kernel is None else _bound(kernel, grid, consts)
+
+
+def _cache_key(fn: Any, key: Hashable, consts: tuple, options: dict, device: int) -> tuple:
+    """Which compiled kernel a keyed launch takes: the kernel, the caller's key, the constexpr
+    values, the launch options and the device."""
+    return (id(fn), key, consts, tuple(options.items()), device)
 
 
 def _bound(kernel: Any, grid: tuple, consts: tuple) -> tuple:
@@ -202,8 +209,6 @@ def cached_launches() -> int:
     """How many (kernel, key) pairs launch without the binder (for tests and diagnostics)."""
     return len(_compiled)
 
-
-raw_stream = _raw_stream
 
 __all__ = [
     "MAX_ENTRIES",

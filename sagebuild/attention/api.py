@@ -24,7 +24,7 @@ from sagebuild.attention.validate import (
     unit_stride,
 )
 from sagebuild.kernels.triton import configs, launcher, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward, tma_layout_ok
 
 try:  # Gluon (Triton ≥ 3.5): the warp-specialised Hopper kernel; without it, the portable one
     from sagebuild.kernels.triton import attn_hopper
@@ -227,15 +227,12 @@ def _make_plan(
     # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
     # the portable kernel takes the same K (it reads the block size from QuantizedKV).
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
-    # What ``attn_fwd.tma_eligible`` checks on the quantized K/V, decided from the shapes: the
-    # FP8 V is stored channel-major, N tokens per channel row, and TMA needs N·1 byte % 16 == 0.
+    # from the shapes, before quantizing: our FP8 V rows hold n_k one-byte tokens (the
+    # extension's ops lay K/V out otherwise)
     tma = (
         configs.use_tma(dispatch.family(arch))
-        and fp8 is not None
-        and not fused
         and ops is None
-        and not configs.split_head_dim(d, dp)
-        and n_k % 16 == 0
+        and tma_layout_ok(fp8 is not None, fused, d, dp, n_k)
     )
     q_blk = cfg.q_blk(qk_quant_gran)
     return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)

@@ -21,6 +21,24 @@ def _signature(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device)
 
 
+def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """fn's launches captured in a CUDA graph on ``device``: ``warmup`` calls (at least one) on a
+    side stream first, as capture requires, then the capture. Returns (graph, fn's result, whose
+    buffers the graph's replays overwrite). The device is made current: kernels launch on the
+    current device and a graph captures only its stream."""
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(max(warmup, 1)):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+    return graph, out
+
+
 class GraphedAttention:
     """``fn(q, k, v, **kwargs)`` for one input signature, replayed from a CUDA graph."""
 
@@ -53,18 +71,8 @@ class GraphedAttention:
         self.q.copy_(q)
         self.k.copy_(k)
         self.v.copy_(v)
-        # capture on the inputs' GPU: the kernels launch there (``api._on_input_device``), and a
-        # graph captures only the current device's stream
-        with torch.cuda.device(q.device):
-            side = torch.cuda.Stream(device=q.device)
-            side.wait_stream(torch.cuda.current_stream(q.device))
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-                for _ in range(max(warmup, 1)):
-                    self.fn(self.q, self.k, self.v, **kwargs)
-            torch.cuda.current_stream(q.device).wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.out = self.fn(self.q, self.k, self.v, **kwargs)
+        # on the inputs' GPU: the kernels launch there (``api._on_input_device``)
+        self.graph, self.out = capture(lambda: self.fn(self.q, self.k, self.v, **kwargs), q.device, warmup)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         """Copy the inputs in (skipped for the graph's own buffers), replay, return the output buffer."""
@@ -88,4 +96,4 @@ class GraphedAttention:
         return self.out
 
 
-__all__ = ["GraphedAttention"]
+__all__ = ["GraphedAttention", "capture"]

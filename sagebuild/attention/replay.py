@@ -125,6 +125,7 @@ class Recorder:
                 groups.setdefault(storage, []).append((vid, spec, t))
             return vid
 
+        dev = inputs[0].device
         launches = []
         for item in self.launches:
             if item[0] == "allocator":
@@ -139,7 +140,6 @@ class Recorder:
                             and a.dtype == t.dtype), None)  # fmt: skip
                 slots.append((pos, idx if idx is not None else _INPUTS + view_id(a)))
             template = [None if isinstance(a, torch.Tensor) else a for a in args]
-            dev = inputs[0].device
             bound = (
                 None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
             )
@@ -167,7 +167,7 @@ class Recorder:
                 rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
                 plan.append(((primary[0], primary[1]), rest))
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
-        return Replay(inputs[0].device, plan, launches, outputs, len(spec_ids))
+        return Replay(dev, plan, launches, outputs, len(spec_ids))
 
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:

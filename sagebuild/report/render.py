@@ -93,7 +93,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             ]
         )
         if r.get("error"):
-            rows[-1][4] = "error: " + r["error"].splitlines()[0][:80]
+            rows[-1][head.index("median ms")] = "error: " + r["error"].splitlines()[0][:80]
     col = head.index("back-to-back ms")
     if all(row[col] == "–" for row in rows):  # measured on GPUs only
         head.pop(col)
