@@ -357,7 +357,6 @@ def _kernel_only(
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
     tma = configs.use_tma(dispatch.family(arch)) and tma_eligible(kv, d, dp, fp8 is not None)
-    max_first = configs.use_max_first(dispatch.family(arch))
 
     def run() -> Any:
         attention_forward(
@@ -372,7 +371,6 @@ def _kernel_only(
             q_blk=q_blk,
             fp8_max=fmax,
             tma=tma,
-            max_first=max_first,
         )
         return out
 

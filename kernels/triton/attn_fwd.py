@@ -112,12 +112,8 @@ def _attn_tiles(
     k_desc,
     v_desc,
     USE_TMA: tl.constexpr,
-    FIXED_MAX: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
-
-    FIXED_MAX: m_i already holds each row's final maximum (``_max_tiles``): no running maximum,
-    no rescaling of l and acc; m_i comes back unchanged.
 
     SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
     acc2), instead of one padded tile (pre-quantized K/V only); otherwise q2/acc2 are unused.
@@ -129,8 +125,6 @@ def _attn_tiles(
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
     d2_ok = offs_d2 < HEAD_DIM
-    if FIXED_MAX:
-        m_fix = tl.where(m_i == float("-inf"), 0.0, m_i)  # a row without any key: p = 0
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < n_k
@@ -189,19 +183,16 @@ def _attn_tiles(
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
-        if FIXED_MAX:
-            m_use = m_fix
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new) if MASKED else m_new  # no key yet
+            m_use = m_new
         # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
-        if FIXED_MAX:
-            l_i += tl.sum(p, axis=1)
-        else:
-            alpha = tl.math.exp2(m_i - m_use)
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([0, start_n]))
@@ -214,80 +205,12 @@ def _attn_tiles(
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
         two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
-        if not FIXED_MAX:
-            acc = acc * alpha[:, None]
-        acc = _accumulate_pv(acc, p, v, two_level)
+        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
         if SPLIT_D:
             v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
-            if not FIXED_MAX:
-                acc2 = acc2 * alpha[:, None]
-            acc2 = _accumulate_pv(acc2, p, v2, two_level)
-        if not FIXED_MAX:
-            m_i = m_new
+            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
+        m_i = m_new
     return acc, acc2, l_i, m_i
-
-
-@triton.jit
-def _max_tiles(
-    m_i,
-    q,
-    q2,
-    qs,
-    K,
-    KS,
-    k_base,
-    ks_base,
-    n_k,
-    lo,
-    hi,
-    diag,
-    stride_kn,
-    offs_m,
-    offs_d,
-    offs_d2,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    KS_BLK: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    SPLIT_D: tl.constexpr,
-    k_desc,
-    USE_TMA: tl.constexpr,
-):
-    """Each row's maximum scaled score over key tiles [lo, hi), from Q·Kᵀ alone (the max-first
-    pass, ``MAX_FIRST``): the INT32 scores' row maximum times the tile's positive scale, so an
-    unmasked tile costs one integer max per score and no conversion; masked tiles convert."""
-    offs_n = tl.arange(0, BLOCK_N)
-    d2_ok = offs_d2 < HEAD_DIM
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < n_k
-        k_rows = K + k_base + cols[:, None] * stride_kn
-        if USE_TMA:
-            k = k_desc.load([start_n, 0])
-        else:
-            k = _load_rows(k_rows + offs_d[None, :], col_ok, offs_d < HEAD_DIM, 0, MASKED, False)
-        si = tl.dot(q, tl.trans(k))
-        if SPLIT_D:
-            k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
-            si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
-        if KS_BLK % BLOCK_N == 0:  # one K scale for the tile
-            c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
-            s = si.to(tl.float32) if MASKED else si
-        else:
-            if MASKED:
-                ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
-            else:
-                ks = tl.load(KS + ks_base + cols // KS_BLK)
-            s = si.to(tl.float32) * ks[None, :]
-            c = qs
-        if MASKED:
-            ok = col_ok[None, :]
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
-            s = tl.where(ok, s, float("-inf"))
-        m_i = tl.maximum(m_i, tl.max(s, axis=1).to(tl.float32) * c)
-    return m_i
 
 
 @triton.jit
@@ -348,7 +271,6 @@ def _attn_fwd_kernel(
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
     USE_TMA: tl.constexpr,
-    MAX_FIRST: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -444,15 +366,6 @@ def _attn_fwd_kernel(
         else:
             hi = n_k
             full = n_k // BLOCK_N * BLOCK_N
-        if MAX_FIRST:  # each row's final maximum first: the softmax pass then never rescales
-            # fmt: off
-            m_i = _max_tiles(m_i, q, q2, qs, K, KS, k_base, ks_base, n_k, 0, full, diag, stride_kn, offs_m,
-                             offs_d, offs_d2, HEAD_DIM, BLOCK_N, KS_BLK, False, CAUSAL, SPLIT_D, k_desc,
-                             USE_TMA)
-            m_i = _max_tiles(m_i, q, q2, qs, K, KS, k_base, ks_base, n_k, full, hi, diag, stride_kn, offs_m,
-                             offs_d, offs_d2, HEAD_DIM, BLOCK_N, KS_BLK, True, CAUSAL, SPLIT_D, k_desc,
-                             USE_TMA)
-            # fmt: on
         acc, acc2, l_i, m_i = _attn_tiles(
             acc,
             acc2,
@@ -496,7 +409,6 @@ def _attn_fwd_kernel(
             k_desc,
             v_desc,
             USE_TMA,
-            MAX_FIRST,
         )
         acc, acc2, l_i, m_i = _attn_tiles(
             acc,
@@ -541,7 +453,6 @@ def _attn_fwd_kernel(
             k_desc,
             v_desc,
             USE_TMA,
-            MAX_FIRST,
         )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -638,7 +549,6 @@ def attention_forward(
     launch_key: Optional[tuple] = None,
     pv_direct: bool = False,
     tma: bool = False,
-    max_first: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -646,10 +556,6 @@ def attention_forward(
 
     ``tma``: K/V tiles by tensor descriptors (``configs.use_tma``; FP8 P·V, K/V quantized
     beforehand, 16-byte aligned token strides: ``tma_eligible``).
-
-    ``max_first``: a first pass over the key tiles takes each row's maximum from Q·Kᵀ alone, so
-    the softmax pass needs no running maximum and no rescaling (``configs.use_max_first``; not
-    with K/V quantized in the kernel).
 
     ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
     per-signature plan key, which fixes the head dims, config, flags and FP8 type).
@@ -686,7 +592,6 @@ def attention_forward(
             PV_DIRECT=pv_fp8 and pv_direct,
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
             USE_TMA=tma,
-            MAX_FIRST=max_first and not kv.fused,
         ),
     )
     if tma and q.t.is_cuda:

@@ -75,34 +75,12 @@ TMA_ENV_VAR = "SAGEBUILD_TMA"
 
 def use_tma(family: str) -> bool:
     """Whether the portable kernel loads K/V tiles by TMA on this family (when a call allows it)."""
-    return _switch(TMA_ENV_VAR, family, TMA_FAMILIES, TMA_CAPABLE)
-
-
-# Max-first softmax: a first pass over the key tiles takes each row's maximum from the INT8
-# Q·Kᵀ alone (one integer max per score), then the softmax pass runs with that fixed maximum: no
-# running maximum, no rescaling of the output accumulator (at 64-key tiles and head dim 128 the
-# rescale alone is two multiplies per score) and a shorter chain from the scores to the P·V MMA,
-# for one more Q·Kᵀ MMA and K read per tile. ``SAGEBUILD_MAX_FIRST=1`` turns it on anywhere.
-MAX_FIRST_FAMILIES: frozenset[str] = frozenset()
-MAX_FIRST_ENV_VAR = "SAGEBUILD_MAX_FIRST"
-
-
-def use_max_first(family: str) -> bool:
-    """Whether the portable kernel takes each row's maximum in a first pass on this family."""
-    return _switch(MAX_FIRST_ENV_VAR, family, MAX_FIRST_FAMILIES)
-
-
-def _switch(
-    env_var: str, family: str, default_on: frozenset[str], capable: Optional[frozenset[str]] = None
-) -> bool:
-    """An opt-in kernel feature: the environment variable ("1"/"on", "0"/"off") over the
-    families it is on for by default; ``capable`` limits where "on" can take effect."""
-    env = (os.environ.get(env_var) or "").strip().lower()
+    env = (os.environ.get(TMA_ENV_VAR) or "").strip().lower()
     if env in ("1", "on"):
-        return capable is None or family in capable
+        return family in TMA_CAPABLE
     if env in ("0", "off"):
         return False
-    return family in default_on
+    return family in TMA_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -407,7 +385,7 @@ def table_rows() -> list[dict]:
     ]
 
 
-_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, MAX_FIRST_ENV_VAR)
+_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR)
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
     _KNOB_KEYS = tuple(os.environ.encodekey(name) for name in _KNOB_VARS)  # type: ignore[attr-defined]

@@ -140,7 +140,6 @@ class _Plan(NamedTuple):
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
     tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, eligible shapes)
-    max_first: bool  # rows' maxima in a first pass (``configs.use_max_first``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -236,10 +235,7 @@ def _make_plan(
         and tma_layout_ok(fp8 is not None, fused, d, dp, n_k)
     )
     q_blk = cfg.q_blk(qk_quant_gran)
-    max_first = configs.use_max_first(dispatch.family(arch))
-    return _Plan(
-        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, max_first
-    )
+    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)
 
 
 def _on_input_device(fn: Any) -> Any:
@@ -405,7 +401,6 @@ def _execute(
         launch_key=key,
         pv_direct=pv_accum == "fp32",
         tma=plan.tma,
-        max_first=plan.max_first,
     )
     return (out, lse) if return_lse else out
 
@@ -638,6 +633,5 @@ def sageattn_varlen(
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
-        max_first=configs.use_max_first(dispatch.family(arch)),
     )
     return out

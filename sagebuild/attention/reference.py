@@ -113,14 +113,12 @@ def golden_attention(
     return_lse: bool = False,
     config: LaunchConfig = DEFAULT_CONFIG,
     fp8_dtype: torch.dtype = torch.float8_e4m3fn,
-    max_first: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The kernels' arithmetic in plain torch (float32 result in the input's layout).
 
     ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
     online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
-    scale block (``config.k_blk``). ``max_first``: each row's maximum over all keys is taken
-    first (the kernels' ``MAX_FIRST``), so P is rounded against the final maximum, never rescaled.
+    scale block (``config.k_blk``).
     """
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
@@ -150,7 +148,7 @@ def golden_attention(
         fmax = float(torch.finfo(fp8_dtype).max)
     else:
         vq = _expand_kv(vh, heads)  # P·V in the input's 16-bit type
-    m = s.amax(dim=-1) if max_first else torch.full((b, heads, n_q), float("-inf"), device=s.device)
+    m = torch.full((b, heads, n_q), float("-inf"), device=s.device)
     l_sum = torch.zeros((b, heads, n_q), device=s.device)
     acc = torch.zeros((b, heads, n_q, d), device=s.device)
     for c0 in range(0, n_k, config.block_n):
