@@ -349,14 +349,14 @@ def _kernel_only(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qh.shape[-1]
     scale = check_sm_scale(None, d)
-    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2])
+    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2], tma_layout=True)
     kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk)
     kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs)
     out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    tma = configs.use_tma(dispatch.family(arch)) and tma_eligible(kv, d, dp, fp8 is not None)
+    tma = configs.use_tma(dispatch.family(arch), cfg) and tma_eligible(kv, d, dp, fp8 is not None)
 
     def run() -> Any:
         attention_forward(

@@ -39,7 +39,8 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     kd, vd = layout.dense(k), layout.dense(v)
     dp = configs.padded_head_dim(d)
     family = dispatch.family(dispatch.device_arch(k.device))
-    blk = configs.lookup(family, dp, "fp8acc", False, n_k=n).k_blk  # what sageattn would use
+    tma_ok = configs.tma_possible(family)
+    blk = configs.lookup(family, dp, "fp8acc", False, n_k=n, tma_ok=tma_ok).k_blk  # what sageattn would use
     key = ("breakdown", spec)  # the launcher's fast path, as attention calls take it
     km, va = quant.kv_stats(kd, vd, dp, True, fp8, key)
     t_mean = _ms(lambda: torch.mean(k, dim=2, dtype=torch.float32))

@@ -154,12 +154,14 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
 
 
-@pytest.mark.parametrize(("n", "causal", "config"), [(4096, False, None), (4096, True, "64,128,4,3,168"),
-                                                     (16384, False, None)])
+@pytest.mark.parametrize(("n", "causal", "config"), [(4096, False, "64,128,4,2,168"),
+                                                     (4096, True, "64,128,4,3,168"),
+                                                     (16384, False, "64,64,4,3,168")])
 def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, monkeypatch):
-    """SAGEBUILD_TMA=1 (opt-in, NVIDIA sm90+): K/V tiles by tensor descriptors give the pointer
-    path's result (the same arithmetic on the same tiles) at the table's rows and at 128-key
-    tiles capped at 168 registers (the configuration TMA is meant to make fit), GQA included."""
+    """K/V tiles by tensor descriptors (SAGEBUILD_TMA=1 forces them, 0 forbids them; NVIDIA
+    sm90+) give the pointer path's result with the same config (the same arithmetic on the same
+    tiles): 128-key tiles capped at 168 registers (the configurations TMA is meant to make fit)
+    and 64-key tiles, GQA included."""
     arch = dispatch.device_arch(torch.device("cuda"))
     if dispatch.family(arch) not in configs.TMA_CAPABLE:
         pytest.skip(f"{arch} has no TMA")
@@ -341,3 +343,27 @@ def test_inputs_on_another_gpu_than_the_current_one():
     assert packed.device == q.device and torch.isfinite(packed).all()
     g = GraphedAttention(q, k, v, is_causal=True)
     torch.testing.assert_close(g(q, k, v), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tma_row_serves_sageattn_from_4k_keys(causal, monkeypatch):
+    """On Hopper `sageattn` takes the table's TMA row from 4096 keys (128-key tiles, 128-token K
+    blocks, 168 registers, two stages; docs/performance.md run 16): the launch plan says so, and
+    the result matches the golden model quantizing the same way and holds the FP8 bounds."""
+    from sagebuild.attention.api import launch_plan
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) != "Hopper":
+        pytest.skip(f"the TMA row is Hopper's; this is {arch}")
+    monkeypatch.delenv(configs.TMA_ENV_VAR, raising=False)
+    q, k, v = _inputs(1, 8, 4096, 128, seed=12, hk=2)
+    plan = launch_plan(q, k, v, is_causal=causal)
+    assert plan["kernel"] == "portable_tma" and plan["config"] == [64, 128, 4, 2, 168], plan
+    assert plan["k_blk"] == 128 and plan["pv_accum"] == "fp32", plan
+    out = sageattn(q, k, v, is_causal=causal)
+    cfg = configs.LaunchConfig(*plan["config"])
+    ref = golden_attention(q, k, v, "qk_int8_pv_fp8", is_causal=causal, config=cfg,
+                           fp8_dtype=dispatch.fp8_dtype(arch))
+    acc = accuracy(out, ref)
+    assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
+    _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")

@@ -146,6 +146,38 @@ def test_long_sequence_rows_and_wide_k_scale_blocks():
     assert any(r["min_keys"] == 8192 for r in rows) and all("config" in r for r in rows)
 
 
+def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
+    """A row whose config loads K/V by TMA serves a call only where TMA can run: the family,
+    FP8 P·V on K/V from our Triton quantization, no split head dim, keys a multiple of 16
+    (FP8 V's channel-major rows), SAGEBUILD_TMA not 0; every other call takes the next row."""
+    from sagebuild.kernels.triton import configs
+
+    from sagebuild.attention import api
+
+    monkeypatch.delenv(configs.TMA_ENV_VAR, raising=False)
+    row = configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True)
+    assert row.tma and row.as_tuple() == (64, 128, 4, 2, 168) and row.k_blk == 128
+    assert configs.use_tma("Hopper", row) and not configs.use_tma("Ampere", row)
+    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096).tma  # tma_ok defaults to False
+    assert not configs.lookup("Hopper", 128, "fp8", False, n_k=4096, tma_ok=True).tma  # two-level
+    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=2048, tma_ok=True).tma
+
+    def resolved(head_dim=128, n_k=4096, pv="fp8", accum="fp32", ours=True):
+        return api._resolve("sm90", head_dim, pv, False, None, n_k, accum, ours)[1]
+
+    assert resolved() == row and resolved(n_k=16384) == row
+    assert not resolved(ours=False).tma  # the extension lays K/V out otherwise
+    assert not resolved(n_k=4104).tma  # FP8 V rows of 4104 bytes: not 16-byte multiples
+    assert not resolved(head_dim=96).tma  # split head dim
+    assert not resolved(pv="fp16", accum="fp32+fp32").tma
+    assert not api._resolve("sm80", 128, "fp8", False, None, 4096, "fp32", True)[1].tma
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
+    assert not resolved().tma and not configs.use_tma("Hopper", row)
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")  # tuning: TMA for any eligible config
+    assert configs.use_tma("Hopper", configs.LaunchConfig(64, 64, 4, 3))
+    assert any(r["tma"] for r in configs.table_rows())
+
+
 def test_launch_config_strings_with_and_without_a_register_cap():
     from sagebuild.kernels.triton import configs
 

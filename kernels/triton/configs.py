@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.11.30.8"
+CONFIG_TABLE_VERSION = "2026.12.01.1"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -63,24 +63,29 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
 # K/V tiles by the tensor-memory accelerator (TMA: ``tl.make_tensor_descriptor`` in the portable
 # kernel) instead of per-thread asynchronous copies, for FP8 P·V with pre-quantized K/V. sm90
 # SASS (docs/performance.md, run 14): no per-thread load addresses, so 64×128 tiles capped at 168
-# registers (three CTAs per SM) spill 8 bytes instead of 152, and the unmasked key loop has 618
-# instead of 629 instructions per tile. Measured on an H200 (run 15): 5–9 % faster for that
-# capped config, still 7.6 % slower than the table's 64-key tiles at 2×32×4096×128, no change
-# beyond noise at the table's configs: opt-in. ``SAGEBUILD_TMA=1`` turns it on where the family
-# has TMA (and under the interpreter, for tests).
-TMA_FAMILIES: frozenset[str] = frozenset()
+# registers spill 8 bytes instead of 152. On an H200 TMA pays where registers are that tight:
+# run 16's 128-key tiles at 168 registers and two stages (three CTAs per SM by registers and
+# shared memory) run 6–10 % faster than the table's other configs from 4K keys, and the same
+# config without TMA is slower (run 8). Elsewhere it changes nothing beyond noise (run 15), so
+# it is a property of the configs that need it (``LaunchConfig.tma``); ``SAGEBUILD_TMA=1`` turns
+# it on for every eligible call (tuning), ``0`` off (and the rows that need it are skipped).
 TMA_CAPABLE = frozenset({"Hopper", "Blackwell", "interpreter"})
 TMA_ENV_VAR = "SAGEBUILD_TMA"
 
 
-def use_tma(family: str) -> bool:
-    """Whether the portable kernel loads K/V tiles by TMA on this family (when a call allows it)."""
-    env = (os.environ.get(TMA_ENV_VAR) or "").strip().lower()
-    if env in ("1", "on"):
-        return family in TMA_CAPABLE
-    if env in ("0", "off"):
-        return False
-    return family in TMA_FAMILIES
+def _tma_env() -> str:
+    return (os.environ.get(TMA_ENV_VAR) or "").strip().lower()
+
+
+def tma_possible(family: str) -> bool:
+    """Whether this family can load K/V tiles by TMA and the environment does not forbid it."""
+    return family in TMA_CAPABLE and _tma_env() not in ("0", "off")
+
+
+def use_tma(family: str, cfg: LaunchConfig) -> bool:
+    """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
+    buffers allow it): the config's own choice unless the environment forces it."""
+    return tma_possible(family) and (cfg.tma or _tma_env() in ("1", "on"))
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class LaunchConfig:
 
     ``maxnreg`` (NVIDIA only; None = ptxas's choice, which takes up to 255 registers) caps
     registers per thread so that more CTAs fit on an SM: at 168, three 4-warp CTAs do.
+    ``tma``: K/V tiles by TMA; a table row with it serves only calls that can (``lookup``'s
+    ``tma_ok``). Not part of ``as_tuple``: launch records name the kernel ``portable_tma``.
     """
 
     block_m: int
@@ -96,6 +103,7 @@ class LaunchConfig:
     num_warps: int
     num_stages: int
     maxnreg: Optional[int] = None
+    tma: bool = False
 
     def q_blk(self, qk_quant_gran: str) -> int:
         """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
@@ -143,6 +151,13 @@ class Row(NamedTuple):
 _TABLE: list[Row] = [
     # Triton's CPU interpreter (tests): small tiles so that loops and masks are exercised.
     Row("interpreter", "*", "*", "*", LaunchConfig(32, 16, 4, 1)),
+    # FP8 P·V accumulated by the MMA, from 4K keys: 128-key tiles by TMA, capped at 168 registers
+    # with two stages, so three CTAs share an SM (by registers and by shared memory: 3 × 64 KB).
+    # Run 16 (H200, whole call, ms, against the rows below with TMA on): 2×32×4096×128 0.881 vs
+    # 0.971, causal 0.568 vs 0.573; 1×32×16384×128 5.995 vs 6.680, causal 3.224 vs 3.492; at
+    # 2048 keys 0.2985 vs 0.2917 (hence from 4K). The two-level FP8 P·V's second accumulator
+    # does not fit 168 registers.
+    Row("Hopper", 128, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, 168, tma=True), min_keys=4096),
     # Hopper, tuned on an H200 (2026-11-30, Triton 3.6, docs/performance.md "run 3"): FP8 P·V
     # wins with one warpgroup per 64 query rows and wide key tiles (several CTAs per SM overlap
     # each other's softmax and MMA); FP16 P·V prefers two warpgroups over 128 rows.
@@ -315,13 +330,15 @@ def lookup(
     *,
     split: bool = False,
     n_k: int = 0,
+    tma_ok: bool = False,
 ) -> LaunchConfig:
     """The config for one launch: the keyword override, else the env var, else the table.
 
     ``head_dim`` is the padded one; ``split`` (``split_head_dim``) first tries the rows keyed
     with the split width (3/4 of it: 96 for 64 + 32 pieces), then the padded head dim's rows.
     ``variant``: "fp16", "fp8" or "fp8acc" (see ``Row``); ``n_k``: keys per sequence (the
-    longest, for packed sequences), for rows with ``min_keys``.
+    longest, for packed sequences), for rows with ``min_keys``; ``tma_ok``: the call can load
+    K/V by TMA (``tma_possible`` and its buffers' layout), for rows whose config needs it.
     """
     if override is not None:
         return parse_config(override)
@@ -330,10 +347,10 @@ def lookup(
         return parse_config(env)
     if split:  # only rows keyed with the split width itself, never a wildcard
         for row in _TABLE:
-            if row.head_dim == split_width(head_dim) and _matches(row, family, variant, causal, n_k):
+            if row.head_dim == split_width(head_dim) and _matches(row, family, variant, causal, n_k, tma_ok):
                 return row.config
     for row in _TABLE:
-        if row.head_dim in ("*", head_dim) and _matches(row, family, variant, causal, n_k):
+        if row.head_dim in ("*", head_dim) and _matches(row, family, variant, causal, n_k, tma_ok):
             return row.config
     raise AssertionError("the config table ends with a catch-all row")
 
@@ -344,9 +361,15 @@ def variant_key(pv: str, pv_accum: str) -> str:
     return "fp8acc" if pv == "fp8" and pv_accum == "fp32" else pv
 
 
-def _matches(row: Row, family: str, variant: str, causal: bool, n_k: int) -> bool:
+def _matches(row: Row, family: str, variant: str, causal: bool, n_k: int, tma_ok: bool) -> bool:
     var_ok = row.variant in ("*", variant) or (row.variant == "fp8" and variant == "fp8acc")
-    return row.family in ("*", family) and var_ok and row.causal in ("*", causal) and n_k >= row.min_keys
+    return (
+        row.family in ("*", family)
+        and var_ok
+        and row.causal in ("*", causal)
+        and n_k >= row.min_keys
+        and (tma_ok or not row.config.tma)
+    )
 
 
 def split_width(head_dim_pad: int) -> int:
@@ -380,6 +403,7 @@ def table_rows() -> list[dict]:
             "causal": r.causal,
             "min_keys": r.min_keys,
             "config": r.config.as_tuple(),
+            "tma": r.config.tma,
         }
         for r in _TABLE
     ]

@@ -75,7 +75,10 @@ def _source(
     fp8 = variant == "qk_int8_pv_fp8"
     direct = fp8 and accum == "fp32"
     key = configs.variant_key("fp8" if fp8 else "fp16", accum)
-    cfg = configs.lookup(row.family, head_dim, key, causal, n_k=n_k)
+    # what a call on this arch would run, K/V quantized by our Triton kernels
+    cfg = configs.lookup(
+        row.family, head_dim, key, causal, n_k=n_k, tma_ok=fp8 and configs.tma_possible(row.family)
+    )
     ptr = {
         "QF": "*fp16",
         "QI": "*fp16",
@@ -111,7 +114,7 @@ def _source(
         "P_DTYPE": tl.float16,
         "PV_DIRECT": direct,
         "SPLIT_D": False,
-        "USE_TMA": fp8 and configs.use_tma(row.family),  # what a call on this arch would run
+        "USE_TMA": fp8 and configs.use_tma(row.family, cfg),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

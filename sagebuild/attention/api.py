@@ -106,14 +106,28 @@ def _quantize_kv_with_ext(
 
 
 def _resolve(
-    arch: str, head_dim: int, pv: str, causal: bool, config: Any, n_k: int = 0, pv_accum: str = "fp32+fp32"
+    arch: str,
+    head_dim: int,
+    pv: str,
+    causal: bool,
+    config: Any,
+    n_k: int = 0,
+    pv_accum: str = "fp32+fp32",
+    tma_layout: bool = False,
 ) -> tuple[int, configs.LaunchConfig]:
+    """The padded head dim and the launch config. ``tma_layout``: K/V will be quantized by our
+    Triton kernels in their layout (not the extension, not packed sequences), so configs that
+    load them by TMA may serve the call where ``tma_layout_ok`` and the family allow it."""
     dp = configs.padded_head_dim(head_dim)
     assert dp is not None  # validate.check_head_dim ran
     variant = configs.variant_key(pv, pv_accum)
+    family = dispatch.family(arch)
+    tma_ok = (
+        tma_layout and configs.tma_possible(family) and tma_layout_ok(pv == "fp8", False, head_dim, dp, n_k)
+    )
     try:
         split = configs.split_head_dim(head_dim, dp)
-        cfg = configs.lookup(dispatch.family(arch), dp, variant, causal, config, split=split, n_k=n_k)
+        cfg = configs.lookup(family, dp, variant, causal, config, split=split, n_k=n_k, tma_ok=tma_ok)
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
     if cfg.maxnreg is not None and arch != dispatch.INTERPRETER and archs.get(arch).vendor != "cuda":
@@ -202,7 +216,8 @@ def _make_plan(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qv.shape[-1]
     scale = check_sm_scale(sm_scale, d)
-    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, kv.shape[2], pv_accum)
+    n_k = kv.shape[2]
+    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, n_k, pv_accum, quantization_backend != "ext")
     # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
     # all) unless the extension is asked for by name; otherwise the extension when built
     # ("auto"), else Triton's quantization kernels.
@@ -210,7 +225,7 @@ def _make_plan(
     ops = None if fused else _ext_ops(qv.device, quantization_backend)
     copies = any(t.stride(-1) != 1 for t in (q, k, v))
     ws = None
-    n_q, n_k = qv.shape[2], kv.shape[2]
+    n_q = qv.shape[2]
     if (
         attn_hopper is not None
         and config is None
@@ -230,7 +245,7 @@ def _make_plan(
     # from the shapes, before quantizing: our FP8 V rows hold n_k one-byte tokens (the
     # extension's ops lay K/V out otherwise)
     tma = (
-        configs.use_tma(dispatch.family(arch))
+        configs.use_tma(dispatch.family(arch), cfg)
         and ops is None
         and tma_layout_ok(fp8 is not None, fused, d, dp, n_k)
     )
