@@ -165,7 +165,8 @@ _TABLE: list[Row] = [
     # 630 instead of 2·425 instructions per 64×128 scores (sm90 SASS) at two CTAs per SM (255
     # registers). Run 12, whole call: 1×32×16384×128 6.55 vs 6.99 ms (causal 3.47 vs 3.76);
     # 4×32×8192×64 4.38 vs 4.76 (capped at 168: 173 registers otherwise). At 4K keys the 64-key
-    # tiles stay faster (2×32×4096×128 1.026 vs 1.043 ms, causal 0.665 vs 0.704).
+    # tiles stay faster (2×32×4096×128 1.026 vs 1.043 ms, causal 0.665 vs 0.704) unless TMA lets
+    # three 128-key CTAs share an SM (the row above).
     Row("Hopper", 128, "fp8", "*", LaunchConfig(64, 128, 4, 3), min_keys=8192),
     Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 128, 4, 3, 168), min_keys=8192),
     # FP8 hd128 with registers capped at 168: three 4-warp CTAs per SM instead of two (ptxas
