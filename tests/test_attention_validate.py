@@ -161,6 +161,9 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096).tma  # tma_ok defaults to False
     assert not configs.lookup("Hopper", 128, "fp8", False, n_k=4096, tma_ok=True).tma  # two-level
     assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=2048, tma_ok=True).tma
+    wide = configs.lookup("Hopper", 256, "fp8acc", False, tma_ok=True)  # head dim 256: same tiles
+    assert wide.tma and wide.as_tuple() == configs.lookup("Hopper", 256, "fp8acc", False).as_tuple()
+    assert not configs.lookup("Hopper", 256, "fp8acc", False).tma
 
     def resolved(head_dim=128, n_k=4096, pv="fp8", accum="fp32", ours=True):
         return api._resolve("sm90", head_dim, pv, False, None, n_k, accum, ours)[1]
