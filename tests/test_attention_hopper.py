@@ -57,14 +57,14 @@ def test_routing_is_opt_in_as_measured(ws_env):
         ("64,64,2,4,128", "num_warps must be 4 or 8"),
         ("32,64,4,4,128", "multiple of 16·num_warps"),
         ("64,32,4,4,128", "BLOCK_N must be 64 or 128"),
-        ("64,64,4", "4 or 5 entries"),
+        ("64,64,4", "4 or 5 integers"),
     ],
 )
 def test_unusable_forced_configs_are_refused_with_the_variable_named(ws_env, value, message):
     ws_env(value)
     with pytest.raises(ValueError, match=message) as err:
         configs.ws_lookup("Hopper", 128, "fp8", False, 16384)
-    assert configs.WS_ENV_VAR in str(err.value) or "entries" in message
+    assert configs.WS_ENV_VAR in str(err.value) or "integers" in message
 
 
 def test_calls_the_kernel_cannot_take_go_to_the_portable_kernel():

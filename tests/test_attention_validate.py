@@ -188,8 +188,16 @@ def test_launch_config_strings_with_and_without_a_register_cap():
     assert plain.maxnreg is None and plain.launch_options() == {"num_warps": 4, "num_stages": 3}
     capped = configs.parse_config("64, 64, 4, 3, 168")
     assert capped.launch_options() == {"num_warps": 4, "num_stages": 3, "maxnreg": 168}
-    assert capped.as_tuple() == (64, 64, 4, 3, 168)
-    bad_configs = (("64,64,4,3,300", "maxnreg"), ("64,64,4", "4 or 5 entries"), ("64,48,4,3", "power of two"))
+    assert capped.as_tuple() == (64, 64, 4, 3, 168) and not capped.tma
+    tma = configs.parse_config("64,128,4,2,168,TMA")
+    assert tma.tma and tma.as_tuple() == (64, 128, 4, 2, 168) and tma.spec() == "64,128,4,2,168,tma"
+    assert configs.parse_config("64,64,4,3,tma") == configs.LaunchConfig(64, 64, 4, 3, tma=True)
+    for row in configs.table_rows():  # every row can be forced as it is
+        cfg = configs.LaunchConfig(*row["config"], tma=row["tma"])
+        assert configs.parse_config(cfg.spec()) == cfg
+    bad_configs = (("64,64,4,3,300", "maxnreg"), ("64,64,4", "4 or 5 integers"),
+                   ("64,48,4,3", "power of two"), ("64,64,4,3,tma,168", "integers"),
+                   ("tma", "4 or 5 integers"))  # fmt: skip
     for bad, msg in bad_configs:
         with pytest.raises(ValueError, match=msg):
             configs.parse_config(bad)

@@ -6,7 +6,8 @@ Rows are matched top to bottom and ``"*"`` matches anything, so the specific row
 
 For tuning runs a config can be forced without editing this file: the keyword ``config=`` of
 the attention functions, or the environment variable ``SAGEBUILD_ATTN_CONFIG="BLOCK_M,BLOCK_N,
-num_warps,num_stages"`` (the keyword wins).
+num_warps,num_stages[,maxnreg][,tma]"`` (the keyword wins; ``LaunchConfig.spec`` writes a
+config in that form, so any table row can be forced as it is).
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ class LaunchConfig:
         """Tokens per K scale: the key tile when it is K_BLK_WIDE wide (as upstream's Hopper
         kernels), else K_BLK. Quantization and kernel must agree: ``QuantizedKV.k_blk`` carries it."""
         return K_BLK_WIDE if self.block_n == K_BLK_WIDE else K_BLK
+
+    def spec(self) -> str:
+        """The config as ``parse_config`` reads it: ``"64,128,4,2,168,tma"``."""
+        return ",".join(map(str, self.as_tuple())) + (",tma" if self.tma else "")
 
     def as_tuple(self) -> tuple[int, ...]:
         base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
@@ -301,20 +306,26 @@ def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
 
 
 def parse_config(value: ConfigLike) -> LaunchConfig:
-    """A LaunchConfig from a config, a 4-tuple or a ``"128,64,8,3"`` string, validated."""
+    """A LaunchConfig from a config, a tuple or a string such as ``"128,64,8,3"``, validated:
+    four integers, an optional register cap, and an optional last entry ``tma``."""
     if isinstance(value, LaunchConfig):
         cfg = value
     else:
         parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
-        if len(parts) not in (4, 5):
+        tma = bool(parts) and str(parts[-1]).lower() == "tma"
+        ints = parts[:-1] if tma else parts
+        if len(ints) not in (4, 5):
             raise ValueError(
-                f"attention config {value!r} must have 4 or 5 entries: "
-                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg]"
+                f"attention config {value!r} must have 4 or 5 integers: "
+                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma]"
             )
         try:
-            cfg = LaunchConfig(*(int(p) for p in parts))
+            cfg = LaunchConfig(*(int(p) for p in ints), tma=tma)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"attention config {value!r} must be four integers") from exc
+            raise ValueError(
+                f"attention config {value!r} must be integers (BLOCK_M,BLOCK_N,num_warps,num_stages"
+                "[,maxnreg]), optionally followed by tma"
+            ) from exc
     for name, v in (("BLOCK_M", cfg.block_m), ("BLOCK_N", cfg.block_n), ("num_warps", cfg.num_warps)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"attention config {value!r}: {name} must be a power of two, got {v}")
