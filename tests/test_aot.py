@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from sagebuild import archs
+from sagebuild.attention import aot
 
 CASES = [  # (arch, variant, head dim)
     ("gfx1201", "qk_int8_pv_fp16", 128),
@@ -132,6 +133,7 @@ import json, re, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
 from sagebuild.attention import aot
+from sagebuild.attention import aot
 out = []
 for arch, n_k in json.loads(sys.argv[1]):
     row = archs.get(arch)
@@ -153,3 +155,48 @@ def test_tma_tiles_lower_to_bulk_tensor_copies():
         assert r == {"tma": True, "wgmma": True, "cp_async": False}, r
     for r in _compile_in_subprocess(_TMA_SCRIPT, cases[:1], SAGEBUILD_TMA="0"):
         assert r == {"tma": False, "wgmma": True, "cp_async": True}, r
+
+
+def test_sass_loops_finds_the_innermost_matrix_loops():
+    """Backward branches delimit loops; only loops issuing matrix instructions count, an outer
+    loop around an inner one is dropped, predicates are ignored, spills and selects counted."""
+    lines = [
+        "MOV R1, c[0x0][0x28]",  # 0x00
+        "HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ",  # 0x10: outer loop starts
+        "MUFU.EX2 R2, R2",  # 0x20: inner loop starts
+        "@P0 FSEL R3, R3, -INF , P1",
+        "LDL R4, [R1+0x8]",
+        "QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24",
+        "@!P2 BRA 0x20",  # 0x60: inner back branch
+        "MUFU.EX2 R5, R5",
+        "BRA 0x10",  # 0x80: outer back branch
+        "FADD R6, R6, R7",
+        "BRA 0x90",  # a self loop without matrix work: ignored
+        "EXIT",
+    ]
+    sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
+    assert aot.sass_loops(sass) == [{"instructions": 5, "mufu": 1, "fsel": 1, "local": 1}]
+
+
+_SASS_SCRIPT = """
+import json, sys
+from sagebuild.attention import aot
+print(json.dumps([aot.sass_report(n_k=n_k, config=cfg) for n_k, cfg in json.loads(sys.argv[1])]))
+"""
+
+
+def test_hopper_rows_key_loops_in_sass():
+    """The sm90 SASS of Hopper's FP8 rows (table choice, MMA-accumulated): the TMA row's K/V come
+    by TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
+    rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
+    same config without TMA spills inside that loop (docs/performance.md run 16); the 64-key row
+    has half the exponentials per loop."""
+    tma_row, no_tma, short_row = _compile_in_subprocess(
+        _SASS_SCRIPT, [(4096, None), (4096, "64,128,4,2,168"), (0, None)], SAGEBUILD_TMA=""
+    )
+    assert tma_row["config"] == "64,128,4,2,168,tma" and tma_row["tma"], tma_row
+    assert tma_row["registers"] <= 168 and 3 * tma_row["shared_bytes"] <= 227 * 1024, tma_row
+    unmasked = tma_row["loops"][0]
+    assert unmasked["mufu"] == 66 and unmasked["fsel"] == 0 and unmasked["local"] == 0, tma_row
+    assert not no_tma["tma"] and no_tma["loops"][0]["local"] > 0, no_tma
+    assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row

@@ -64,8 +64,16 @@ def _ast_source(
 
 
 def _source(
-    variant: str, row: archs.Arch, head_dim: int, causal: bool, n_k: int = 0, accum: str = "fp32+fp32"
+    variant: str,
+    row: archs.Arch,
+    head_dim: int,
+    causal: bool,
+    n_k: int = 0,
+    accum: str = "fp32+fp32",
+    config: Optional[str] = None,
 ):
+    """The attention kernel's source for one arch as a call would compile it: the table's config
+    for ``n_k`` keys, or ``config`` (a config string, ``configs.parse_config``)."""
     import triton.language as tl
 
     from sagebuild.kernels.triton import configs
@@ -76,9 +84,8 @@ def _source(
     direct = fp8 and accum == "fp32"
     key = configs.variant_key("fp8" if fp8 else "fp16", accum)
     # what a call on this arch would run, K/V quantized by our Triton kernels
-    cfg = configs.lookup(
-        row.family, head_dim, key, causal, n_k=n_k, tma_ok=fp8 and configs.tma_possible(row.family)
-    )
+    tma_ok = fp8 and configs.tma_possible(row.family)
+    cfg = configs.lookup(row.family, head_dim, key, causal, config, n_k=n_k, tma_ok=tma_ok)
     ptr = {
         "QF": "*fp16",
         "QI": "*fp16",
@@ -199,6 +206,84 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
         for variant in variants:
             results.append(compile_variant(variant, arch, head_dim))
     return results
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+_BACK_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
+_RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+
+
+def sass_loops(sass: str) -> list[dict]:
+    """The innermost loops of a SASS listing that issue matrix instructions (``*GMMA``, ``*MMA``):
+    one entry per loop with its instruction count, exponentials (``MUFU``: a tile's scores per
+    thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf) and local-memory
+    accesses (``LDL``/``STL``: spills), in listing order."""
+    # (address, instruction without its @predicate)
+    ins = [
+        (int(m.group(1), 16), re.sub(r"^@!?\w+\s+", "", m.group(2).strip()))
+        for m in _SASS_LINE.finditer(sass)
+    ]
+    index = {addr: i for i, (addr, _) in enumerate(ins)}
+    spans = []
+    for i, (addr, text) in enumerate(ins):
+        m = _BACK_BRANCH.search(text)
+        if m and int(m.group(1), 16) < addr and int(m.group(1), 16) in index:
+            body = [t for _, t in ins[index[int(m.group(1), 16)] : i + 1]]
+            if any(re.match(r"[A-Z]*MMA\b", t) for t in body):
+                spans.append((index[int(m.group(1), 16)], i, body))
+    inner = [sp for sp in spans if not any(o is not sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
+    return [
+        {
+            "instructions": len(body),
+            "mufu": sum(bool(re.match(r"MUFU\b", t)) for t in body),
+            "fsel": sum(bool(re.match(r"FSEL\b", t)) for t in body),
+            "local": sum(bool(re.match(r"(LDL|STL)\b", t)) for t in body),
+        }
+        for _, _, body in sorted(inner)
+    ]
+
+
+def sass_report(
+    variant: str = "qk_int8_pv_fp8",
+    arch: str = "sm90",
+    head_dim: int = 128,
+    causal: bool = False,
+    n_k: int = 0,
+    accum: str = "fp32",
+    config: Optional[str] = None,
+) -> dict:
+    """Compile the attention kernel for an NVIDIA arch without a GPU and read its SASS: registers,
+    the stack frame (where spills go) and shared memory per CTA, and the key loops (``sass_loops``). The
+    table's config for ``n_k`` keys unless ``config`` (``"64,128,4,2,168,tma"``). This is how a
+    change is predicted before it is measured: instructions per tile and spills."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    row = archs.get(archs.normalize(arch))
+    if row.vendor != "cuda":
+        raise ValueError(f"{row.name}: SASS exists only for NVIDIA archs")
+    src, cfg = _source(variant, row, head_dim, causal, n_k, accum, config)
+    kernel = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options())
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([tool, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
+    usage = _RES_USAGE.search(res)
+    return {
+        "config": cfg.spec(),
+        "tma": "UTMALDG" in sass,
+        "registers": int(usage.group(1)) if usage else None,
+        "stack_bytes": int(usage.group(2)) if usage else None,  # spills live in the stack frame
+        "shared_bytes": kernel.metadata.shared,
+        "loops": sass_loops(sass),
+    }
 
 
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:

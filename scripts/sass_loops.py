@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Predict before measuring: the attention kernel's SASS for launch configs, without a GPU.
+
+    python scripts/sass_loops.py "64,128,4,2,168,tma;64,64,4,3,168" [--head-dim 128] [--keys 16384]
+        [--causal] [--accum fp32|fp32+fp32] [--variant qk_int8_pv_fp8] [--arch sm90]
+
+Each config is compiled ahead of time (``aot.sass_report``: Triton, then the bundled
+``cuobjdump``) and one line printed per config: registers, stack frame (spills), shared memory
+per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's
+instructions, exponentials (MUFU: scores per thread and tile, plus the rescale's), masked
+selects (FSEL) and local-memory accesses. An empty config is the table's choice for the keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sagebuild.attention import aot
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", help='configs separated by ";" ("" = the table\'s)')
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--keys", type=int, default=16384, help="key count, for the table's rows")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--accum", default="fp32", choices=["fp32", "fp32+fp32"])
+    ap.add_argument("--variant", default="qk_int8_pv_fp8", choices=list(aot.VARIANTS))
+    ap.add_argument("--arch", default="sm90")
+    args = ap.parse_args()
+    print("| config | TMA | registers | stack B | shared KB | key loops: instructions/MUFU/FSEL/LDL+STL |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for cfg in args.configs.split(";"):
+        r = aot.sass_report(
+            args.variant, args.arch, args.head_dim, args.causal, args.keys, args.accum, cfg or None
+        )
+        loops = "; ".join(
+            f"{lp['instructions']}/{lp['mufu']}/{lp['fsel']}/{lp['local']}" for lp in r["loops"]
+        )
+        print(f"| {r['config']} | {r['tma']} | {r['registers']} | {r['stack_bytes']} | "
+              f"{r['shared_bytes'] / 1024:.1f} | {loops} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
