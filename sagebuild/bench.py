@@ -356,7 +356,7 @@ def _kernel_only(
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    tma = configs.use_tma(dispatch.family(arch), cfg) and tma_eligible(kv, d, dp, fp8 is not None)
+    tma = configs.use_tma(dispatch.family(arch), cfg) and tma_eligible(kv, dp, fp8 is not None)
 
     def run() -> Any:
         attention_forward(

@@ -181,7 +181,8 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
 _SASS_SCRIPT = """
 import json, sys
 from sagebuild.attention import aot
-print(json.dumps([aot.sass_report(n_k=n_k, config=cfg) for n_k, cfg in json.loads(sys.argv[1])]))
+cases = json.loads(sys.argv[1])
+print(json.dumps([aot.sass_report(head_dim=d, n_k=n_k, config=cfg) for d, n_k, cfg in cases]))
 """
 
 
@@ -190,13 +191,15 @@ def test_hopper_rows_key_loops_in_sass():
     by TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
     rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
     same config without TMA spills inside that loop (docs/performance.md run 16); the 64-key row
-    has half the exponentials per loop."""
-    tma_row, no_tma, short_row = _compile_in_subprocess(
-        _SASS_SCRIPT, [(4096, None), (4096, "64,128,4,2,168"), (0, None)], SAGEBUILD_TMA=""
-    )
+    has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
+    channel piece when forced to TMA."""
+    cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, None),
+             (96, 4096, "64,64,4,3,168,tma")]  # fmt: skip
+    tma_row, no_tma, short_row, split = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="")
     assert tma_row["config"] == "64,128,4,2,168,tma" and tma_row["tma"], tma_row
     assert tma_row["registers"] <= 168 and 3 * tma_row["shared_bytes"] <= 227 * 1024, tma_row
     unmasked = tma_row["loops"][0]
     assert unmasked["mufu"] == 66 and unmasked["fsel"] == 0 and unmasked["local"] == 0, tma_row
     assert not no_tma["tma"] and no_tma["loops"][0]["local"] > 0, no_tma
     assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row
+    assert split["tma"] and split["loops"][0]["mufu"] == 34 and split["loops"][0]["local"] == 0, split

@@ -345,16 +345,19 @@ def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
     assert (out.float() - two_level.float()).abs().max() < 2e-3
 
 
-@pytest.mark.parametrize(("causal", "accum"), [(False, "fp32"), (True, "fp32+fp32")])
-def test_tma_tiles_match_pointer_tiles(causal, accum, monkeypatch):
+@pytest.mark.parametrize(
+    ("causal", "accum", "d"), [(False, "fp32", 64), (True, "fp32+fp32", 64), (True, "fp32", 96)]
+)
+def test_tma_tiles_match_pointer_tiles(causal, accum, d, monkeypatch):
     """SAGEBUILD_TMA=1: K/V tiles through tensor descriptors (rows past the sequence arrive as
     zeros) give bit-for-bit the pointer path's result: GQA, q_len ≠ kv_len, a ragged last key
-    tile, LSE. Key counts that are not a multiple of 16 (TMA's stride rule for the channel-major
-    FP8 V) keep the pointer path, and the launch plan says which one runs."""
+    tile, LSE, the split head dim 96 (64 + 32 channels: a descriptor per piece). Key counts that
+    are not a multiple of 16 (TMA's stride rule for the channel-major FP8 V) keep the pointer
+    path, and the launch plan says which one runs."""
     from sagebuild.attention.api import launch_plan
 
     cfg = configs.LaunchConfig(32, 64, 4, 1)
-    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=160, d=64, seed=21)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=160, d=d, seed=21)
     kw = dict(is_causal=causal, return_lse=True, config=cfg, quantization_backend="triton",
               pv_accum_dtype=accum)  # fmt: skip
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")

@@ -148,7 +148,7 @@ def test_long_sequence_rows_and_wide_k_scale_blocks():
 
 def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     """A row whose config loads K/V by TMA serves a call only where TMA can run: the family,
-    FP8 P·V on K/V from our Triton quantization, no split head dim, keys a multiple of 16
+    FP8 P·V on K/V from our Triton quantization, keys a multiple of 16
     (FP8 V's channel-major rows), SAGEBUILD_TMA not 0; every other call takes the next row."""
     from sagebuild.kernels.triton import configs
 
@@ -171,7 +171,7 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     assert resolved() == row and resolved(n_k=16384) == row
     assert not resolved(ours=False).tma  # the extension lays K/V out otherwise
     assert not resolved(n_k=4104).tma  # FP8 V rows of 4104 bytes: not 16-byte multiples
-    assert not resolved(head_dim=96).tma  # split head dim
+    assert not resolved(head_dim=96).tma  # the split head dim's rows (keyed 96) do not ask for TMA
     assert not resolved(pv="fp16", accum="fp32+fp32").tma
     assert not api._resolve("sm80", 128, "fp8", False, None, 4096, "fp32", True)[1].tma
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")

@@ -111,6 +111,8 @@ def _attn_tiles(
     SPLIT_D: tl.constexpr,
     k_desc,
     v_desc,
+    k2_desc,
+    v2_desc,
     USE_TMA: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
@@ -162,7 +164,10 @@ def _attn_tiles(
             # accumulator. The offset is removed per row or per column, never per score.
             si = tl.dot(q, tl.trans(k)) + MAGIC_I
             if SPLIT_D:  # the second channel piece accumulates onto the first
-                k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
+                if USE_TMA:
+                    k2 = k2_desc.load([start_n, 0])
+                else:
+                    k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
                 si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
             s = si.to(tl.float32, bitcast=True)
             # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
@@ -207,7 +212,10 @@ def _attn_tiles(
         two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
         acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
         if SPLIT_D:
-            v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
+            if USE_TMA:
+                v2 = tl.trans(v2_desc.load([0, start_n]))
+            else:
+                v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
             acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
         m_i = m_new
     return acc, acc2, l_i, m_i
@@ -348,15 +356,31 @@ def _attn_fwd_kernel(
             vinv_row = vs_row
 
         if USE_TMA:  # FP8 P·V with pre-quantized K/V (both padded to BLOCK_D), NVIDIA sm90+
+            # one descriptor per channel piece: channels [0, D1) and, SPLIT_D, [D1, D1 + D2)
             k_desc = tl.make_tensor_descriptor(
-                K + k_base, shape=[n_k, BLOCK_D], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
+                K + k_base, shape=[n_k, D1], strides=[stride_kn, 1], block_shape=[BLOCK_N, D1]
             )
             v_desc = tl.make_tensor_descriptor(
-                V + v_base, shape=[BLOCK_D, n_k], strides=[stride_vd, 1], block_shape=[BLOCK_D, BLOCK_N]
+                V + v_base, shape=[D1, n_k], strides=[stride_vd, 1], block_shape=[D1, BLOCK_N]
             )
+            if SPLIT_D:
+                k2_desc = tl.make_tensor_descriptor(
+                    K + k_base + D1, shape=[n_k, D2], strides=[stride_kn, 1], block_shape=[BLOCK_N, D2]
+                )
+                v2_desc = tl.make_tensor_descriptor(
+                    V + v_base + D1 * stride_vd,
+                    shape=[D2, n_k],
+                    strides=[stride_vd, 1],
+                    block_shape=[D2, BLOCK_N],
+                )
+            else:
+                k2_desc = k_desc
+                v2_desc = v_desc
         else:
             k_desc = K
             v_desc = V
+            k2_desc = K
+            v2_desc = V
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
         if CAUSAL:
@@ -408,6 +432,8 @@ def _attn_fwd_kernel(
             SPLIT_D,
             k_desc,
             v_desc,
+            k2_desc,
+            v2_desc,
             USE_TMA,
         )
         acc, acc2, l_i, m_i = _attn_tiles(
@@ -452,6 +478,8 @@ def _attn_fwd_kernel(
             SPLIT_D,
             k_desc,
             v_desc,
+            k2_desc,
+            v2_desc,
             USE_TMA,
         )
 
@@ -509,21 +537,20 @@ class QuantizedQ:
 _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
 
 
-def tma_layout_ok(pv_fp8: bool, fused: bool, head_dim: int, head_dim_pad: int, v_row_stride: int) -> bool:
+def tma_layout_ok(pv_fp8: bool, fused: bool, v_row_stride: int) -> bool:
     """TMA's conditions that a call's shapes decide, for K/V laid out as ``quant.quant_kv`` lays
     them out (K in rows of head_dim_pad bytes, FP8 V channel-major in rows of N tokens): FP8 P·V
-    on K/V quantized beforehand, no split head dim, V's row stride a multiple of 16 bytes (TMA's
-    rule). The API decides from these before quantizing; ``tma_eligible`` checks actual buffers."""
-    return (
-        pv_fp8 and not fused and not configs.split_head_dim(head_dim, head_dim_pad) and v_row_stride % 16 == 0
-    )
+    on K/V quantized beforehand, V's row stride a multiple of 16 bytes (TMA's rule; a split head
+    dim's second piece starts 64 or 128 bytes in, aligned too). The API decides from these before
+    quantizing; ``tma_eligible`` checks actual buffers."""
+    return pv_fp8 and not fused and v_row_stride % 16 == 0
 
 
-def tma_eligible(kv: QuantizedKV, head_dim: int, head_dim_pad: int, pv_fp8: bool) -> bool:
+def tma_eligible(kv: QuantizedKV, head_dim_pad: int, pv_fp8: bool) -> bool:
     """Whether a launch can read these K/V buffers by tensor descriptors: ``tma_layout_ok``, and
     both padded to head_dim_pad, K's token stride a multiple of 16 bytes, V channel-major."""
     return (
-        tma_layout_ok(pv_fp8, kv.fused, head_dim, head_dim_pad, kv.v.stride_d)
+        tma_layout_ok(pv_fp8, kv.fused, kv.v.stride_d)
         and kv.k.head_dim == head_dim_pad
         and kv.v.head_dim == head_dim_pad
         and kv.k.stride_n % 16 == 0

@@ -83,9 +83,13 @@ def _source(
     fp8 = variant == "qk_int8_pv_fp8"
     direct = fp8 and accum == "fp32"
     key = configs.variant_key("fp8" if fp8 else "fp16", accum)
-    # what a call on this arch would run, K/V quantized by our Triton kernels
+    dp = configs.padded_head_dim(head_dim)
+    if dp is None:
+        raise ValueError(f"head dim {head_dim} is above {configs.NATIVE_HEAD_DIMS[-1]}")
+    split = configs.split_head_dim(head_dim, dp)
+    # what a call on this arch would run, K/V quantized by our Triton kernels (padded to dp)
     tma_ok = fp8 and configs.tma_possible(row.family)
-    cfg = configs.lookup(row.family, head_dim, key, causal, config, n_k=n_k, tma_ok=tma_ok)
+    cfg = configs.lookup(row.family, dp, key, causal, config, split=split, n_k=n_k, tma_ok=tma_ok)
     ptr = {
         "QF": "*fp16",
         "QI": "*fp16",
@@ -102,7 +106,7 @@ def _source(
     }
     constexprs = {
         "HEAD_DIM": head_dim,
-        "BLOCK_D": head_dim,
+        "BLOCK_D": dp,
         "BLOCK_M": cfg.block_m,
         "BLOCK_N": cfg.block_n,
         "Q_BLK": cfg.q_blk("per_warp"),
@@ -114,13 +118,13 @@ def _source(
         "RETURN_LSE": False,
         "SMOOTH_K": True,
         "IS_VARLEN": False,
-        "V_PADDED": False,
+        "V_PADDED": not fp8 and head_dim != dp,  # FP16 P·V reads the caller's unpadded V
         # the long-sequence path (K/V pre-quantized); the fused short-sequence path shares its dots
         "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
         "KV_FUSED": False,
         "P_DTYPE": tl.float16,
         "PV_DIRECT": direct,
-        "SPLIT_D": False,
+        "SPLIT_D": split,
         "USE_TMA": fp8 and configs.use_tma(row.family, cfg),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V

@@ -122,9 +122,7 @@ def _resolve(
     assert dp is not None  # validate.check_head_dim ran
     variant = configs.variant_key(pv, pv_accum)
     family = dispatch.family(arch)
-    tma_ok = (
-        tma_layout and configs.tma_possible(family) and tma_layout_ok(pv == "fp8", False, head_dim, dp, n_k)
-    )
+    tma_ok = tma_layout and configs.tma_possible(family) and tma_layout_ok(pv == "fp8", False, n_k)
     try:
         split = configs.split_head_dim(head_dim, dp)
         cfg = configs.lookup(family, dp, variant, causal, config, split=split, n_k=n_k, tma_ok=tma_ok)
@@ -247,7 +245,7 @@ def _make_plan(
     tma = (
         configs.use_tma(dispatch.family(arch), cfg)
         and ops is None
-        and tma_layout_ok(fp8 is not None, fused, d, dp, n_k)
+        and tma_layout_ok(fp8 is not None, fused, n_k)
     )
     q_blk = cfg.q_blk(qk_quant_gran)
     return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)
