@@ -42,6 +42,9 @@ class BenchConfig:
     warmup: int = 10
     reps: int = 50
     seed: int = 0
+    # the timed calls are split into up to this many rounds, each timing every provider in turn
+    # (``time_interleaved``): drift of the machine hits every provider alike
+    rounds: int = 5
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -92,9 +95,9 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
         raise SagebuildError(
             f"--layout {cfg.layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
         )
-    if min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps) < 1 or cfg.warmup < 0:
+    if min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1 or cfg.warmup < 0:
         raise SagebuildError(
-            "batch, heads, head-dim and reps must be ≥ 1 (warmup ≥ 0)",
+            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup ≥ 0)",
             fix="e.g. --batch 1 --heads 16 --head-dim 64",
             code=Exit.USAGE,
         )
@@ -136,43 +139,90 @@ class Timing:
         return cls(statistics.median(s), q(0.2), q(0.8), len(s))
 
 
-def time_cpu(fn: Callable[[], Any], warmup: int, reps: int) -> Timing:
-    for _ in range(warmup):
-        fn()
+def _cpu_samples(fn: Callable[[], Any], n: int) -> list[float]:
     samples = []
-    for _ in range(reps):
+    for _ in range(n):
         t0 = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t0) * 1e3)
-    return Timing.from_samples(samples)
+    return samples
 
 
-def time_gpu(fn: Callable[[], Any], warmup: int, reps: int, device: Any) -> Timing:
-    """Device-event time of each call, the L2 cache flushed before each (cold cache, like
-    do_bench), then the time per call of as many calls back to back (``Timing``)."""
+def _gpu_cold_samples(fn: Callable[[], Any], n: int, flush: Any, device: Any) -> list[float]:
+    """Device-event time of each of n calls, the L2 cache flushed before each (cold, like do_bench)."""
     import torch
 
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)  # > any GPU's L2
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize(device)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
         flush.zero_()
         starts[i].record()
         fn()
         ends[i].record()
     torch.cuda.synchronize(device)
-    timing = Timing.from_samples([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
+    """Time per call of n calls issued back to back, warm (ms)."""
+    import torch
+
     first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     first.record()
-    for _ in range(reps):
+    for _ in range(n):
         fn()
     last.record()
     torch.cuda.synchronize(device)
-    timing.back_to_back_ms = first.elapsed_time(last) / reps
-    return timing
+    return first.elapsed_time(last) / n
+
+
+def time_interleaved(
+    fns: list[Callable[[], Any]], warmup: int, reps: int, rounds: int, device: Any = None
+) -> list[Timing | Exception]:
+    """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
+    ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
+    turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
+    ratios stay fair. On a CUDA/HIP ``device``: cold per-call device times (L2 flushed before
+    each call) and, per round, the back-to-back time per call; its median is
+    ``back_to_back_ms``. Elsewhere: CPU wall clock per call."""
+    gpu = device is not None and getattr(device, "type", None) == "cuda"
+    flush = None
+    if gpu:
+        import torch
+
+        flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)  # > any GPU's L2
+    results: list[Timing | Exception | None] = [None] * len(fns)
+    for i, fn in enumerate(fns):
+        try:
+            for _ in range(warmup):
+                fn()
+        except Exception as exc:  # noqa: BLE001 - reported as that function's result
+            results[i] = exc
+    n_rounds = min(rounds, reps)
+    counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
+    samples: list[list[float]] = [[] for _ in fns]
+    b2b: list[list[float]] = [[] for _ in fns]
+    for n in counts:
+        for i, fn in enumerate(fns):
+            if results[i] is not None:
+                continue
+            try:
+                if gpu:
+                    samples[i] += _gpu_cold_samples(fn, n, flush, device)
+                    b2b[i].append(_gpu_back_to_back(fn, n, device))
+                else:
+                    samples[i] += _cpu_samples(fn, n)
+            except Exception as exc:  # noqa: BLE001
+                results[i] = exc
+    out: list[Timing | Exception] = []
+    for i in range(len(fns)):
+        if results[i] is not None:
+            out.append(results[i])  # type: ignore[arg-type]
+            continue
+        timing = Timing.from_samples(samples[i])
+        timing.back_to_back_ms = statistics.median(b2b[i]) if b2b[i] else None
+        out.append(timing)
+    return out
 
 
 def graph_replay_us(fn: Callable[[], Any]) -> float:
@@ -379,6 +429,10 @@ def _kernel_only(
     return run, api.plan_record(variant, "fp32+fp32", kernel, cfg, cfg.k_blk, split, "excluded")
 
 
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:
     import torch
 
@@ -440,8 +494,9 @@ def run_bench(
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
-            f"{cfg.reps} timed; median and p20/p80; back-to-back: {cfg.reps} calls in a row, warm, "
-            "per call (includes the host's time where it exceeds the device's)"
+            f"{cfg.reps} timed in {min(cfg.rounds, cfg.reps)} rounds that time every provider in turn; "
+            "median and p20/p80; back-to-back: each round's calls in a row, warm, per call (includes "
+            "the host's time where it exceeds the device's), median over rounds"
         )
         note = (
             f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "
@@ -449,22 +504,17 @@ def run_bench(
             f"block and config table ({configs.CONFIG_TABLE_VERSION}) it ran; kernel-only rows exclude "
             "the K/V quantization launches (Q is quantized inside the attention launch)"
         )
-
-        def time_fn(fn: Callable[[], Any]) -> Timing:
-            return time_gpu(fn, cfg.warmup, cfg.reps, dev)
     else:
         variants = list(profile.kernels)
         device_name = None
         method = (
-            f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed; median"
+            f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
+            f"{min(cfg.rounds, cfg.reps)} rounds that time every provider in turn; median"
         )
         note = (
             "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "
             "arithmetic; its accuracy is meaningful, its speed is not. No speed gate on CPU."
         )
-
-        def time_fn(fn: Callable[[], Any]) -> Timing:
-            return time_cpu(fn, cfg.warmup, cfg.reps)
 
     rows: list[BenchRow] = []
     backend: dict[str, Any] = {}
@@ -527,26 +577,45 @@ def run_bench(
                         bounds_of(var),
                     )
                 )
-        base_ms: Optional[float] = None
-        for name, kind, make, bounds in providers:
-            say(f"seq={n} {name} {kind}")
+        # each provider's first call gives its accuracy; a provider that fails is a row with its
+        # error; then all of them are timed together, interleaved
+        ready: list[tuple[str, str, Callable[[], Any], Any, dict, Any]] = []
+        failed: dict[int, BenchRow] = {}
+        for i, (name, kind, make, bounds) in enumerate(providers):
+            say(f"seq={n} {name} {kind}: first call")
             plan = None
             try:
                 fn, plan = make()
-                out = fn()
-                acc = metrics.accuracy(out, ref)
-                timing = time_fn(fn)
-            except Exception as e:  # noqa: BLE001 - a provider that fails is a row with its error
-                rows.append(
-                    BenchRow(n, name, kind, None, None, None, None, bounds, f"{type(e).__name__}: {e}", plan)
-                )
+                acc = metrics.accuracy(fn(), ref)
+            except Exception as e:  # noqa: BLE001
+                failed[i] = BenchRow(n, name, kind, None, None, None, None, bounds, _error(e), plan)
+                continue
+            ready.append((name, kind, fn, plan, acc, bounds))
+        say(f"seq={n}: timing {len(ready)} providers in {min(cfg.rounds, cfg.reps)} rounds")
+        timings = time_interleaved(
+            [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None
+        )
+        base_ms = next(
+            (
+                t.median_ms
+                for (_, kind, *_), t in zip(ready, timings)
+                if kind == "baseline" and isinstance(t, Timing)
+            ),
+            None,
+        )
+        timed = iter(zip(ready, timings))
+        for i in range(len(providers)):
+            if i in failed:
+                rows.append(failed[i])
+                continue
+            (name, kind, _, plan, acc, bounds), timing = next(timed)
+            if isinstance(timing, Exception):
+                rows.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(timing), plan))
                 continue
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
-            if kind == "baseline":
-                base_ms = timing.median_ms
             speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
             rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan))
-        del q, k, v, ref
+        del q, k, v, ref, ready
     failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu)
     return BenchResult(
         ok=not failures,

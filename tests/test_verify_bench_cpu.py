@@ -87,6 +87,34 @@ def test_timing_quantiles_and_flops():
     assert bench.attention_flops(1, 16, 1024, 64, True) == 2 * 16 * 1024 * 1024 * 64
 
 
+def test_providers_are_timed_in_interleaved_rounds():
+    """Every provider is timed in every round (a drifting machine hits all alike): warm-ups
+    first, then reps split into rounds; a provider that raises keeps its exception and the
+    others go on; rounds are capped by reps."""
+    calls: list[str] = []
+
+    def make(name, fail_at=None):
+        def fn():
+            calls.append(name)
+            if fail_at is not None and calls.count(name) == fail_at:
+                raise RuntimeError(f"{name} broke")
+
+        return fn
+
+    a, b, c = make("a"), make("b"), make("c", fail_at=4)
+    ta, tb, tc = bench.time_interleaved([a, b, c], warmup=1, reps=5, rounds=2)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up
+    # round 1 takes 3 calls each (5 = 3 + 2), round 2 two; c fails on its 4th call overall
+    assert calls[3:] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3 + ["a"] * 2 + ["b"] * 2
+    assert ta.reps == tb.reps == 5 and ta.back_to_back_ms is None
+    assert isinstance(tc, RuntimeError) and "c broke" in str(tc)
+    calls.clear()
+    (t,) = bench.time_interleaved([make("a")], warmup=0, reps=2, rounds=5)
+    assert t.reps == 2 and calls == ["a", "a"]
+    with pytest.raises(SagebuildError, match="rounds"):
+        bench.config_from_profile(CPU, rounds=0)
+
+
 def test_parse_int_list():
     assert bench.parse_int_list("1024,4096, 16384", "seq") == (1024, 4096, 16384)
     for bad in ("", "10x", "0", "-5"):

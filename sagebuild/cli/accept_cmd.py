@@ -19,6 +19,7 @@ from sagebuild.cli.common import (
     PythonOpt,
     RepsOpt,
     RootOpt,
+    RoundsOpt,
     SeqOpt,
     WarmupOpt,
     console,
@@ -52,6 +53,7 @@ def register(app: typer.Typer) -> None:
         causal: CausalOpt = None,
         warmup: WarmupOpt = None,
         reps: RepsOpt = None,
+        rounds: RoundsOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         json_out: JsonOpt = False,
@@ -78,6 +80,7 @@ def register(app: typer.Typer) -> None:
             "causal": causal,
             "warmup": warmup,
             "reps": reps,
+            "rounds": rounds,
         }
         opts = AcceptOptions(
             profile=profile,

@@ -15,6 +15,7 @@ from sagebuild.cli.common import (
     JsonOpt,
     ProfileOpt,
     RepsOpt,
+    RoundsOpt,
     SeqOpt,
     WarmupOpt,
     console,
@@ -88,6 +89,7 @@ def register(app: typer.Typer) -> None:
         layout: Annotated[str, typer.Option("--layout", help="HND or NHD.")] = "HND",
         warmup: WarmupOpt = None,
         reps: RepsOpt = None,
+        rounds: RoundsOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out: Annotated[
@@ -117,6 +119,7 @@ def register(app: typer.Typer) -> None:
             layout=layout,
             warmup=warmup,
             reps=reps,
+            rounds=rounds,
             seed=seed,
         )
         with status("benchmarking", json_out) as say:

@@ -69,6 +69,13 @@ HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Bench hea
 CausalOpt = Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Bench with a causal mask.")]
 WarmupOpt = Annotated[Optional[int], typer.Option("--warmup", help="Bench warm-up calls (default: profile).")]
 RepsOpt = Annotated[Optional[int], typer.Option("--reps", help="Bench timed calls (default: profile).")]
+RoundsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--rounds",
+        help="Split the timed calls into this many rounds, each timing every provider (default 5).",
+    ),
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
