@@ -198,6 +198,8 @@ def time_interleaved(
                 fn()
         except Exception as exc:  # noqa: BLE001 - reported as that function's result
             results[i] = exc
+    if gpu:
+        torch.cuda.synchronize(device)
     n_rounds = min(rounds, reps)
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
     samples: list[list[float]] = [[] for _ in fns]
