@@ -154,18 +154,19 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
 
 
-@pytest.mark.parametrize(("n", "causal", "config"), [(4096, False, "64,128,4,2,168"),
-                                                     (4096, True, "64,128,4,3,168"),
-                                                     (16384, False, "64,64,4,3,168")])
-def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, monkeypatch):
+@pytest.mark.parametrize(("n", "causal", "config", "d"), [(4096, False, "64,128,4,2,168", 128),
+                                                          (4096, True, "64,128,4,3,168", 128),
+                                                          (16384, False, "64,64,4,3,168", 128),
+                                                          (4096, True, "64,64,4,3,168", 96)])
+def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, d, monkeypatch):
     """K/V tiles by tensor descriptors (SAGEBUILD_TMA=1 forces them, 0 forbids them; NVIDIA
     sm90+) give the pointer path's result with the same config (the same arithmetic on the same
-    tiles): 128-key tiles capped at 168 registers (the configurations TMA is meant to make fit)
-    and 64-key tiles, GQA included."""
+    tiles): 128-key tiles capped at 168 registers (the configurations TMA is meant to make fit),
+    64-key tiles, and the split head dim 96 (a descriptor per channel piece), GQA included."""
     arch = dispatch.device_arch(torch.device("cuda"))
     if dispatch.family(arch) not in configs.TMA_CAPABLE:
         pytest.skip(f"{arch} has no TMA")
-    q, k, v = _inputs(1, 8, n, 128, seed=8, hk=2)
+    q, k, v = _inputs(1, 8, n, d, seed=8, hk=2)
     kw = dict(is_causal=causal, quantization_backend="triton", pv_accum_dtype="fp32", config=config)
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
     ref = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
