@@ -81,6 +81,33 @@ def test_kv_quantized_in_the_kernel_replays(monkeypatch):
     assert _same(out, FP8(*b, **kw))
 
 
+def test_tma_tiles_replay(monkeypatch):
+    """K/V loaded by tensor descriptors replay like the rest: the recorded call set up Triton's
+    scratch allocator (the descriptors are built on the device) and its replays issue the bound
+    TMA launches on new buffers. On a GPU the table's TMA row at 4096 keys (Hopper) or any
+    config with SAGEBUILD_TMA=1; in the interpreter the forced small config."""
+    from sagebuild.attention.api import launch_plan
+
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
+    api.clear_caches()
+    n, d = (4096, 128) if GPU else (256, 64)
+    kw = {"config": CFG, "quantization_backend": "triton", "pv_accum_dtype": "fp32"}
+    a = _qkv(1, n=n, d=d)
+    plan = launch_plan(*a, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32", quantization_backend="triton")
+    if GPU and plan["kernel"] != "portable_tma":
+        pytest.skip(f"no TMA on this GPU ({plan['kernel']})")
+    assert plan["kernel"] == "portable_tma", plan
+    FP8(*a, **kw)
+    FP8(*a, **kw)  # recorded
+    reps = [r for r in api._REPLAYS.values() if r is not None]
+    assert reps  # the interpreter needs no scratch allocator; a GPU's descriptors do
+    assert any(item[0] == "allocator" for item in reps[0].launches) == GPU
+    b = _qkv(2, n=n, d=d)
+    out = FP8(*b, **kw)  # replayed
+    api.clear_caches()
+    assert _same(out, FP8(*b, **kw))
+
+
 def test_aliased_inputs_get_their_own_replay():
     """Self-attention on one tensor (q is k is v) records a replay of its own: a later call with
     three distinct tensors of the same signature must not reuse it (it would read q thrice)."""
