@@ -300,24 +300,27 @@ def test_repeated_calls_skip_the_binder_and_stay_exact(variant):
     _check(accuracy(out.transpose(1, 2), exact_attention(q2, k2, v2)), variant)
 
 
-def test_graphed_attention_replays_the_eager_result_and_guards_its_signature():
+@pytest.mark.parametrize(("h", "n", "d"), [(16, 1024, 64), (8, 4096, 128)])
+def test_graphed_attention_replays_the_eager_result_and_guards_its_signature(h, n, d):
     """A captured call gives the eager call's bits on new data, reads the caller's new inputs
-    (not the capture-time ones) and refuses inputs of another signature with a clear error."""
+    (not the capture-time ones) and refuses inputs of another signature with a clear error; at
+    4096 keys and head dim 128 (Hopper: the TMA row, whose descriptors need scratch memory
+    allocated inside the capture) as at the small shape."""
     from sagebuild.attention import AttentionInputError, GraphedAttention
 
-    q, k, v = _inputs(1, 16, 1024, 64, seed=21)
+    q, k, v = _inputs(1, h, n, d, seed=21)
     g = GraphedAttention(q, k, v, is_causal=True)
-    q2, k2, v2 = _inputs(1, 16, 1024, 64, seed=22)
+    q2, k2, v2 = _inputs(1, h, n, d, seed=22)
     out = g(q2, k2, v2).clone()
     torch.testing.assert_close(out, sageattn(q2, k2, v2, is_causal=True), rtol=0, atol=0)
-    variant = dispatch.variant_for_call("cuda", 64, 1024)
+    variant = dispatch.variant_for_call("cuda", d, n)
     _check(accuracy(out, exact_attention(q2, k2, v2, is_causal=True)), variant)
     g.q.copy_(q)
     g.k.copy_(k)
     g.v.copy_(v)
     torch.testing.assert_close(g.replay(), sageattn(q, k, v, is_causal=True), rtol=0, atol=0)
     with pytest.raises(AttentionInputError, match="captured signature"):
-        g(q[:, :, :512], k[:, :, :512], v[:, :, :512])
+        g(q[:, :, : n // 2], k[:, :, : n // 2], v[:, :, : n // 2])
     with pytest.raises(AttentionInputError, match="CUDA"):
         GraphedAttention(q.cpu(), k.cpu(), v.cpu())
 
