@@ -116,7 +116,8 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 @dataclass
 class Timing:
     """Cold per-call times (median, p20, p80 of ``reps`` calls) and, on GPUs, ``back_to_back_ms``:
-    the time per call of ``reps`` calls issued back to back, warm. Cold calls are each preceded
+    the time per call of calls issued back to back, warm (``time_interleaved``: a burst per
+    round, at least ``B2B_MIN_CALLS`` long; the median over rounds). Cold calls are each preceded
     by an L2 flush long enough to hide the host's time for one call, so they measure the device;
     back-to-back calls measure the slower of host and device, what a loop of small calls sees."""
 
@@ -176,6 +177,10 @@ def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
     return first.elapsed_time(last) / n
 
 
+# A back-to-back burst shorter than this would weigh its first call's pipeline fill too much.
+B2B_MIN_CALLS = 10
+
+
 def time_interleaved(
     fns: list[Callable[[], Any]], warmup: int, reps: int, rounds: int, device: Any = None
 ) -> list[Timing | Exception]:
@@ -183,8 +188,9 @@ def time_interleaved(
     ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
     turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
     ratios stay fair. On a CUDA/HIP ``device``: cold per-call device times (L2 flushed before
-    each call) and, per round, the back-to-back time per call; its median is
-    ``back_to_back_ms``. Elsewhere: CPU wall clock per call."""
+    each call) and, per round, the back-to-back time per call of a burst of the round's calls
+    (at least ``B2B_MIN_CALLS``); its median is ``back_to_back_ms``. Elsewhere: CPU wall clock
+    per call."""
     gpu = device is not None and getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
@@ -200,7 +206,7 @@ def time_interleaved(
             results[i] = exc
     if gpu:
         torch.cuda.synchronize(device)
-    n_rounds = min(rounds, reps)
+    n_rounds = max(1, min(rounds, reps))
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
     samples: list[list[float]] = [[] for _ in fns]
     b2b: list[list[float]] = [[] for _ in fns]
@@ -211,7 +217,7 @@ def time_interleaved(
             try:
                 if gpu:
                     samples[i] += _gpu_cold_samples(fn, n, flush, device)
-                    b2b[i].append(_gpu_back_to_back(fn, n, device))
+                    b2b[i].append(_gpu_back_to_back(fn, max(n, B2B_MIN_CALLS), device))
                 else:
                     samples[i] += _cpu_samples(fn, n)
             except Exception as exc:  # noqa: BLE001
@@ -617,7 +623,7 @@ def run_bench(
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
             speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
             rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan))
-        del q, k, v, ref, ready
+        del q, k, v, ref, ready, providers, timings  # each length's buffers go before the next
     failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu)
     return BenchResult(
         ok=not failures,

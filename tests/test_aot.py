@@ -133,7 +133,6 @@ import json, re, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
 from sagebuild.attention import aot
-from sagebuild.attention import aot
 out = []
 for arch, n_k in json.loads(sys.argv[1]):
     row = archs.get(arch)
@@ -159,7 +158,8 @@ def test_tma_tiles_lower_to_bulk_tensor_copies():
 
 def test_sass_loops_finds_the_innermost_matrix_loops():
     """Backward branches delimit loops; only loops issuing matrix instructions count, an outer
-    loop around an inner one is dropped, predicates are ignored, spills and selects counted."""
+    loop around an inner one is dropped, a branch back from beyond the exit (a TMA wait's retry)
+    is no loop, predicates are ignored, spills and selects counted."""
     lines = [
         "MOV R1, c[0x0][0x28]",  # 0x00
         "HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ",  # 0x10: outer loop starts
@@ -173,6 +173,8 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
         "FADD R6, R6, R7",
         "BRA 0x90",  # a self loop without matrix work: ignored
         "EXIT",
+        "SYNCS.PHASECHK.TRANS64 P0, [UR4], R0",  # a barrier-wait retry block after the exit
+        "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
     assert aot.sass_loops(sass) == [{"instructions": 5, "mufu": 1, "fsel": 1, "local": 1}]
@@ -198,8 +200,10 @@ def test_hopper_rows_key_loops_in_sass():
     tma_row, no_tma, short_row, split = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="")
     assert tma_row["config"] == "64,128,4,2,168,tma" and tma_row["tma"], tma_row
     assert tma_row["registers"] <= 168 and 3 * tma_row["shared_bytes"] <= 227 * 1024, tma_row
-    unmasked = tma_row["loops"][0]
+    unmasked, masked = tma_row["loops"]  # the key loops without and with masks, nothing else
     assert unmasked["mufu"] == 66 and unmasked["fsel"] == 0 and unmasked["local"] == 0, tma_row
+    assert masked["mufu"] == 66 and masked["fsel"] > 0 and masked["local"] == 0, tma_row
     assert not no_tma["tma"] and no_tma["loops"][0]["local"] > 0, no_tma
     assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row
-    assert split["tma"] and split["loops"][0]["mufu"] == 34 and split["loops"][0]["local"] == 0, split
+    assert split["tma"] and [lp["mufu"] for lp in split["loops"]] == [34, 34], split
+    assert all(lp["local"] == 0 for lp in split["loops"]), split

@@ -166,11 +166,21 @@ def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, d, monkeypa
     arch = dispatch.device_arch(torch.device("cuda"))
     if dispatch.family(arch) not in configs.TMA_CAPABLE:
         pytest.skip(f"{arch} has no TMA")
+    from sagebuild.attention.api import launch_plan
+
     q, k, v = _inputs(1, 8, n, d, seed=8, hk=2)
     kw = dict(is_causal=causal, quantization_backend="triton", pv_accum_dtype="fp32", config=config)
+    monkeypatch.setenv(configs.ENV_VAR, config)  # launch_plan reads the config from there
+
+    def kernel() -> str:
+        return launch_plan(q, k, v, is_causal=causal, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32",
+                           quantization_backend="triton")["kernel"]  # fmt: skip
+
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
+    assert kernel() == "portable"
     ref = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
     monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
+    assert kernel() == "portable_tma"  # the comparison is TMA against pointers, not a path with itself
     out = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
     assert (out.float() - ref.float()).abs().max() <= 1e-3
     _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")
@@ -366,6 +376,7 @@ def test_tma_rows_serve_sageattn_on_hopper(d, n, config, k_blk, causal, monkeypa
     q, k, v = _inputs(1, 8, n, d, seed=12, hk=2)
     plan = launch_plan(q, k, v, is_causal=causal)
     assert plan["kernel"] == "portable_tma" and plan["config"] == config, plan
+    assert configs.parse_config(plan["config_spec"]) == configs.LaunchConfig(*config, tma=True), plan
     assert plan["k_blk"] == k_blk and plan["pv_accum"] == "fp32", plan
     out = sageattn(q, k, v, is_causal=causal)
     cfg = configs.LaunchConfig(*plan["config"])

@@ -363,9 +363,11 @@ def test_tma_tiles_match_pointer_tiles(causal, accum, d, monkeypatch):
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
     ref, ref_lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
     monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
+    monkeypatch.setenv(configs.ENV_VAR, cfg.spec())  # the plan of the very launch below
 
     def kernel(k, v):
-        return launch_plan(q, k, v, variant="qk_int8_pv_fp8", quantization_backend="triton")["kernel"]
+        return launch_plan(q, k, v, is_causal=causal, variant="qk_int8_pv_fp8", pv_accum_dtype=accum,
+                           quantization_backend="triton")["kernel"]  # fmt: skip
 
     assert kernel(k, v) == "portable_tma"
     out, lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)

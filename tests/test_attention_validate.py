@@ -174,6 +174,13 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     assert not resolved(head_dim=96).tma  # the split head dim's rows (keyed 96) do not ask for TMA
     assert not resolved(pv="fp16", accum="fp32+fp32").tma
     assert not api._resolve("sm80", 128, "fp8", False, None, 4096, "fp32", True)[1].tma
+    # K/V quantized inside the attention kernel (forced up to 8192 keys): no TMA there, so the
+    # next row serves the call
+    assert api._config_and_fusion("sm90", 128, "fp8", False, None, 4096, "fp32", "auto")[1:] == (row, False)
+    monkeypatch.setenv(configs.FUSE_ENV_VAR, "8192")
+    _, fused_cfg, fused = api._config_and_fusion("sm90", 128, "fp8", False, None, 4096, "fp32", "auto")
+    assert fused and not fused_cfg.tma and fused_cfg.as_tuple() == (64, 64, 4, 3, 168)
+    monkeypatch.delenv(configs.FUSE_ENV_VAR)
     monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
     assert not resolved().tma and not configs.use_tma("Hopper", row)
     monkeypatch.setenv(configs.TMA_ENV_VAR, "1")  # tuning: TMA for any eligible config

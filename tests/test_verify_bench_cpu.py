@@ -165,6 +165,34 @@ def test_bench_cpu_labels_timings_and_applies_no_speed_gate():
     assert rows[(256, "sdpa")].accuracy["cos"] > 0.99999  # SDPA itself is near exact
 
 
+def test_a_provider_failing_while_timed_keeps_its_row_and_place(monkeypatch):
+    """A provider whose first call works (accuracy measured) but which fails while timed becomes
+    an error row at its own place; the others are timed and their speed-ups still come from
+    the SDPA baseline."""
+    from sagebuild.attention import reference
+
+    real = reference.golden_attention
+    calls = {"n": 0}
+
+    def flaky(*args, **kw):
+        if kw.get("variant") == "qk_int8_pv_fp8":
+            calls["n"] += 1
+            if calls["n"] > 1:  # the accuracy call passes, the timed ones fail
+                raise RuntimeError("device lost")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(reference, "golden_attention", flaky)
+    res = bench.run_bench(CPU, bench.config_from_profile(CPU, seq=(64,), heads=1, warmup=1, reps=4, rounds=2))
+    names = [r.provider for r in res.rows]
+    assert names == ["sdpa", *(f"golden:{v}" for v in CPU.kernels)]
+    by = {r.provider: r for r in res.rows}
+    bad = by["golden:qk_int8_pv_fp8"]
+    assert bad.timing is None and bad.error == "RuntimeError: device lost"
+    good = by["golden:qk_int8_pv_fp16"]
+    assert good.timing.reps == 4 and good.error is None
+    assert good.speedup == pytest.approx(by["sdpa"].timing.median_ms / good.timing.median_ms)
+
+
 def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
     """GPU rows carry a launch plan: the CLI table gains a kernel column; CPU rows do not."""
     from rich.console import Console
@@ -305,6 +333,10 @@ def test_launch_plan_says_what_a_call_runs(monkeypatch):
     fp8 = launch_plan(q, k, v, is_causal=True, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32")
     assert fp8["pv_accum"] == "fp32" and fp8["config"] == [32, 128, 4, 1] and fp8["k_blk"] == 128
     assert fp8["kernel"] == "portable" and fp8["quantization"] in ("triton", "extension", "in_kernel")
+    assert fp8["config_spec"] == "32,128,4,1"
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")  # 64 keys: FP8 V rows of 64 bytes, TMA-eligible
+    tma = launch_plan(q, k, v, variant="qk_int8_pv_fp8", quantization_backend="triton")
+    assert tma["kernel"] == "portable_tma" and tma["config_spec"] == "32,128,4,1,tma"
     with pytest.raises(AttentionInputError, match="unknown variant"):
         launch_plan(q, k, v, variant="fp4")
     with pytest.raises(AttentionInputError):

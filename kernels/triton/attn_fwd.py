@@ -18,8 +18,9 @@ One kernel serves every variant through constexpr switches:
   (opt-in, ``configs.fuse_kv``; measured slower on an H200, kept for other GPUs).
 * FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
 * ``USE_TMA``: K and V tiles by tensor descriptors built per program (the TMA engine on NVIDIA
-  sm90+; rows past the sequence arrive as zeros) instead of per-thread copies (opt-in,
-  ``configs.use_tma``).
+  sm90+; rows past the sequence arrive as zeros; one descriptor per channel piece of a split
+  head dim) instead of per-thread copies, where the launch config asks for it (the Hopper
+  table's register-bound rows) or ``SAGEBUILD_TMA=1`` forces it (``configs.use_tma``).
 """
 
 from __future__ import annotations

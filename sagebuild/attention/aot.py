@@ -73,7 +73,9 @@ def _source(
     config: Optional[str] = None,
 ):
     """The attention kernel's source for one arch as a call would compile it: the table's config
-    for ``n_k`` keys, or ``config`` (a config string, ``configs.parse_config``)."""
+    for ``n_k`` keys, or ``config`` (a config string, ``configs.parse_config``). The alignment
+    hints are those of contiguous inputs whose head dim is a multiple of 16, and TMA follows the
+    family and the config (a call also needs a key count that is a multiple of 16)."""
     import triton.language as tl
 
     from sagebuild.kernels.triton import configs
@@ -221,7 +223,9 @@ def sass_loops(sass: str) -> list[dict]:
     """The innermost loops of a SASS listing that issue matrix instructions (``*GMMA``, ``*MMA``):
     one entry per loop with its instruction count, exponentials (``MUFU``: a tile's scores per
     thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf) and local-memory
-    accesses (``LDL``/``STL``: spills), in listing order."""
+    accesses (``LDL``/``STL``: spills), in listing order. A backward branch whose span runs
+    through the kernel's exit is not a loop: TMA kernels place their barrier-wait retry blocks
+    after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)
     ins = [
         (int(m.group(1), 16), re.sub(r"^@!?\w+\s+", "", m.group(2).strip()))
@@ -233,7 +237,8 @@ def sass_loops(sass: str) -> list[dict]:
         m = _BACK_BRANCH.search(text)
         if m and int(m.group(1), 16) < addr and int(m.group(1), 16) in index:
             body = [t for _, t in ins[index[int(m.group(1), 16)] : i + 1]]
-            if any(re.match(r"[A-Z]*MMA\b", t) for t in body):
+            exits = any(re.match(r"(EXIT|RET)\b", t) for t in body)
+            if not exits and any(re.match(r"[A-Z]*MMA\b", t) for t in body):
                 spans.append((index[int(m.group(1), 16)], i, body))
     inner = [sp for sp in spans if not any(o is not sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
     return [

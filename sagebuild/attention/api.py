@@ -10,6 +10,7 @@ launch the compiled kernels without Triton's argument binder (``launcher.launch`
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, NamedTuple, Optional
 
 import torch
@@ -137,6 +138,23 @@ def _resolve(
     return dp, cfg
 
 
+def _config_and_fusion(
+    arch: str, head_dim: int, pv: str, causal: bool, config: Any, n_k: int, pv_accum: str, backend: str
+) -> tuple[int, configs.LaunchConfig, bool]:
+    """(padded head dim, launch config, K/V quantized inside the attention kernel).
+
+    Short sequences may quantize K/V inside the attention kernel (``configs.fuse_kv``: no
+    pre-processing launch at all) unless the extension is asked for by name; otherwise the
+    extension when asked for, else Triton's quantization kernels. A table row that needs TMA
+    assumed K/V quantized beforehand: when the call fuses instead, the next row serves it."""
+    dp, cfg = _resolve(arch, head_dim, pv, causal, config, n_k, pv_accum, backend != "ext")
+    fused = backend in ("auto", "triton") and configs.fuse_kv(cfg, n_k, varlen=False)
+    if fused and cfg.tma:
+        dp, cfg = _resolve(arch, head_dim, pv, causal, config, n_k, pv_accum, False)
+        fused = configs.fuse_kv(cfg, n_k, varlen=False)
+    return dp, cfg, fused
+
+
 class _Plan(NamedTuple):
     """Everything an attention call decides from shapes, strides, dtypes and flags alone."""
 
@@ -215,11 +233,9 @@ def _make_plan(
     d = qv.shape[-1]
     scale = check_sm_scale(sm_scale, d)
     n_k = kv.shape[2]
-    dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, n_k, pv_accum, quantization_backend != "ext")
-    # Short sequences: K/V quantized inside the attention kernel (no pre-processing launch at
-    # all) unless the extension is asked for by name; otherwise the extension when built
-    # ("auto"), else Triton's quantization kernels.
-    fused = quantization_backend in ("auto", "triton") and configs.fuse_kv(cfg, kv.shape[2], varlen=False)
+    dp, cfg, fused = _config_and_fusion(
+        arch, d, pv, bool(is_causal), config, n_k, pv_accum, quantization_backend
+    )
     ops = None if fused else _ext_ops(qv.device, quantization_backend)
     copies = any(t.stride(-1) != 1 for t in (q, k, v))
     ws = None
@@ -584,12 +600,15 @@ def plan_record(
     split: bool,
     quantization: str,
 ) -> dict[str, Any]:
-    """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows)."""
+    """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
+    ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
+    this very launch (with ``,tma`` where the K/V tiles come by TMA)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
         "kernel": kernel,
         "config": list(cfg.as_tuple()),
+        "config_spec": replace(cfg, tma=kernel == "portable_tma").spec(),
         "k_blk": k_blk,
         "split_head_dim": split,
         "quantization": quantization,
