@@ -181,6 +181,12 @@ def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
 B2B_MIN_CALLS = 10
 
 
+def rounds_used(reps: int, rounds: int) -> int:
+    """How many rounds ``time_interleaved`` splits ``reps`` timed calls into: each round has at
+    least one call."""
+    return max(1, min(rounds, reps))
+
+
 def time_interleaved(
     fns: list[Callable[[], Any]], warmup: int, reps: int, rounds: int, device: Any = None
 ) -> list[Timing | Exception]:
@@ -206,7 +212,7 @@ def time_interleaved(
             results[i] = exc
     if gpu:
         torch.cuda.synchronize(device)
-    n_rounds = max(1, min(rounds, reps))
+    n_rounds = rounds_used(reps, rounds)
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
     samples: list[list[float]] = [[] for _ in fns]
     b2b: list[list[float]] = [[] for _ in fns]
@@ -468,6 +474,7 @@ def run_bench(
         "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
     )
     gpu = dev.type == "cuda"
+    n_rounds = rounds_used(cfg.reps, cfg.rounds)
     if gpu and not torch.cuda.is_available():
         raise SagebuildError(
             f"--device {device}: this torch sees no GPU",
@@ -502,7 +509,7 @@ def run_bench(
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
-            f"{cfg.reps} timed in {min(cfg.rounds, cfg.reps)} rounds that time every provider in turn; "
+            f"{cfg.reps} timed in {n_rounds} rounds that time every provider in turn; "
             "median and p20/p80; back-to-back: each round's calls in a row, warm, per call (includes "
             "the host's time where it exceeds the device's), median over rounds"
         )
@@ -517,7 +524,7 @@ def run_bench(
         device_name = None
         method = (
             f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
-            f"{min(cfg.rounds, cfg.reps)} rounds that time every provider in turn; median"
+            f"{n_rounds} rounds that time every provider in turn; median"
         )
         note = (
             "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "
@@ -599,7 +606,7 @@ def run_bench(
                 failed[i] = BenchRow(n, name, kind, None, None, None, None, bounds, _error(e), plan)
                 continue
             ready.append((name, kind, fn, plan, acc, bounds))
-        say(f"seq={n}: timing {len(ready)} providers in {min(cfg.rounds, cfg.reps)} rounds")
+        say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
         timings = time_interleaved(
             [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None
         )

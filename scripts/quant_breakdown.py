@@ -21,7 +21,7 @@ import torch
 from sagebuild.kernels.triton import configs, launcher, layout, quant
 from triton.testing import do_bench
 
-from sagebuild.attention import dispatch
+from sagebuild.attention.api import launch_plan
 from sagebuild.bench import graph_replay_us
 
 DEFAULT_SHAPES = "2x32x4096x128,1x32x16384x128,4x32x8192x64"
@@ -38,9 +38,10 @@ def _row(spec: str, ops, copy_tbps: float) -> str:
     k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
     kd, vd = layout.dense(k), layout.dense(v)
     dp = configs.padded_head_dim(d)
-    family = dispatch.family(dispatch.device_arch(k.device))
-    tma_ok = configs.tma_possible(family)
-    blk = configs.lookup(family, dp, "fp8acc", False, n_k=n, tma_ok=tma_ok).k_blk  # what sageattn would use
+    # K's scale block as the MMA-accumulated FP8 call would quantize it
+    blk = launch_plan(
+        k, k, v, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32", quantization_backend="triton"
+    )["k_blk"]
     key = ("breakdown", spec)  # the launcher's fast path, as attention calls take it
     km, va = quant.kv_stats(kd, vd, dp, True, fp8, key)
     t_mean = _ms(lambda: torch.mean(k, dim=2, dtype=torch.float32))

@@ -54,11 +54,17 @@ def knob_values() -> tuple:
     return tuple(os.environ.get(name) for name in _KNOB_VARS)
 
 
-def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
-    """Whether K/V are quantized inside the attention kernel for this launch."""
+def fuse_kv_keys(n_k: int, varlen: bool) -> bool:
+    """Whether a call's key count lets K/V be quantized inside the attention kernel (the part of
+    ``fuse_kv`` that does not depend on the launch config, known before the config is chosen)."""
     limit = os.environ.get(FUSE_ENV_VAR)
     max_tokens = int(limit) if limit else FUSED_KV_MAX_TOKENS
-    return not varlen and n_k <= max_tokens and cfg.block_n % cfg.k_blk == 0
+    return not varlen and n_k <= max_tokens
+
+
+def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
+    """Whether K/V are quantized inside the attention kernel for this launch."""
+    return fuse_kv_keys(n_k, varlen) and cfg.block_n % cfg.k_blk == 0
 
 
 # K/V tiles by the tensor-memory accelerator (TMA: ``tl.make_tensor_descriptor`` in the portable

@@ -73,25 +73,23 @@ def _source(
     config: Optional[str] = None,
 ):
     """The attention kernel's source for one arch as a call would compile it: the table's config
-    for ``n_k`` keys, or ``config`` (a config string, ``configs.parse_config``). The alignment
-    hints are those of contiguous inputs whose head dim is a multiple of 16, and TMA follows the
-    family and the config (a call also needs a key count that is a multiple of 16)."""
+    for ``n_k`` keys (``api._resolve``, K/V from our Triton quantization), or ``config`` (a
+    config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
+    whose head dim is a multiple of 16; TMA follows the family and the config."""
     import triton.language as tl
 
+    from sagebuild.attention import api
     from sagebuild.kernels.triton import configs
     from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel
 
     fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
     direct = fp8 and accum == "fp32"
-    key = configs.variant_key("fp8" if fp8 else "fp16", accum)
-    dp = configs.padded_head_dim(head_dim)
-    if dp is None:
+    if configs.padded_head_dim(head_dim) is None:
         raise ValueError(f"head dim {head_dim} is above {configs.NATIVE_HEAD_DIMS[-1]}")
-    split = configs.split_head_dim(head_dim, dp)
     # what a call on this arch would run, K/V quantized by our Triton kernels (padded to dp)
-    tma_ok = fp8 and configs.tma_possible(row.family)
-    cfg = configs.lookup(row.family, dp, key, causal, config, split=split, n_k=n_k, tma_ok=tma_ok)
+    dp, cfg = api._resolve(row.name, head_dim, "fp8" if fp8 else "fp16", causal, config, n_k, accum, True)
+    split = configs.split_head_dim(head_dim, dp)
     ptr = {
         "QF": "*fp16",
         "QI": "*fp16",

@@ -145,14 +145,11 @@ def _config_and_fusion(
 
     Short sequences may quantize K/V inside the attention kernel (``configs.fuse_kv``: no
     pre-processing launch at all) unless the extension is asked for by name; otherwise the
-    extension when asked for, else Triton's quantization kernels. A table row that needs TMA
-    assumed K/V quantized beforehand: when the call fuses instead, the next row serves it."""
-    dp, cfg = _resolve(arch, head_dim, pv, causal, config, n_k, pv_accum, backend != "ext")
-    fused = backend in ("auto", "triton") and configs.fuse_kv(cfg, n_k, varlen=False)
-    if fused and cfg.tma:
-        dp, cfg = _resolve(arch, head_dim, pv, causal, config, n_k, pv_accum, False)
-        fused = configs.fuse_kv(cfg, n_k, varlen=False)
-    return dp, cfg, fused
+    extension when asked for, else Triton's quantization kernels. Rows that need TMA read K/V
+    quantized beforehand by the Triton kernels, so a call that may fuse never takes them."""
+    may_fuse = backend in ("auto", "triton") and configs.fuse_kv_keys(n_k, varlen=False)
+    dp, cfg = _resolve(arch, head_dim, pv, causal, config, n_k, pv_accum, backend != "ext" and not may_fuse)
+    return dp, cfg, may_fuse and configs.fuse_kv(cfg, n_k, varlen=False)
 
 
 class _Plan(NamedTuple):
