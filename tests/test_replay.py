@@ -57,7 +57,7 @@ def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
     reps = [r for r in api._REPLAYS.values() if r is not None]
     assert reps, "the call was not recorded as replayable"
     # on a GPU every launch is bound to its compiled kernel (no launcher cache lookup per replay)
-    bound = [item[-1] is not None for item in reps[0].launches if item[0] == "launch"]
+    bound = [item[-1] is not None for item in reps[0].launches]
     assert bound and all(bound) == GPU
     b, c = _qkv(2, nhd=nhd), _qkv(3, nhd=nhd)
     out_b, out_c = fn(*b, **kw), fn(*c, **kw)  # replayed
@@ -82,10 +82,11 @@ def test_kv_quantized_in_the_kernel_replays(monkeypatch):
 
 
 def test_tma_tiles_replay(monkeypatch):
-    """K/V loaded by tensor descriptors replay like the rest: the recorded call set up Triton's
-    scratch allocator (the descriptors are built on the device) and its replays issue the bound
-    TMA launches on new buffers. On a GPU the table's TMA row at 4096 keys (Hopper) or any
-    config with SAGEBUILD_TMA=1; in the interpreter the forced small config."""
+    """K/V loaded by tensor descriptors replay like the rest: the recorded launch holds host-built
+    descriptors over the call's K/V buffers; the replay keeps only their specs and builds them
+    over each replay's new buffers, then matches a fresh call. On a GPU
+    the table's TMA row at 4096 keys (Hopper) or any config with SAGEBUILD_TMA=1; in the
+    interpreter the forced small config."""
     from sagebuild.attention.api import launch_plan
 
     monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
@@ -100,8 +101,12 @@ def test_tma_tiles_replay(monkeypatch):
     FP8(*a, **kw)
     FP8(*a, **kw)  # recorded
     reps = [r for r in api._REPLAYS.values() if r is not None]
-    assert reps  # the interpreter needs no scratch allocator; a GPU's descriptors do
-    assert any(item[0] == "allocator" for item in reps[0].launches) == GPU
+    assert reps
+    descs = [d for item in reps[0].launches for d in item[4]]  # (position, tensor index, spec)
+    assert len(descs) == 4  # K, V and their second channel pieces (the same boxes unsplit)
+    assert all(i >= replay._INPUTS for _, i, _ in descs)  # the call's own K/V buffers
+    templates = [(pos, item[2]) for item in reps[0].launches for pos, _, _ in item[4]]
+    assert all(t[pos] is None for pos, t in templates)  # no recorded descriptor is reused
     b = _qkv(2, n=n, d=d)
     out = FP8(*b, **kw)  # replayed
     api.clear_caches()

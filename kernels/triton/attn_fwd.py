@@ -17,9 +17,9 @@ One kernel serves every variant through constexpr switches:
 * ``KV_FUSED``: K (and V for FP8) arrive in 16 bits and are quantized tile by tile in here
   (opt-in, ``configs.fuse_kv``; measured slower on an H200, kept for other GPUs).
 * FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
-* ``USE_TMA``: K and V tiles by tensor descriptors built per program (the TMA engine on NVIDIA
-  sm90+; rows past the sequence arrive as zeros; one descriptor per channel piece of a split
-  head dim) instead of per-thread copies, where the launch config asks for it (the Hopper
+* ``USE_TMA``: K and V tiles by tensor descriptors built on the host over every head's rows (the
+  TMA engine on NVIDIA sm90+; one descriptor per channel piece of a split head dim) instead of
+  per-thread copies, where the launch config asks for it (the Hopper
   table's register-bound rows) or ``SAGEBUILD_TMA=1`` forces it (``configs.use_tma``).
 """
 
@@ -114,6 +114,8 @@ def _attn_tiles(
     v_desc,
     k2_desc,
     v2_desc,
+    k_row0,
+    v_row0,
     USE_TMA: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
@@ -155,8 +157,8 @@ def _attn_tiles(
             off = tl.zeros_like(qs)
         else:
             k_rows = K + k_base + cols[:, None] * stride_kn
-            if USE_TMA:  # the copy engine fetches the tile; rows past n_k arrive as zeros
-                k = k_desc.load([start_n, 0])
+            if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
+                k = k_desc.load([k_row0 + start_n, 0])
             else:
                 k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
             # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
@@ -166,7 +168,7 @@ def _attn_tiles(
             si = tl.dot(q, tl.trans(k)) + MAGIC_I
             if SPLIT_D:  # the second channel piece accumulates onto the first
                 if USE_TMA:
-                    k2 = k2_desc.load([start_n, 0])
+                    k2 = k2_desc.load([k_row0 + start_n, BLOCK_D // 2])
                 else:
                     k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
                 si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
@@ -201,7 +203,7 @@ def _attn_tiles(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
-            v = tl.trans(v_desc.load([0, start_n]))
+            v = tl.trans(v_desc.load([v_row0, start_n]))
         else:
             v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
         if PV_FP8 and KV_FUSED:
@@ -214,7 +216,7 @@ def _attn_tiles(
         acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
         if SPLIT_D:
             if USE_TMA:
-                v2 = tl.trans(v2_desc.load([0, start_n]))
+                v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, start_n]))
             else:
                 v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
             acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
@@ -236,6 +238,10 @@ def _attn_fwd_kernel(
     LSE,
     CUQ,
     CUK,
+    KD,
+    VD,
+    KD2,
+    VD2,
     stride_qb,
     stride_qh,
     stride_qn,
@@ -356,32 +362,12 @@ def _attn_fwd_kernel(
             vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
             vinv_row = vs_row
 
-        if USE_TMA:  # FP8 P·V with pre-quantized K/V (both padded to BLOCK_D), NVIDIA sm90+
-            # one descriptor per channel piece: channels [0, D1) and, SPLIT_D, [D1, D1 + D2)
-            k_desc = tl.make_tensor_descriptor(
-                K + k_base, shape=[n_k, D1], strides=[stride_kn, 1], block_shape=[BLOCK_N, D1]
-            )
-            v_desc = tl.make_tensor_descriptor(
-                V + v_base, shape=[D1, n_k], strides=[stride_vd, 1], block_shape=[D1, BLOCK_N]
-            )
-            if SPLIT_D:
-                k2_desc = tl.make_tensor_descriptor(
-                    K + k_base + D1, shape=[n_k, D2], strides=[stride_kn, 1], block_shape=[BLOCK_N, D2]
-                )
-                v2_desc = tl.make_tensor_descriptor(
-                    V + v_base + D1 * stride_vd,
-                    shape=[D2, n_k],
-                    strides=[stride_vd, 1],
-                    block_shape=[D2, BLOCK_N],
-                )
-            else:
-                k2_desc = k_desc
-                v2_desc = v_desc
+        if USE_TMA:  # host-built descriptors over every head: K rows (b, h, n), FP8 V rows (b, h, d)
+            k_row0 = (kv_bh * N_K).to(tl.int32)
+            v_row0 = (kv_bh * BLOCK_D).to(tl.int32)
         else:
-            k_desc = K
-            v_desc = V
-            k2_desc = K
-            v2_desc = V
+            k_row0 = 0
+            v_row0 = 0
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
         if CAUSAL:
@@ -431,10 +417,12 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
-            k_desc,
-            v_desc,
-            k2_desc,
-            v2_desc,
+            KD,
+            VD,
+            KD2,
+            VD2,
+            k_row0,
+            v_row0,
             USE_TMA,
         )
         acc, acc2, l_i, m_i = _attn_tiles(
@@ -477,10 +465,12 @@ def _attn_fwd_kernel(
             P_DTYPE,
             PV_DIRECT,
             SPLIT_D,
-            k_desc,
-            v_desc,
-            k2_desc,
-            v2_desc,
+            KD,
+            VD,
+            KD2,
+            VD2,
+            k_row0,
+            v_row0,
             USE_TMA,
         )
 
@@ -549,13 +539,42 @@ def tma_layout_ok(pv_fp8: bool, fused: bool, v_row_stride: int) -> bool:
 
 def tma_eligible(kv: QuantizedKV, head_dim_pad: int, pv_fp8: bool) -> bool:
     """Whether a launch can read these K/V buffers by tensor descriptors: ``tma_layout_ok``, and
-    both padded to head_dim_pad, K's token stride a multiple of 16 bytes, V channel-major."""
+    both as ``layout.empty_like_view`` lays dense sequences out: K [B, H, N, Dp] and FP8 V
+    [B, H, Dp, N], each contiguous (one descriptor spans every head: ``_kv_descriptors``)."""
+    k, v = kv.k, kv.v
+    dn = head_dim_pad * k.max_len  # one head's elements
     return (
-        tma_layout_ok(pv_fp8, kv.fused, kv.v.stride_d)
-        and kv.k.head_dim == head_dim_pad
-        and kv.v.head_dim == head_dim_pad
-        and kv.k.stride_n % 16 == 0
-        and kv.v.stride_n == 1
+        tma_layout_ok(pv_fp8, kv.fused, v.stride_d)
+        and not k.is_varlen
+        and k.head_dim == head_dim_pad
+        and v.head_dim == head_dim_pad
+        and (k.stride_n, k.stride_h, k.stride_b) == (head_dim_pad, dn, k.heads * dn)
+        and (v.stride_n, v.stride_d, v.stride_h, v.stride_b) == (1, k.max_len, dn, v.heads * dn)
+    )
+
+
+def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: bool) -> tuple:
+    """Host-built tensor descriptors (K, V, K's and V's second channel piece) over every head's
+    rows (``tma_eligible`` layouts): the kernel takes them as launch parameters, so no program
+    writes a descriptor to global scratch and fences it before its first load, and a call needs
+    no scratch allocation. A K tile past a head's last key reads the next head's rows (those
+    scores are masked); V's key axis ends at N, so its tiles there arrive as zeros."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    d1 = head_dim_pad // 2 if split else head_dim_pad
+    n = kv.k.max_len
+    k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
+    v_shape, v_strides = [kv.v.batch * kv.v.heads * head_dim_pad, n], [n, 1]
+    kd = TensorDescriptor(kv.k.t, k_shape, k_strides, [block_n, d1])
+    vd = TensorDescriptor(kv.v.t, v_shape, v_strides, [d1, block_n])
+    if not split:
+        return kd, vd, kd, vd
+    d2 = head_dim_pad // 4
+    return (
+        kd,
+        vd,
+        TensorDescriptor(kv.k.t, k_shape, k_strides, [block_n, d2]),
+        TensorDescriptor(kv.v.t, v_shape, v_strides, [d2, block_n]),
     )
 
 
@@ -622,8 +641,10 @@ def attention_forward(
             USE_TMA=tma,
         ),
     )
-    if tma and q.t.is_cuda:
-        launcher.ensure_allocator()
+    if tma:
+        descs = _kv_descriptors(kv, head_dim_pad, cfg.block_n, consts["SPLIT_D"])
+    else:  # unused by the kernel
+        descs = (kv.k.t, kv.v.t, kv.k.t, kv.v.t)
     launcher.launch(
         _attn_fwd_kernel,
         grid,
@@ -640,6 +661,7 @@ def attention_forward(
             lse if lse is not None else dummy,
             q.cu,
             kv.k.cu,
+            *descs,
             *q.strides(),
             *qi.strides(),
             *kv.k.strides(),

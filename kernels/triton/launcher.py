@@ -71,7 +71,7 @@ _tls = threading.local()
 
 
 def start_recording(into: list) -> None:
-    """Append every launch (and allocator setup) of this thread to ``into`` until
+    """Append every launch of this thread to ``into`` until
     ``stop_recording``, issuing them with torch's dispatch modes off (``attention.replay``
     watches the ops between them)."""
     _tls.recording = into
@@ -180,24 +180,6 @@ def forget_constexprs() -> None:
     _constexprs.clear()
 
 
-def ensure_allocator() -> None:
-    """Give Triton an allocator for kernels that need global scratch (tensor descriptors built
-    on the device take 128 bytes each), unless the caller has set one: Triton's default refuses
-    every allocation. Triton keeps it in a context variable, so this runs before each such launch."""
-    import triton.runtime._allocation as alloc
-
-    recording = getattr(_tls, "recording", None)
-    if recording is not None:
-        recording.append(("allocator",))
-    if alloc._allocator.get() is alloc._NULL_ALLOCATOR:
-        alloc.set_allocator(_torch_scratch)
-
-
-def _torch_scratch(size: int, alignment: int, stream: Optional[int]) -> torch.Tensor:
-    """Scratch from torch's caching allocator on the current device (256-byte aligned)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for host code (grids, block counts): ``triton.cdiv`` is a
     ``constexpr_function`` in Triton 3.6, whose wrapper costs microseconds per call on the host
@@ -216,7 +198,6 @@ __all__ = [
     "cached_launches",
     "cdiv",
     "constexprs",
-    "ensure_allocator",
     "forget_constexprs",
     "hooks_installed",
     "launch",

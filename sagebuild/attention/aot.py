@@ -51,9 +51,10 @@ def _ast_source(
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             signature[name] = "constexpr"
-        elif name in ptr:
+        elif name in ptr:  # pointers (16-byte aligned) and tensor descriptors
             signature[name] = ptr[name]
-            attrs[(i,)] = div16
+            if ptr[name].startswith("*"):
+                attrs[(i,)] = div16
         elif name in floats:
             signature[name] = "fp32"
         else:
@@ -104,6 +105,19 @@ def _source(
         "CUQ": "*i32",
         "CUK": "*i32",
     }
+    tma = fp8 and configs.use_tma(row.family, cfg)
+    v_type = _fp8_type(row) if fp8 else "fp16"
+    if tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
+        d1 = dp // 2 if split else dp
+        d2 = dp // 4 if split else dp
+        ptr |= {
+            "KD": f"tensordesc<i8[{cfg.block_n}, {d1}]>",
+            "VD": f"tensordesc<{v_type}[{d1}, {cfg.block_n}]>",
+            "KD2": f"tensordesc<i8[{cfg.block_n}, {d2}]>",
+            "VD2": f"tensordesc<{v_type}[{d2}, {cfg.block_n}]>",
+        }
+    else:  # the K/V pointers again, unused
+        ptr |= {"KD": "*i8", "VD": f"*{v_type}", "KD2": "*i8", "VD2": f"*{v_type}"}
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": dp,
@@ -125,7 +139,7 @@ def _source(
         "P_DTYPE": tl.float16,
         "PV_DIRECT": direct,
         "SPLIT_D": split,
-        "USE_TMA": fp8 and configs.use_tma(row.family, cfg),
+        "USE_TMA": tma,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from sagebuild.kernels.triton import launcher
 
@@ -58,9 +59,10 @@ class Replay:
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
         # a flat allocation no argument uses whole
         self.groups = groups
-        # ("launch", fn, grid, args as a list with None for tensors, [(position, tensor index)],
-        # constexprs, key, options, the launch bound to its compiled kernel or None:
-        # ``launcher.bind``) or ("allocator",) where the call set up Triton's scratch allocator
+        # (fn, grid, args as a list with None for tensors and tensor descriptors, [(position,
+        # tensor index)] for tensors, [(position, tensor index, (shape, strides, block shape,
+        # padding))] for descriptors (rebuilt on the new buffer), constexprs, key, options, the
+        # launch bound to its compiled kernel or None: ``launcher.bind``)
         self.launches = launches
         self.outputs = outputs  # tensor index, or a tuple of them
         self.blank = [None] * views
@@ -75,14 +77,12 @@ class Replay:
                 vals[_INPUTS + vid] = base.as_strided(vsize, vstride, voff)
         direct = self.index is not None and not launcher.hooks_installed()
         stream = launcher.raw_stream(self.index) if direct else 0
-        for item in self.launches:
-            if item[0] == "allocator":
-                launcher.ensure_allocator()
-                continue
-            _, fn, grid, template, slots, constexprs, key, options, bound = item
+        for fn, grid, template, slots, descs, constexprs, key, options, bound in self.launches:
             args = template.copy()
             for pos, i in slots:
                 args[pos] = vals[i]
+            for pos, i, spec in descs:
+                args[pos] = TensorDescriptor(vals[i], *spec)
             if direct and bound is not None:
                 launcher.run_bound(bound, args, stream)
             else:
@@ -127,23 +127,26 @@ class Recorder:
 
         dev = inputs[0].device
         launches = []
-        for item in self.launches:
-            if item[0] == "allocator":
-                launches.append(item)
-                continue
-            _, fn, grid, args, constexprs, key, options = item
-            slots = []
+
+        def index(a: torch.Tensor) -> int:
+            idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
+                        and a.dtype == t.dtype), None)  # fmt: skip
+            return idx if idx is not None else _INPUTS + view_id(a)
+
+        launches = []
+        for _, fn, grid, args, constexprs, key, options in self.launches:
+            slots, descs = [], []
             for pos, a in enumerate(args):
-                if not isinstance(a, torch.Tensor):
-                    continue
-                idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
-                            and a.dtype == t.dtype), None)  # fmt: skip
-                slots.append((pos, idx if idx is not None else _INPUTS + view_id(a)))
-            template = [None if isinstance(a, torch.Tensor) else a for a in args]
+                if isinstance(a, torch.Tensor):
+                    slots.append((pos, index(a)))
+                elif isinstance(a, TensorDescriptor):
+                    spec = (list(a.shape), list(a.strides), list(a.block_shape), a.padding)
+                    descs.append((pos, index(a.base), spec))
+            template = [None if isinstance(a, (torch.Tensor, TensorDescriptor)) else a for a in args]
             bound = (
                 None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
             )
-            launches.append(("launch", fn, grid, template, tuple(slots), constexprs, key, options, bound))
+            launches.append((fn, grid, template, tuple(slots), tuple(descs), constexprs, key, options, bound))
         outs = result if isinstance(result, tuple) else (result,)
         if not all(isinstance(t, torch.Tensor) for t in outs):
             return None
