@@ -45,6 +45,9 @@ class BenchConfig:
     # the timed calls are split into up to this many rounds, each timing every provider in turn
     # (``time_interleaved``): drift of the machine hits every provider alike
     rounds: int = 5
+    # seconds of back-to-back calls per provider and round for the sustained time (0: not
+    # measured): long enough for the GPU to settle at its power limit (``time_interleaved``)
+    sustain_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -95,9 +98,12 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
         raise SagebuildError(
             f"--layout {cfg.layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
         )
-    if min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1 or cfg.warmup < 0:
+    if (
+        min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
+        or min(cfg.warmup, cfg.sustain_s) < 0
+    ):
         raise SagebuildError(
-            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup ≥ 0)",
+            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
             fix="e.g. --batch 1 --heads 16 --head-dim 64",
             code=Exit.USAGE,
         )
@@ -119,13 +125,18 @@ class Timing:
     the time per call of calls issued back to back, warm (``time_interleaved``: a burst per
     round, at least ``B2B_MIN_CALLS`` long; the median over rounds). Cold calls are each preceded
     by an L2 flush long enough to hide the host's time for one call, so they measure the device;
-    back-to-back calls measure the slower of host and device, what a loop of small calls sees."""
+    back-to-back calls measure the slower of host and device, what a loop of small calls sees.
+    ``sustained_ms`` (``--sustain``): per call over the second half of seconds of back-to-back
+    calls, the median over rounds: the GPU at its power limit, where clocks fall by how much
+    power a kernel draws (on an H200 SDPA's cuDNN kernel ran at 1.3–1.6 GHz there, ours at
+    1.8–1.97: docs/performance.md run 17), what a long job sees."""
 
     median_ms: float
     p20_ms: float
     p80_ms: float
     reps: int
     back_to_back_ms: Optional[float] = None
+    sustained_ms: Optional[float] = None
 
     @classmethod
     def from_samples(cls, ms: list[float]) -> Timing:
@@ -181,6 +192,23 @@ def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
 B2B_MIN_CALLS = 10
 
 
+def _gpu_sustained(fn: Callable[[], Any], seconds: float, per_call_ms: float, device: Any) -> float:
+    """Time per call (ms) over the second half of ``seconds`` of back-to-back calls (the first
+    half brings the GPU to the clocks its power limit allows for this kernel)."""
+    import torch
+
+    half = max(B2B_MIN_CALLS, int(seconds * 1e3 / max(per_call_ms, 1e-3) / 2))
+    mid, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(half):
+        fn()
+    mid.record()
+    for _ in range(half):
+        fn()
+    last.record()
+    torch.cuda.synchronize(device)
+    return mid.elapsed_time(last) / half
+
+
 def rounds_used(reps: int, rounds: int) -> int:
     """How many rounds ``time_interleaved`` splits ``reps`` timed calls into: each round has at
     least one call."""
@@ -188,15 +216,21 @@ def rounds_used(reps: int, rounds: int) -> int:
 
 
 def time_interleaved(
-    fns: list[Callable[[], Any]], warmup: int, reps: int, rounds: int, device: Any = None
+    fns: list[Callable[[], Any]],
+    warmup: int,
+    reps: int,
+    rounds: int,
+    device: Any = None,
+    sustain_s: float = 0.0,
 ) -> list[Timing | Exception]:
     """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
     ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
     turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
     ratios stay fair. On a CUDA/HIP ``device``: cold per-call device times (L2 flushed before
     each call) and, per round, the back-to-back time per call of a burst of the round's calls
-    (at least ``B2B_MIN_CALLS``); its median is ``back_to_back_ms``. Elsewhere: CPU wall clock
-    per call."""
+    (at least ``B2B_MIN_CALLS``); its median is ``back_to_back_ms``; with ``sustain_s`` > 0 also
+    that many seconds of calls per round (``_gpu_sustained``), whose median is ``sustained_ms``.
+    Elsewhere: CPU wall clock per call."""
     gpu = device is not None and getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
@@ -216,6 +250,7 @@ def time_interleaved(
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
     samples: list[list[float]] = [[] for _ in fns]
     b2b: list[list[float]] = [[] for _ in fns]
+    sustained: list[list[float]] = [[] for _ in fns]
     for n in counts:
         for i, fn in enumerate(fns):
             if results[i] is not None:
@@ -224,6 +259,8 @@ def time_interleaved(
                 if gpu:
                     samples[i] += _gpu_cold_samples(fn, n, flush, device)
                     b2b[i].append(_gpu_back_to_back(fn, max(n, B2B_MIN_CALLS), device))
+                    if sustain_s > 0:
+                        sustained[i].append(_gpu_sustained(fn, sustain_s, b2b[i][-1], device))
                 else:
                     samples[i] += _cpu_samples(fn, n)
             except Exception as exc:  # noqa: BLE001
@@ -235,6 +272,7 @@ def time_interleaved(
             continue
         timing = Timing.from_samples(samples[i])
         timing.back_to_back_ms = statistics.median(b2b[i]) if b2b[i] else None
+        timing.sustained_ms = statistics.median(sustained[i]) if sustained[i] else None
         out.append(timing)
     return out
 
@@ -305,6 +343,7 @@ class BenchRow:
     bounds: Optional[dict[str, float]] = None
     error: Optional[str] = None
     plan: Optional[dict[str, Any]] = None  # what ran: ``sagebuild.attention.api.launch_plan``
+    sustained_speedup: Optional[float] = None  # SDPA's sustained time / this one's (``--sustain``)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -512,6 +551,12 @@ def run_bench(
             f"{cfg.reps} timed in {n_rounds} rounds that time every provider in turn; "
             "median and p20/p80; back-to-back: each round's calls in a row, warm, per call (includes "
             "the host's time where it exceeds the device's), median over rounds"
+            + (
+                f"; sustained: per call over the second half of {cfg.sustain_s:g} s of back-to-back "
+                "calls per round (the GPU at its power limit), median over rounds"
+                if cfg.sustain_s > 0
+                else ""
+            )
         )
         note = (
             f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "
@@ -608,16 +653,13 @@ def run_bench(
             ready.append((name, kind, fn, plan, acc, bounds))
         say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
         timings = time_interleaved(
-            [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None
+            [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
         )
-        base_ms = next(
-            (
-                t.median_ms
-                for (_, kind, *_), t in zip(ready, timings)
-                if kind == "baseline" and isinstance(t, Timing)
-            ),
+        base = next(
+            (t for (_, kind, *_), t in zip(ready, timings) if kind == "baseline" and isinstance(t, Timing)),
             None,
         )
+        base_ms = base.median_ms if base is not None else None
         timed = iter(zip(ready, timings))
         for i in range(len(providers)):
             if i in failed:
@@ -629,7 +671,14 @@ def run_bench(
                 continue
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
             speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
-            rows.append(BenchRow(n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan))
+            sus = None
+            if kind != "baseline" and base is not None and base.sustained_ms and timing.sustained_ms:
+                sus = base.sustained_ms / timing.sustained_ms
+            rows.append(
+                BenchRow(
+                    n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan, sustained_speedup=sus
+                )
+            )
         del q, k, v, ref, ready, providers, timings  # each length's buffers go before the next
     failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu)
     return BenchResult(

@@ -210,8 +210,16 @@ def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
         return next(line for line in text.splitlines() if "provider" in line)
 
     assert "kernel" not in header(out.export_text())
-    plan = {"variant": "qk_int8_pv_fp8", "pv_accum": "fp32", "kernel": "portable", "config": [64, 128, 4, 3],
-            "k_blk": 128, "split_head_dim": False, "quantization": "triton", "table_version": "t"}
+    plan = {
+        "variant": "qk_int8_pv_fp8",
+        "pv_accum": "fp32",
+        "kernel": "portable",
+        "config": [64, 128, 4, 3],
+        "k_blk": 128,
+        "split_head_dim": False,
+        "quantization": "triton",
+        "table_version": "t",
+    }
     res.rows[1] = dataclasses.replace(res.rows[1], plan=plan)
     out = Console(record=True, width=200)
     monkeypatch.setattr(bench_cmd, "console", out)
@@ -258,6 +266,29 @@ def test_back_to_back_times_show_where_measured():
     head, cells = bench_table(d)
     col = head.index("back-to-back ms")
     assert [row[col] for row in cells] == ["0.0421"] + ["–"] * (len(cells) - 1)
+
+
+def test_sustained_times_show_where_measured():
+    """``--sustain``: GPU rows carry the sustained time per call and its ratio to SDPA's, shown
+    as one column ("ms (ratio×)"); without it (and on CPU, where nothing is sustained) no column;
+    a negative duration is a usage error."""
+    from sagebuild.report.render import bench_table
+
+    res = bench.run_bench(
+        CPU, bench.config_from_profile(CPU, seq=(64,), heads=1, warmup=0, reps=1, sustain_s=0.5)
+    )
+    assert all(r.timing.sustained_ms is None and r.sustained_speedup is None for r in res.rows)
+    assert "sustained ms" not in bench_table(res.to_dict())[0]
+    base = dataclasses.replace(res.rows[0].timing, sustained_ms=0.975)
+    ours = dataclasses.replace(res.rows[1].timing, sustained_ms=0.8804)
+    res.rows[0] = dataclasses.replace(res.rows[0], timing=base)
+    res.rows[1] = dataclasses.replace(res.rows[1], timing=ours, sustained_speedup=0.975 / 0.8804)
+    head, cells = bench_table(res.to_dict())
+    col = head.index("sustained ms")
+    assert [row[col] for row in cells[:2]] == ["0.9750", "0.8804 (1.107×)"]
+    assert all(row[col] == "–" for row in cells[2:])
+    with pytest.raises(SagebuildError, match="sustain"):
+        bench.config_from_profile(CPU, sustain_s=-1.0)
 
 
 def test_bench_accuracy_gate_exit_40():

@@ -31,6 +31,21 @@ def test_verify_every_variant_on_the_gpu():
             assert r.dtype == "float16" and r.device.startswith("cuda")
 
 
+def test_bench_gpu_sustained_times():
+    """``sustain_s``: every row gets a sustained time per call (seconds of back-to-back calls at
+    the power limit) and every non-baseline row its ratio to SDPA's sustained time."""
+    prof = _profile()
+    cfg = bench.config_from_profile(prof, seq=(2048,), warmup=2, reps=4, rounds=2, sustain_s=0.2)
+    res = bench.run_bench(prof, cfg)
+    base = next(r for r in res.rows if r.kind == "baseline")
+    for r in res.rows:
+        assert r.error is None, r.error
+        assert r.timing.sustained_ms is not None and r.timing.sustained_ms > 0
+        if r is not base:
+            assert r.sustained_speedup == pytest.approx(base.timing.sustained_ms / r.timing.sustained_ms)
+    assert "sustained" in res.method
+
+
 def test_bench_gpu_rows_backend_and_timing():
     prof = _profile()
     cfg = bench.config_from_profile(prof, seq=(1024, 4096), warmup=5, reps=20)

@@ -17,6 +17,7 @@ from sagebuild.cli.common import (
     RepsOpt,
     RoundsOpt,
     SeqOpt,
+    SustainOpt,
     WarmupOpt,
     console,
     emit_json,
@@ -90,6 +91,7 @@ def register(app: typer.Typer) -> None:
         warmup: WarmupOpt = None,
         reps: RepsOpt = None,
         rounds: RoundsOpt = None,
+        sustain: SustainOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out: Annotated[
@@ -120,6 +122,7 @@ def register(app: typer.Typer) -> None:
             warmup=warmup,
             reps=reps,
             rounds=rounds,
+            sustain_s=sustain,
             seed=seed,
         )
         with status("benchmarking", json_out) as say:

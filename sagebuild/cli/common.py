@@ -69,6 +69,14 @@ HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Bench hea
 CausalOpt = Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Bench with a causal mask.")]
 WarmupOpt = Annotated[Optional[int], typer.Option("--warmup", help="Bench warm-up calls (default: profile).")]
 RepsOpt = Annotated[Optional[int], typer.Option("--reps", help="Bench timed calls (default: profile).")]
+SustainOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--sustain",
+        help="Also time each provider over this many seconds of back-to-back calls per round: the "
+        "GPU at its power limit, what a long job sees (GPU only; default 0 = off).",
+    ),
+]
 RoundsOpt = Annotated[
     Optional[int],
     typer.Option(

@@ -65,6 +65,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "median ms",
         "p20–p80 ms",
         "back-to-back ms",
+        "sustained ms",
         "TFLOPS",
         "speed-up",
         "cos",
@@ -84,6 +85,8 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _f(t and t["median_ms"]),
                 f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
                 _f(t and t.get("back_to_back_ms")),
+                _f(t and t.get("sustained_ms"))
+                + (f" ({r['sustained_speedup']:.3f}×)" if r.get("sustained_speedup") is not None else ""),
                 f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
                 _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else ""),
                 _f(a.get("cos"), 6),
@@ -94,11 +97,12 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         )
         if r.get("error"):
             rows[-1][head.index("median ms")] = "error: " + r["error"].splitlines()[0][:80]
-    col = head.index("back-to-back ms")
-    if all(row[col] == "–" for row in rows):  # measured on GPUs only
-        head.pop(col)
-        for row in rows:
-            row.pop(col)
+    for name in ("back-to-back ms", "sustained ms"):  # measured on GPUs only (sustained: --sustain)
+        col = head.index(name)
+        if all(row[col] == "–" for row in rows):
+            head.pop(col)
+            for row in rows:
+                row.pop(col)
     return head, rows
 
 
