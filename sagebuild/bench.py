@@ -215,6 +215,14 @@ def rounds_used(reps: int, rounds: int) -> int:
     return max(1, min(rounds, reps))
 
 
+def _round_order(n: int, r: int) -> list[int]:
+    """Round r times the functions starting from the (r mod n)-th: each follows a different one
+    from round to round. A GPU at its power limit runs a kernel at the clock the previous
+    kernel's burst left (docs/performance.md run 17); a fixed order would always hand the
+    second function the first one's power state."""
+    return [(r + j) % n for j in range(n)]
+
+
 def time_interleaved(
     fns: list[Callable[[], Any]],
     warmup: int,
@@ -226,11 +234,12 @@ def time_interleaved(
     """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
     ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
     turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
-    ratios stay fair. On a CUDA/HIP ``device``: cold per-call device times (L2 flushed before
-    each call) and, per round, the back-to-back time per call of a burst of the round's calls
-    (at least ``B2B_MIN_CALLS``); its median is ``back_to_back_ms``; with ``sustain_s`` > 0 also
-    that many seconds of calls per round (``_gpu_sustained``), whose median is ``sustained_ms``.
-    Elsewhere: CPU wall clock per call."""
+    ratios stay fair (each round starts from the next function: ``_round_order``). On a CUDA/HIP
+    ``device``: cold per-call device times (L2 flushed before each call) and, per round, the
+    back-to-back time per call of a burst of the round's calls (at least ``B2B_MIN_CALLS``); its
+    median is ``back_to_back_ms``; with ``sustain_s`` > 0 also that many seconds of calls per
+    round (``_gpu_sustained``), whose median is ``sustained_ms``. Elsewhere: CPU wall clock per
+    call."""
     gpu = device is not None and getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
@@ -251,8 +260,9 @@ def time_interleaved(
     samples: list[list[float]] = [[] for _ in fns]
     b2b: list[list[float]] = [[] for _ in fns]
     sustained: list[list[float]] = [[] for _ in fns]
-    for n in counts:
-        for i, fn in enumerate(fns):
+    for r, n in enumerate(counts):
+        for i in _round_order(len(fns), r):
+            fn = fns[i]
             if results[i] is not None:
                 continue
             try:

@@ -88,9 +88,10 @@ def test_timing_quantiles_and_flops():
 
 
 def test_providers_are_timed_in_interleaved_rounds():
-    """Every provider is timed in every round (a drifting machine hits all alike): warm-ups
-    first, then reps split into rounds; a provider that raises keeps its exception and the
-    others go on; rounds are capped by reps."""
+    """Every provider is timed in every round (a drifting machine hits all alike), each round
+    starting from the next provider (none always follows the same one): warm-ups first, then
+    reps split into rounds; a provider that raises keeps its exception and the others go on;
+    rounds are capped by reps."""
     calls: list[str] = []
 
     def make(name, fail_at=None):
@@ -101,12 +102,14 @@ def test_providers_are_timed_in_interleaved_rounds():
 
         return fn
 
-    a, b, c = make("a"), make("b"), make("c", fail_at=4)
-    ta, tb, tc = bench.time_interleaved([a, b, c], warmup=1, reps=5, rounds=2)
+    a, b, c = make("a"), make("b"), make("c", fail_at=6)
+    ta, tb, tc = bench.time_interleaved([a, b, c], warmup=1, reps=7, rounds=3)
     assert calls[:3] == ["a", "b", "c"]  # warm-up
-    # round 1 takes 3 calls each (5 = 3 + 2), round 2 two; c fails on its 4th call overall
-    assert calls[3:] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3 + ["a"] * 2 + ["b"] * 2
-    assert ta.reps == tb.reps == 5 and ta.back_to_back_ms is None
+    # 7 = 3 + 2 + 2 calls per round; round 2 runs b, c, a and c fails on its 6th call overall
+    # (warm-up, 3, then the 2nd of round 2); round 3 would start from c, which is not called again
+    order = ["a"] * 3 + ["b"] * 3 + ["c"] * 3 + ["b"] * 2 + ["c"] * 2 + ["a"] * 2 + ["a"] * 2 + ["b"] * 2
+    assert calls[3:] == order
+    assert ta.reps == tb.reps == 7 and ta.back_to_back_ms is None
     assert isinstance(tc, RuntimeError) and "c broke" in str(tc)
     calls.clear()
     (t,) = bench.time_interleaved([make("a")], warmup=0, reps=2, rounds=5)
