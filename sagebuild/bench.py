@@ -195,18 +195,10 @@ B2B_MIN_CALLS = 10
 def _gpu_sustained(fn: Callable[[], Any], seconds: float, per_call_ms: float, device: Any) -> float:
     """Time per call (ms) over the second half of ``seconds`` of back-to-back calls (the first
     half brings the GPU to the clocks its power limit allows for this kernel)."""
-    import torch
-
     half = max(B2B_MIN_CALLS, int(seconds * 1e3 / max(per_call_ms, 1e-3) / 2))
-    mid, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(half):
         fn()
-    mid.record()
-    for _ in range(half):
-        fn()
-    last.record()
-    torch.cuda.synchronize(device)
-    return mid.elapsed_time(last) / half
+    return _gpu_back_to_back(fn, half, device)
 
 
 def rounds_used(reps: int, rounds: int) -> int:
