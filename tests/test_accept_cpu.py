@@ -18,7 +18,8 @@ import pytest
 
 from sagebuild.report.schema import validate
 
-SMALL = ["--verify-shape", "1,2,128,64", "--seq", "128,256", "--heads", "2", "--reps", "3", "--warmup", "1"]
+SMALL = ["--verify-shape", "1,2,128,64", "--seq", "128,256", "--heads", "2", "--reps", "3", "--warmup", "1",
+         "--sustain", "0.5"]  # fmt: skip
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -58,6 +59,7 @@ def test_accept_cpu_end_to_end(tmp_path: Path):
     variants = {x["variant"]: x for x in report["verify"]["results"]}
     assert variants["ext:quant_ops"]["ok"]  # the .so built by this run, checked against the contract
     assert report["bench"]["timing_kind"] == "cpu" and not report["bench"]["gate"]["speed_gate_applied"]
+    assert report["bench"]["config"]["sustain_s"] == 0.5  # passed through (nothing sustained on CPU)
     sha = report["compile"]["result"]["sha256"]
     assert len(sha) == 64
 

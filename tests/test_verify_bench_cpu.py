@@ -276,6 +276,7 @@ def test_sustained_times_show_where_measured():
     as one column ("ms (ratio×)"); without it (and on CPU, where nothing is sustained) no column;
     a negative duration is a usage error."""
     from sagebuild.report.render import bench_table
+    from sagebuild.report.schema import load_schema, validate_sub
 
     res = bench.run_bench(
         CPU, bench.config_from_profile(CPU, seq=(64,), heads=1, warmup=0, reps=1, sustain_s=0.5)
@@ -286,7 +287,11 @@ def test_sustained_times_show_where_measured():
     ours = dataclasses.replace(res.rows[1].timing, sustained_ms=0.8804)
     res.rows[0] = dataclasses.replace(res.rows[0], timing=base)
     res.rows[1] = dataclasses.replace(res.rows[1], timing=ours, sustained_speedup=0.975 / 0.8804)
-    head, cells = bench_table(res.to_dict())
+    d = res.to_dict()
+    root = load_schema()  # the report's schema takes both fields
+    for row in d["rows"]:
+        assert validate_sub(row, root["definitions"]["bench_row"], root, "row") == []
+    head, cells = bench_table(d)
     col = head.index("sustained ms")
     assert [row[col] for row in cells[:2]] == ["0.9750", "0.8804 (1.107×)"]
     assert all(row[col] == "–" for row in cells[2:])

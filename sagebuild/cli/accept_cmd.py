@@ -21,6 +21,7 @@ from sagebuild.cli.common import (
     RootOpt,
     RoundsOpt,
     SeqOpt,
+    SustainOpt,
     WarmupOpt,
     console,
     emit_json,
@@ -54,6 +55,7 @@ def register(app: typer.Typer) -> None:
         warmup: WarmupOpt = None,
         reps: RepsOpt = None,
         rounds: RoundsOpt = None,
+        sustain: SustainOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         json_out: JsonOpt = False,
@@ -81,6 +83,7 @@ def register(app: typer.Typer) -> None:
             "warmup": warmup,
             "reps": reps,
             "rounds": rounds,
+            "sustain_s": sustain,
         }
         opts = AcceptOptions(
             profile=profile,
