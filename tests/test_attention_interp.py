@@ -349,8 +349,9 @@ def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
     ("causal", "accum", "d"), [(False, "fp32", 64), (True, "fp32+fp32", 64), (True, "fp32", 96)]
 )
 def test_tma_tiles_match_pointer_tiles(causal, accum, d, monkeypatch):
-    """SAGEBUILD_TMA=1: K/V tiles through tensor descriptors (rows past the sequence arrive as
-    zeros) give bit-for-bit the pointer path's result: GQA, q_len ≠ kv_len, a ragged last key
+    """SAGEBUILD_TMA=1: K/V tiles through host-built tensor descriptors (a ragged last K tile
+    reads the next head's rows, masked; V's tile arrives with zeros past the keys) give
+    bit-for-bit the pointer path's result: GQA, q_len ≠ kv_len, a ragged last key
     tile, LSE, the split head dim 96 (64 + 32 channels: a descriptor per piece). Key counts that
     are not a multiple of 16 (TMA's stride rule for the channel-major FP8 V) keep the pointer
     path, and the launch plan says which one runs."""
@@ -375,6 +376,33 @@ def test_tma_tiles_match_pointer_tiles(causal, accum, d, monkeypatch):
     gold = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal, config=cfg)
     _close(out.cpu(), gold)
     assert kernel(k[:, :, :150], v[:, :, :150]) == "portable"
+
+
+def test_tma_needs_the_quantization_kernels_dense_layout():
+    """The TMA descriptors span every head's rows (``attn_fwd._kv_descriptors``), so a launch
+    takes them only for K/V laid out as ``quant.quant_kv`` lays out dense sequences: FP8 V
+    channel-major and K contiguous. Strided K (a view of every other head), 16-bit V or
+    packed sequences are refused, and ``attention_forward(tma=True)`` says so instead of
+    reading the wrong rows."""
+    from sagebuild.kernels.triton.attn_fwd import tma_eligible
+
+    q, k, v = _qkv(hq=4, hk=4, nq=64, nk=64, seed=3)
+    dp, fp8 = 64, torch.float8_e4m3fn
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq, vs)
+    assert tma_eligible(kv, dp, True)
+    assert not tma_eligible(kv, dp, False)  # FP16 P·V: no descriptors
+    assert not tma_eligible(QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), vs), dp, True)
+    every_other = layout.dense(kq.t[:, ::2])  # head stride twice a head's size
+    assert not tma_eligible(QuantizedKV(every_other, ks, configs.K_BLK, km, vq, vs), dp, True)
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    packed = layout.packed(kq.t[0].transpose(0, 1).contiguous(), cu, 64)
+    assert not tma_eligible(QuantizedKV(packed, ks, configs.K_BLK, km, vq, vs), dp, True)
+    bad = QuantizedKV(every_other, ks, configs.K_BLK, km, vq, vs)
+    with pytest.raises(ValueError, match="tma_eligible"):
+        attention_forward(layout.dense(q), bad, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=dp,
+                          sm_scale=dp**-0.5, causal=False, pv_fp8=True, q_blk=CFG.q_blk("per_warp"),
+                          tma=True)  # fmt: skip
 
 
 def test_fused_kv_threshold(monkeypatch):

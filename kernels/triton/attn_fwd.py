@@ -642,6 +642,8 @@ def attention_forward(
         ),
     )
     if tma:
+        if not tma_eligible(kv, head_dim_pad, pv_fp8):  # the descriptors span heads as laid out there
+            raise ValueError("tma=True needs K/V as quant.quant_kv lays out dense sequences (tma_eligible)")
         descs = _kv_descriptors(kv, head_dim_pad, cfg.block_n, consts["SPLIT_D"])
     else:  # unused by the kernel
         descs = (kv.k.t, kv.v.t, kv.k.t, kv.v.t)
