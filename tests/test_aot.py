@@ -156,6 +156,34 @@ def test_tma_tiles_lower_to_bulk_tensor_copies():
         assert r == {"tma": False, "wgmma": True, "cp_async": True}, r
 
 
+_PDL_SCRIPT = """
+import json, sys, triton
+from triton.backends.compiler import GPUTarget
+from sagebuild import archs
+from sagebuild.attention import aot
+out = []
+for arch in json.loads(sys.argv[1]):
+    row = archs.get(arch)
+    src, cfg = aot._source("qk_int8_pv_fp8", row, 128, False, 4096, "fp32")
+    asm = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options()).asm
+    text = asm.get("ptx") or asm.get("amdgcn")
+    quant = aot.compile_preprocessing(arch)["quant_blocks"]["asm"]
+    trigger = "griddepcontrol.launch_dependents" in quant
+    out.append({"wait": "griddepcontrol.wait" in text, "trigger": trigger})
+print(json.dumps(out))
+"""
+
+
+def test_pdl_waits_in_the_attention_kernel_and_triggers_in_the_quantization():
+    """SAGEBUILD_PDL=1 (opt-in): on sm90 the attention kernel waits for the prior grid
+    (griddepcontrol.wait, after its Q prologue) and the K/V quantization kernel lets it launch
+    early (griddepcontrol.launch_dependents); off by default, and never on AMD."""
+    on = _compile_in_subprocess(_PDL_SCRIPT, ["sm90", "gfx942"], SAGEBUILD_PDL="1")
+    assert on == [{"wait": True, "trigger": True}, {"wait": False, "trigger": False}], on
+    off = _compile_in_subprocess(_PDL_SCRIPT, ["sm90"], SAGEBUILD_PDL="0")
+    assert off == [{"wait": False, "trigger": False}], off
+
+
 def test_sass_loops_finds_the_innermost_matrix_loops():
     """Backward branches delimit loops; only loops issuing matrix instructions count, an outer
     loop around an inner one is dropped, a branch back from beyond the exit (a TMA wait's retry)

@@ -154,10 +154,15 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
 
 
-@pytest.mark.parametrize(("n", "causal", "config", "d"), [(4096, False, "64,128,4,2,168", 128),
-                                                          (4096, True, "64,128,4,3,168", 128),
-                                                          (16384, False, "64,64,4,3,168", 128),
-                                                          (4096, True, "64,64,4,3,168", 96)])
+@pytest.mark.parametrize(
+    ("n", "causal", "config", "d"),
+    [
+        (4096, False, "64,128,4,2,168", 128),
+        (4096, True, "64,128,4,3,168", 128),
+        (16384, False, "64,64,4,3,168", 128),
+        (4096, True, "64,64,4,3,168", 96),
+    ],
+)
 def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, d, monkeypatch):
     """K/V tiles by tensor descriptors (SAGEBUILD_TMA=1 forces them, 0 forbids them; NVIDIA
     sm90+) give the pointer path's result with the same config (the same arithmetic on the same
@@ -359,8 +364,9 @@ def test_inputs_on_another_gpu_than_the_current_one():
     torch.testing.assert_close(g(q, k, v), ref, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("d", "n", "config", "k_blk"), [(128, 4096, [64, 128, 4, 2, 168], 128),
-                                                         (256, 2048, [64, 64, 4, 3], 64)])
+@pytest.mark.parametrize(
+    ("d", "n", "config", "k_blk"), [(128, 4096, [64, 128, 4, 2, 168], 128), (256, 2048, [64, 64, 4, 3], 64)]
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_tma_rows_serve_sageattn_on_hopper(d, n, config, k_blk, causal, monkeypatch):
     """On Hopper `sageattn` takes the table's TMA rows (head dim 128 from 4096 keys: 128-key
@@ -380,8 +386,38 @@ def test_tma_rows_serve_sageattn_on_hopper(d, n, config, k_blk, causal, monkeypa
     assert plan["k_blk"] == k_blk and plan["pv_accum"] == "fp32", plan
     out = sageattn(q, k, v, is_causal=causal)
     cfg = configs.LaunchConfig(*plan["config"])
-    ref = golden_attention(q, k, v, "qk_int8_pv_fp8", is_causal=causal, config=cfg,
-                           fp8_dtype=dispatch.fp8_dtype(arch))
+    ref = golden_attention(
+        q, k, v, "qk_int8_pv_fp8", is_causal=causal, config=cfg, fp8_dtype=dispatch.fp8_dtype(arch)
+    )
     acc = accuracy(out, ref)
     assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
     _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "causal"), [(1024, 64, False), (4096, 128, False), (4096, 128, True), (20000, 128, False)]
+)
+def test_pdl_gives_the_same_result(n, d, causal, monkeypatch):
+    """SAGEBUILD_PDL=1 (NVIDIA sm90+): the attention launch overlaps the K/V quantization launch
+    and waits for it before reading K/V; the output is bit for bit the one without PDL, on the
+    plain call, its replays (a fresh K/V each call: a missing wait would read stale or partial
+    blocks) and a CUDA graph; the plan records it. Short (inline statistics), TMA rows and a
+    long ragged sequence (statistics launch first)."""
+    from sagebuild.attention import GraphedAttention, api
+    from sagebuild.attention.api import launch_plan
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) not in configs.PDL_CAPABLE:
+        pytest.skip(f"{arch} has no programmatic dependent launch")
+    q, k, v = _inputs(1, 8, n, d, seed=31, hk=2)
+    monkeypatch.setenv(configs.PDL_ENV_VAR, "0")
+    refs = [sageattn(q, k + i, v - i, is_causal=causal) for i in range(3)]
+    monkeypatch.setenv(configs.PDL_ENV_VAR, "1")
+    api.clear_caches()
+    assert launch_plan(q, k, v, is_causal=causal)["pdl"] is True
+    for _ in range(2):  # the full path, the recorded call, then replays
+        outs = [sageattn(q, k + i, v - i, is_causal=causal) for i in range(3)]
+        for out, ref in zip(outs, refs):
+            assert torch.equal(out, ref)
+    g = GraphedAttention(q, k, v, is_causal=causal)
+    assert torch.equal(g(q, k, v), refs[0])

@@ -62,8 +62,9 @@ def test_kernel_matches_golden_gqa_lse(variant, causal):
     """GQA (4 query heads on 2 KV heads), q_len ≠ kv_len, ragged tiles, LSE with K smoothing."""
     q, k, v = _qkv()
     out, lse = _run(variant, q, k, v, is_causal=causal, return_lse=True)
-    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True,
-                                    config=CFG)
+    ref, ref_lse = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True, config=CFG
+    )
     assert out.shape == q.shape and out.dtype == q.dtype
     _close(out.cpu(), ref)
     finite = torch.isfinite(ref_lse)
@@ -90,9 +91,16 @@ def test_nhd_layout_matches_hnd():
     assert torch.equal(hnd.transpose(1, 2).cpu(), out.cpu())
 
 
-@pytest.mark.parametrize(("variant", "d"), [("qk_int8_pv_fp16", 40), ("qk_int8_pv_fp16", 72),
-                                            ("qk_int8_pv_fp8", 96), ("qk_int8_pv_fp16", 256),
-                                            ("qk_int8_pv_fp8", 200)])
+@pytest.mark.parametrize(
+    ("variant", "d"),
+    [
+        ("qk_int8_pv_fp16", 40),
+        ("qk_int8_pv_fp16", 72),
+        ("qk_int8_pv_fp8", 96),
+        ("qk_int8_pv_fp16", 256),
+        ("qk_int8_pv_fp8", 200),
+    ],
+)
 def test_padded_head_dims(variant, d):
     q, k, v = _qkv(d=d, nq=40, nk=48, seed=d)
     out = _run(variant, q, k, v)
@@ -112,8 +120,9 @@ def test_granularity_and_smoothing(gran, smooth_k):
     q, k, v = _qkv(seed=7)
     k = k + 4.0  # an offset that smoothing removes
     out = _run("qk_int8_pv_fp8", q, k, v, qk_quant_gran=gran, smooth_k=smooth_k)
-    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", qk_quant_gran=gran, smooth_k=smooth_k,
-                           config=CFG)
+    ref = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", qk_quant_gran=gran, smooth_k=smooth_k, config=CFG
+    )
     _close(out.cpu(), ref)
 
 
@@ -129,15 +138,16 @@ def test_varlen_matches_per_sequence_golden(variant, causal):
     pv = variant.rsplit("_", 1)[1]
     out = sageattn_varlen(q, k, v, cuq, cuk, max(lens_q), max(lens_k), is_causal=causal, pv=pv, config=CFG)
     assert out.shape == q.shape
-    ref = golden_varlen(q.cpu(), k.cpu(), v.cpu(), cuq.cpu(), cuk.cpu(), variant=variant, is_causal=causal,
-                        config=CFG)
+    ref = golden_varlen(
+        q.cpu(), k.cpu(), v.cpu(), cuq.cpu(), cuk.cpu(), variant=variant, is_causal=causal, config=CFG
+    )
     _close(out.cpu(), ref)
 
 
 def test_prequantized_q_path_matches_fused():
     """Q quantized by its own launch (the extension's path) gives the fused kernel's result."""
     q, k, v = _qkv(seed=13)
-    dp, scale = 64, 64 ** -0.5
+    dp, scale = 64, 64**-0.5
     kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
     kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
     q_blk = CFG.q_blk("per_warp")
@@ -145,8 +155,18 @@ def test_prequantized_q_path_matches_fused():
     outs = []
     for q_int8 in (None, QuantizedQ(qq, qs, q_blk)):
         o = torch.empty_like(q)
-        attention_forward(layout.dense(q), kv, layout.dense(o), CFG, head_dim_pad=dp, sm_scale=scale,
-                          causal=True, pv_fp8=False, q_blk=q_blk, q_int8=q_int8)
+        attention_forward(
+            layout.dense(q),
+            kv,
+            layout.dense(o),
+            CFG,
+            head_dim_pad=dp,
+            sm_scale=scale,
+            causal=True,
+            pv_fp8=False,
+            q_blk=q_blk,
+            q_int8=q_int8,
+        )
         outs.append(o)
     assert torch.equal(outs[0], outs[1])
 
@@ -174,8 +194,20 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
         monkeypatch.setattr(configs, "split_head_dim", lambda hd, pad, split=split: split)
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:3], dtype=torch.float32)
-        attention_forward(layout.dense(q), kv, layout.dense(o), CFG, head_dim_pad=dp, sm_scale=scale,
-                          causal=True, pv_fp8=pv_fp8, q_blk=q_blk, fp8_dtype=fp8, q_int8=q_int8, lse=lse)
+        attention_forward(
+            layout.dense(q),
+            kv,
+            layout.dense(o),
+            CFG,
+            head_dim_pad=dp,
+            sm_scale=scale,
+            causal=True,
+            pv_fp8=pv_fp8,
+            q_blk=q_blk,
+            fp8_dtype=fp8,
+            q_int8=q_int8,
+            lse=lse,
+        )
         results.append((o, lse))
     (o_split, lse_split), (o_pad, lse_pad) = results
     assert (o_split.float() - o_pad.float()).abs().max() <= 1e-3
@@ -201,8 +233,9 @@ def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     _, k, v = _qkv(d=d, nk=150, seed=17)
     k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
     dp = configs.padded_head_dim(d)
-    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn,
-                                        configs.K_BLK)
+    kq, ks, km, vq, vs = quant.quant_kv(
+        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK
+    )
     # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
     assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
     kf, vf = k.cpu().float(), v.cpu().float()
@@ -222,8 +255,24 @@ def test_int8_codes_round_ties_away_from_zero():
     """A block whose amax is 127 has step 1, so the codes are the rounded inputs themselves:
     ties go away from zero, values just below a tie go down (0.49999997 + 0.5 rounds to 1 in
     float32: the kernels must not add 0.5), -0.0 and the clamp behave. The golden model agrees."""
-    ties = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997, -0.0, 0.0,
-            3.4999998, -3.4999998, 127.0, -127.0]
+    ties = [
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.5,
+        126.5,
+        -126.5,
+        0.49999997,
+        -0.49999997,
+        -0.0,
+        0.0,
+        3.4999998,
+        -3.4999998,
+        127.0,
+        -127.0,
+    ]
     x = torch.zeros(1, 1, 16, 64)
     x[0, 0, :, 0] = torch.tensor(ties)
     x[0, 0, 0, 1] = 127.0  # amax of the block: step = 127 / 127 = 1
@@ -252,8 +301,9 @@ def test_sageattn_dispatches_and_config_override(monkeypatch):
     variant = dispatch.variant_for_device(q.device)
     monkeypatch.setenv(configs.ENV_VAR, "64,32,4,1")
     out = sageattn(q, k, v, is_causal=True, quantization_backend="triton")
-    ref = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True,
-                           config=configs.LaunchConfig(64, 32, 4, 1))
+    ref = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True, config=configs.LaunchConfig(64, 32, 4, 1)
+    )
     _close(out.cpu(), ref)
     with pytest.raises(AttentionInputError, match="unexpected keyword"):
         sageattn(q, k, v, attn_mask=None)
@@ -269,10 +319,12 @@ def test_key_tiles_wider_than_k_scale_blocks(variant, monkeypatch):
     cfg = configs.LaunchConfig(32, 256, 4, 1)
     assert cfg.k_blk == configs.K_BLK
     q, k, v = _qkv(hq=2, hk=1, nq=96, nk=200)
-    out, lse = FNS[variant](q, k, v, is_causal=True, return_lse=True, config=cfg,
-                            quantization_backend="triton")
-    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True, return_lse=True,
-                                    config=cfg)
+    out, lse = FNS[variant](
+        q, k, v, is_causal=True, return_lse=True, config=cfg, quantization_backend="triton"
+    )
+    ref, ref_lse = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), variant, is_causal=True, return_lse=True, config=cfg
+    )
     _close(out.cpu(), ref)
     assert torch.allclose(lse.cpu(), ref_lse, atol=1e-4, rtol=1e-5)
 
@@ -312,10 +364,12 @@ def test_kv_quantized_inside_the_kernel(variant, block_n, d, causal, monkeypatch
     cfg = configs.LaunchConfig(32, block_n, 4, 1)
     assert configs.fuse_kv(cfg, 200, varlen=False)
     q, k, v = _qkv(hq=4, hk=2, nq=72, nk=200, d=d, seed=3)
-    out, lse = FNS[variant](q, k, v, is_causal=causal, return_lse=True, config=cfg,
-                            quantization_backend="triton")
-    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True,
-                                    config=cfg)
+    out, lse = FNS[variant](
+        q, k, v, is_causal=causal, return_lse=True, config=cfg, quantization_backend="triton"
+    )
+    ref, ref_lse = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, return_lse=True, config=cfg
+    )
     assert out.shape == q.shape
     _close(out.cpu(), ref)
     finite = torch.isfinite(ref_lse)
@@ -332,12 +386,22 @@ def test_fp8_pv_accumulated_by_the_mma(fused, causal, monkeypatch):
     monkeypatch.setenv(configs.FUSE_ENV_VAR, "1024" if fused else "0")
     cfg = configs.LaunchConfig(32, 64, 4, 1)
     q, k, v = _qkv(hq=4, hk=2, nq=72, nk=200, d=64, seed=5)
-    out, lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, return_lse=True, config=cfg,
-                                              quantization_backend="triton", pv_accum_dtype="fp32")
-    two_level = sageattn_qk_int8_pv_fp8_triton(q, k, v, is_causal=causal, config=cfg,
-                                               quantization_backend="triton")
-    ref, ref_lse = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal,
-                                    return_lse=True, config=cfg)
+    out, lse = sageattn_qk_int8_pv_fp8_triton(
+        q,
+        k,
+        v,
+        is_causal=causal,
+        return_lse=True,
+        config=cfg,
+        quantization_backend="triton",
+        pv_accum_dtype="fp32",
+    )
+    two_level = sageattn_qk_int8_pv_fp8_triton(
+        q, k, v, is_causal=causal, config=cfg, quantization_backend="triton"
+    )
+    ref, ref_lse = golden_attention(
+        q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal, return_lse=True, config=cfg
+    )
     _close(out.cpu(), ref)
     finite = torch.isfinite(ref_lse)
     assert torch.allclose(lse.cpu()[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
@@ -403,6 +467,32 @@ def test_tma_needs_the_quantization_kernels_dense_layout():
         attention_forward(layout.dense(q), bad, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=dp,
                           sm_scale=dp**-0.5, causal=False, pv_fp8=True, q_blk=CFG.q_blk("per_warp"),
                           tma=True)  # fmt: skip
+
+
+def test_pdl_is_opt_in_for_nvidia_sm90_and_keyed(monkeypatch):
+    """SAGEBUILD_PDL=1 turns programmatic dependent launch on for Hopper and Blackwell only (off
+    by default, never for AMD or the interpreter); the knob is part of every plan key, so a
+    changed value is another signature; a launch that reads a pre-quantized Q refuses it (Q would
+    be read before the wait)."""
+    monkeypatch.delenv(configs.PDL_ENV_VAR, raising=False)
+    assert not configs.use_pdl("Hopper")
+    before = configs.knob_values()
+    monkeypatch.setenv(configs.PDL_ENV_VAR, "1")
+    assert configs.knob_values() != before
+    assert configs.use_pdl("Hopper") and configs.use_pdl("Blackwell")
+    assert not any(configs.use_pdl(f) for f in ("CDNA3", "RDNA4", "Ampere", "Ada", "interpreter"))
+    monkeypatch.setenv(configs.PDL_ENV_VAR, "0")
+    assert not configs.use_pdl("Hopper")
+    q, k, v = _qkv(seed=13)
+    dp, scale = 64, 64**-0.5
+    kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
+    q_blk = CFG.q_blk("per_warp")
+    qq, qs, _, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+    with pytest.raises(ValueError, match="pdl"):
+        attention_forward(layout.dense(q), kv, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=dp,
+                          sm_scale=scale, causal=False, pv_fp8=False, q_blk=q_blk,
+                          q_int8=QuantizedQ(qq, qs, q_blk), pdl=True)  # fmt: skip
 
 
 def test_fused_kv_threshold(monkeypatch):

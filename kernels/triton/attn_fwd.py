@@ -32,6 +32,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher
 from .configs import K_BLK, LaunchConfig
@@ -286,6 +287,7 @@ def _attn_fwd_kernel(
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
     USE_TMA: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -347,6 +349,8 @@ def _attn_fwd_kernel(
             q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
             qs = step_row * q_scale_mul
 
+        if PDL:  # launched before the K/V quantization finished: its results are read from here on
+            gdc_wait()
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
@@ -596,6 +600,7 @@ def attention_forward(
     launch_key: Optional[tuple] = None,
     pv_direct: bool = False,
     tma: bool = False,
+    pdl: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -603,6 +608,10 @@ def attention_forward(
 
     ``tma``: K/V tiles by tensor descriptors (``configs.use_tma``; FP8 P·V, K/V quantized
     beforehand, 16-byte aligned token strides: ``tma_eligible``).
+
+    ``pdl``: launched as a programmatic dependent of the K/V quantization launch just issued
+    (``configs.use_pdl``): the kernel loads and quantizes its Q tile while that launch finishes,
+    then waits for it. Q must not be written by that launch (it is the caller's).
 
     ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
     per-signature plan key, which fixes the head dims, config, flags and FP8 type).
@@ -613,6 +622,8 @@ def attention_forward(
     q_blk = q_int8.blk if q_int8 is not None else q_blk
     if cfg.block_m % q_blk:
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
+    if pdl and q_int8 is not None:  # Q would be read before the wait
+        raise ValueError("pdl=True needs Q quantized inside the kernel (q_int8=None)")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
     consts = launcher.constexprs(
@@ -639,6 +650,7 @@ def attention_forward(
             PV_DIRECT=pv_fp8 and pv_direct,
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
             USE_TMA=tma,
+            PDL=pdl,
         ),
     )
     if tma:
@@ -682,6 +694,7 @@ def attention_forward(
         consts,
         key=launch_key,
         **cfg.launch_options(),
+        **({"launch_pdl": True} if pdl else {}),
     )
 
 

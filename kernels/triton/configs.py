@@ -90,6 +90,19 @@ def tma_possible(family: str) -> bool:
     return family in TMA_CAPABLE and _tma_env() not in ("0", "off")
 
 
+# Programmatic dependent launch (NVIDIA sm90+): the attention launch may start while the K/V
+# quantization launch finishes (each of its programs signals at its start); it quantizes its Q
+# tile, then waits (griddepcontrol.wait) before reading K/V. Opt-in until measured on a GPU.
+PDL_CAPABLE = frozenset({"Hopper", "Blackwell"})
+PDL_ENV_VAR = "SAGEBUILD_PDL"
+
+
+def use_pdl(family: str) -> bool:
+    """Whether calls on this family overlap the attention launch with the K/V quantization
+    launch (``SAGEBUILD_PDL=1``; the API adds the conditions of the call: ``api._make_plan``)."""
+    return family in PDL_CAPABLE and (os.environ.get(PDL_ENV_VAR) or "").strip().lower() in ("1", "on")
+
+
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -432,7 +445,7 @@ def table_rows() -> list[dict]:
     ]
 
 
-_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR)
+_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR)
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
     _KNOB_KEYS = tuple(os.environ.encodekey(name) for name in _KNOB_VARS)  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
 from .layout import SeqView, empty_like_view
@@ -277,13 +278,20 @@ def _quant_blocks_kernel(
     INLINE_STATS: tl.constexpr,
     STATS_BLK: tl.constexpr,
     STATS_STAGES: tl.constexpr,
+    PDL_TRIGGER: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
+
+    PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
+    programmatic dependent) start once all of them have started; it waits for this grid's
+    results before reading them (``attn_fwd``'s PDL).
 
     INLINE_STATS (short dense sequences): every program computes its head's K mean and V amax
     itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
     and the first block's program writes the mean to KM: no reduction launches at all.
     """
+    if PDL_TRIGGER:
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -464,8 +472,11 @@ def quant_blocks(
     fp8_dtype: Optional[torch.dtype] = None,
     launch_key: Optional[tuple] = None,
     inline_stats: bool = False,
+    pdl_trigger: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
+
+    ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
 
     ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
     km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
@@ -489,7 +500,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -501,6 +512,7 @@ def quant_blocks(
             INLINE_STATS=inline_stats,
             STATS_BLK=INLINE_CHUNK_ROWS.get(head_dim_pad, 16),
             STATS_STAGES=INLINE_STAGES,
+            PDL_TRIGGER=pdl_trigger,
         ),
     )
     launcher.launch(
@@ -541,8 +553,10 @@ def quant_kv(
     fp8_dtype: Optional[torch.dtype],
     blk: int,
     launch_key: Optional[tuple] = None,
+    pdl_trigger: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
+    ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
     INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
@@ -570,5 +584,6 @@ def quant_kv(
         fp8_dtype=fp8_dtype,
         launch_key=launch_key,
         inline_stats=inline,
+        pdl_trigger=pdl_trigger,
     )
     return kq, ks, km, vq, vs

@@ -76,7 +76,8 @@ def _source(
     """The attention kernel's source for one arch as a call would compile it: the table's config
     for ``n_k`` keys (``api._resolve``, K/V from our Triton quantization), or ``config`` (a
     config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
-    whose head dim is a multiple of 16; TMA follows the family and the config."""
+    whose head dim is a multiple of 16; TMA follows the family and the config, programmatic
+    dependent launch the family and ``SAGEBUILD_PDL``."""
     import triton.language as tl
 
     from sagebuild.attention import api
@@ -140,6 +141,7 @@ def _source(
         "PV_DIRECT": direct,
         "SPLIT_D": split,
         "USE_TMA": tma,
+        "PDL": configs.use_pdl(row.family),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -317,7 +319,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from sagebuild.kernels.triton import quant
+    from sagebuild.kernels.triton import configs, quant
 
     row = archs.get(archs.normalize(arch))
     fp8 = bool(row.fp8_mma)
@@ -338,7 +340,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
-                 INLINE_STATS=False, STATS_BLK=128),
+                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family)),
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),

@@ -167,6 +167,7 @@ class _Plan(NamedTuple):
     ws: Optional[tuple[configs.LaunchConfig, int]]  # the Hopper kernel's config and Q block, or None
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
     tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, eligible shapes)
+    pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -261,7 +262,10 @@ def _make_plan(
         and tma_layout_ok(fp8 is not None, fused, n_k)
     )
     q_blk = cfg.q_blk(qk_quant_gran)
-    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma)
+    # PDL pairs the attention launch with the quantization launch right before it (our Triton
+    # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
+    pdl = configs.use_pdl(dispatch.family(arch)) and ops is None and not fused and ws is None
+    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl)
 
 
 def _on_input_device(fn: Any) -> Any:
@@ -388,7 +392,7 @@ def _execute(
     else:
         vd = layout.dense(v)
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key
+            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl
         )
         kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vd, vs)
 
@@ -427,6 +431,7 @@ def _execute(
         launch_key=key,
         pv_direct=pv_accum == "fp32",
         tma=plan.tma,
+        pdl=plan.pdl,
     )
     return (out, lse) if return_lse else out
 
@@ -585,6 +590,7 @@ def launch_plan(
         plan.k_blk,
         configs.split_head_dim(d, plan.dp),
         "in_kernel" if plan.fused else ("extension" if plan.ops is not None else "triton"),
+        plan.pdl,
     )
 
 
@@ -596,10 +602,12 @@ def plan_record(
     k_blk: int,
     split: bool,
     quantization: str,
+    pdl: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
-    this very launch (with ``,tma`` where the K/V tiles come by TMA)."""
+    this very launch (with ``,tma`` where the K/V tiles come by TMA); ``pdl``: the attention
+    launch overlaps the quantization launch (``SAGEBUILD_PDL``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -609,6 +617,7 @@ def plan_record(
         "k_blk": k_blk,
         "split_head_dim": split,
         "quantization": quantization,
+        "pdl": pdl,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 

@@ -52,6 +52,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
         parts.append("split")
     if plan["quantization"] not in ("triton", "excluded"):
         parts.append(f"quant:{plan['quantization']}")
+    if plan.get("pdl"):
+        parts.append("pdl")
     return " ".join(parts)
 
 
