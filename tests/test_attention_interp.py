@@ -144,16 +144,22 @@ def test_varlen_matches_per_sequence_golden(variant, causal):
     _close(out.cpu(), ref)
 
 
-def test_prequantized_q_path_matches_fused():
-    """Q quantized by its own launch (the extension's path) gives the fused kernel's result."""
-    q, k, v = _qkv(seed=13)
-    dp, scale = 64, 64**-0.5
+def _prequantized(q, k, v, dp: int, scale: float) -> tuple[QuantizedKV, int, QuantizedQ]:
+    """K/V (FP16 V) and Q quantized by their own launches, as the extension's path has them."""
     kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
     kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
     q_blk = CFG.q_blk("per_warp")
     qq, qs, _, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+    return kv, q_blk, QuantizedQ(qq, qs, q_blk)
+
+
+def test_prequantized_q_path_matches_fused():
+    """Q quantized by its own launch (the extension's path) gives the fused kernel's result."""
+    q, k, v = _qkv(seed=13)
+    dp, scale = 64, 64**-0.5
+    kv, q_blk, qi = _prequantized(q, k, v, dp, scale)
     outs = []
-    for q_int8 in (None, QuantizedQ(qq, qs, q_blk)):
+    for q_int8 in (None, qi):
         o = torch.empty_like(q)
         attention_forward(
             layout.dense(q),
@@ -484,15 +490,11 @@ def test_pdl_is_opt_in_for_nvidia_sm90_and_keyed(monkeypatch):
     monkeypatch.setenv(configs.PDL_ENV_VAR, "0")
     assert not configs.use_pdl("Hopper")
     q, k, v = _qkv(seed=13)
-    dp, scale = 64, 64**-0.5
-    kq, ks, km, _, _ = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, None, configs.K_BLK)
-    kv = QuantizedKV(kq, ks, configs.K_BLK, km, layout.dense(v), None)
-    q_blk = CFG.q_blk("per_warp")
-    qq, qs, _, _ = quant.quant_blocks(layout.dense(q), None, q_blk, scale * quant.LOG2E, dp)
+    kv, q_blk, qi = _prequantized(q, k, v, 64, 64**-0.5)
     with pytest.raises(ValueError, match="pdl"):
-        attention_forward(layout.dense(q), kv, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=dp,
-                          sm_scale=scale, causal=False, pv_fp8=False, q_blk=q_blk,
-                          q_int8=QuantizedQ(qq, qs, q_blk), pdl=True)  # fmt: skip
+        attention_forward(layout.dense(q), kv, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=64,
+                          sm_scale=64**-0.5, causal=False, pv_fp8=False, q_blk=q_blk, q_int8=qi,
+                          pdl=True)  # fmt: skip
 
 
 def test_fused_kv_threshold(monkeypatch):
