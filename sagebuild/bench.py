@@ -572,6 +572,7 @@ def run_bench(
         method = (
             f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
             f"{n_rounds} rounds that time every provider in turn; median"
+            + ("; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else "")
         )
         note = (
             "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "

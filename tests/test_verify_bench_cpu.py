@@ -282,6 +282,7 @@ def test_sustained_times_show_where_measured():
         CPU, bench.config_from_profile(CPU, seq=(64,), heads=1, warmup=0, reps=1, sustain_s=0.5)
     )
     assert all(r.timing.sustained_ms is None and r.sustained_speedup is None for r in res.rows)
+    assert "--sustain ignored" in res.method  # said, not silently dropped
     assert "sustained ms" not in bench_table(res.to_dict())[0]
     base = dataclasses.replace(res.rows[0].timing, sustained_ms=0.975)
     ours = dataclasses.replace(res.rows[1].timing, sustained_ms=0.8804)
