@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
+#   (pdl: programmatic dependent launch (SAGEBUILD_PDL) off and on: its GPU tests, then timings)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -63,6 +64,12 @@ if has tma; then
     SAGEBUILD_TMA=$tma $PY scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3,168" \
       --shapes "${TMA_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee -a "$OUT/tma.txt" | tail -n 8
   done
+fi
+if has pdl; then
+  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k pdl 2>&1 | tee "$OUT/pdl_tests.txt" | tail -n 3
+  echo "pdl tests: $(tail -n 1 "$OUT/pdl_tests.txt")" >> "$summary"
+  $PY scripts/ab_env.py "SAGEBUILD_PDL=0;1" \
+    --shapes "${PDL_SHAPES:-1x16x1024x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee "$OUT/pdl.txt" | tail -n 10
 fi
 if has tune; then
   # shellcheck disable=SC2086
