@@ -3,6 +3,8 @@
 Why: `sagebuild bench`'s interleaved rounds measured the TMA row 10 % slower than rounds of one
 provider each; this prints each cold sample (L2 flushed before it) with the SM clock and power
 between rounds, so an order effect (clocks, a stale descriptor, the allocator) shows itself.
+It was the power limit (docs/performance.md, run 17), which ``--sustained`` shows directly: each
+call 6 × 500 times back to back after 2 s idle, the clock and power sampled every 250 ms.
 `--bench ARGS...` runs `sagebuild bench ARGS` instead, printing its cold samples in issue order;
 `--run-bench SHAPE KERNELS` calls ``bench.run_bench`` directly with only those kernel variants.
 """
@@ -14,6 +16,7 @@ import contextlib
 import statistics
 import subprocess
 import time
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +31,34 @@ def smi() -> str:
         ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True
     )
     return r.stdout.strip()
+
+
+def sustained(name: str, fn: Callable[[], object], chunks: int = 6, calls: int = 500) -> None:
+    """Per-call times of ``chunks`` × ``calls`` back-to-back calls after 2 s idle, and the SM
+    clock, power and throttle reasons nvidia-smi sampled meanwhile (every 250 ms)."""
+    time.sleep(2)
+    q = "clocks.sm,power.draw,clocks_throttle_reasons.active"
+    mon = subprocess.Popen(
+        ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader", "-lms", "250"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    events = []
+    for _ in range(chunks):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        events.append((s, e))
+    torch.cuda.synchronize()
+    mon.terminate()
+    samples = mon.communicate()[0].splitlines()
+    print(
+        f"{name}: ms per call, {chunks} chunks of {calls}: "
+        + " ".join(f"{s.elapsed_time(e) / calls:.3f}" for s, e in events)
+    )
+    print("   nvidia-smi: " + " | ".join(samples[::3][:12]))
 
 
 def bench_mode(argv: list[str]) -> None:
@@ -102,6 +133,7 @@ def main() -> None:
     ap.add_argument("--plan-first", action="store_true", help="launch_plan before the first call")
     ap.add_argument("--ref", action="store_true", help="the bench's reference and backend probe first")
     ap.add_argument("--interleaved", action="store_true", help="time with bench.time_interleaved")
+    ap.add_argument("--sustained", action="store_true", help="500-call chunks with clocks and power")
     ap.add_argument("--shift", action="store_true", help="hold a buffer of another size each round")
     a = ap.parse_args()
     b, h, n, d = (int(x) for x in a.shape.split("x"))
@@ -131,6 +163,13 @@ def main() -> None:
         ref = reference.exact_attention(q, k, v)
         print(sdpa_backend(q, k, v, False)["name"], ref.dtype)
     order = a.order.split(",")
+    if a.sustained:
+        for name in order:
+            fns[name]()
+        torch.cuda.synchronize()
+        for name in order:
+            sustained(name, fns[name])
+        return
     if a.interleaved:  # the bench's own timing of these calls
         from sagebuild.bench import time_interleaved
 
