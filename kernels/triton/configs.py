@@ -67,8 +67,8 @@ def fuse_kv(cfg: LaunchConfig, n_k: int, varlen: bool) -> bool:
     return fuse_kv_keys(n_k, varlen) and cfg.block_n % cfg.k_blk == 0
 
 
-# K/V tiles by the tensor-memory accelerator (TMA: ``tl.make_tensor_descriptor`` in the portable
-# kernel) instead of per-thread asynchronous copies, for FP8 P·V with pre-quantized K/V. sm90
+# K/V tiles by the tensor-memory accelerator (TMA: host-built descriptors, ``attn_fwd._kv_descriptors``,
+# in the portable kernel) instead of per-thread asynchronous copies, for FP8 P·V with pre-quantized K/V. sm90
 # SASS (docs/performance.md, run 14): no per-thread load addresses, so 64×128 tiles capped at 168
 # registers spill 8 bytes instead of 152. On an H200 TMA pays where registers are that tight:
 # run 16's 128-key tiles at 168 registers and two stages (three CTAs per SM by registers and
