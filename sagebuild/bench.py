@@ -484,6 +484,13 @@ def _kernel_only(
     return run, api.plan_record(variant, "fp32+fp32", kernel, cfg, cfg.k_blk, split, "excluded")
 
 
+def _ratio(base: Optional[Timing], timing: Timing, field: str, kind: str) -> Optional[float]:
+    """SDPA's time / a provider's, for one ``Timing`` field: None for SDPA itself or where either
+    is unmeasured."""
+    ours, theirs = getattr(timing, field), getattr(base, field, None)
+    return theirs / ours if kind != "baseline" and ours and theirs else None
+
+
 def _error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -662,7 +669,7 @@ def run_bench(
             (t for (_, kind, *_), t in zip(ready, timings) if kind == "baseline" and isinstance(t, Timing)),
             None,
         )
-        base_ms = base.median_ms if base is not None else None
+
         timed = iter(zip(ready, timings))
         for i in range(len(providers)):
             if i in failed:
@@ -673,10 +680,7 @@ def run_bench(
                 rows.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(timing), plan))
                 continue
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
-            speedup = base_ms / timing.median_ms if (kind != "baseline" and base_ms) else None
-            sus = None
-            if kind != "baseline" and base is not None and base.sustained_ms and timing.sustained_ms:
-                sus = base.sustained_ms / timing.sustained_ms
+            speedup, sus = (_ratio(base, timing, f, kind) for f in ("median_ms", "sustained_ms"))
             rows.append(
                 BenchRow(
                     n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan, sustained_speedup=sus

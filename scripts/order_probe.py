@@ -24,25 +24,19 @@ import torch.nn.functional as F
 import sagebuild
 from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton
 
+_SMI = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+        "--format=csv,noheader"]  # fmt: skip
+
 
 def smi() -> str:
-    q = "clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active"
-    r = subprocess.run(
-        ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True, text=True
-    )
-    return r.stdout.strip()
+    return subprocess.run(_SMI, capture_output=True, text=True).stdout.strip()
 
 
 def sustained(name: str, fn: Callable[[], object], chunks: int = 6, calls: int = 500) -> None:
     """Per-call times of ``chunks`` × ``calls`` back-to-back calls after 2 s idle, and the SM
     clock, power and throttle reasons nvidia-smi sampled meanwhile (every 250 ms)."""
     time.sleep(2)
-    q = "clocks.sm,power.draw,clocks_throttle_reasons.active"
-    mon = subprocess.Popen(
-        ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader", "-lms", "250"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    mon = subprocess.Popen([*_SMI, "-lms", "250"], stdout=subprocess.PIPE, text=True)
     events = []
     for _ in range(chunks):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -557,6 +557,15 @@ def tma_eligible(kv: QuantizedKV, head_dim_pad: int, pv_fp8: bool) -> bool:
     )
 
 
+def kv_desc_boxes(head_dim_pad: int, block_n: int, split: bool) -> tuple[list[int], ...]:
+    """The boxes of the K, V, second K and second V descriptors (``_kv_descriptors``; the AOT
+    sources declare the same): a tile's keys by a channel piece, V's transposed. Unsplit, the
+    second pieces are the first."""
+    d1 = head_dim_pad // 2 if split else head_dim_pad
+    d2 = head_dim_pad // 4 if split else d1
+    return [block_n, d1], [d1, block_n], [block_n, d2], [d2, block_n]
+
+
 def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: bool) -> tuple:
     """Host-built tensor descriptors (K, V, K's and V's second channel piece) over every head's
     rows (``tma_eligible`` layouts): the kernel takes them as launch parameters, so no program
@@ -565,20 +574,19 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     scores are masked); V's key axis ends at N, so its tiles there arrive as zeros."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    d1 = head_dim_pad // 2 if split else head_dim_pad
+    k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
     n = kv.k.max_len
     k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
     v_shape, v_strides = [kv.v.batch * kv.v.heads * head_dim_pad, n], [n, 1]
-    kd = TensorDescriptor(kv.k.t, k_shape, k_strides, [block_n, d1])
-    vd = TensorDescriptor(kv.v.t, v_shape, v_strides, [d1, block_n])
-    if not split:
+    kd = TensorDescriptor(kv.k.t, k_shape, k_strides, k_box)
+    vd = TensorDescriptor(kv.v.t, v_shape, v_strides, v_box)
+    if not split:  # the same boxes: the same descriptors
         return kd, vd, kd, vd
-    d2 = head_dim_pad // 4
     return (
         kd,
         vd,
-        TensorDescriptor(kv.k.t, k_shape, k_strides, [block_n, d2]),
-        TensorDescriptor(kv.v.t, v_shape, v_strides, [d2, block_n]),
+        TensorDescriptor(kv.k.t, k_shape, k_strides, k2_box),
+        TensorDescriptor(kv.v.t, v_shape, v_strides, v2_box),
     )
 
 
@@ -698,4 +706,12 @@ def attention_forward(
     )
 
 
-__all__ = ["K_BLK", "QuantizedKV", "QuantizedQ", "attention_forward", "tma_eligible", "tma_layout_ok"]
+__all__ = [
+    "K_BLK",
+    "QuantizedKV",
+    "QuantizedQ",
+    "attention_forward",
+    "kv_desc_boxes",
+    "tma_eligible",
+    "tma_layout_ok",
+]

@@ -81,13 +81,14 @@ TMA_CAPABLE = frozenset({"Hopper", "Blackwell", "interpreter"})
 TMA_ENV_VAR = "SAGEBUILD_TMA"
 
 
-def _tma_env() -> str:
-    return (os.environ.get(TMA_ENV_VAR) or "").strip().lower()
+def _env_switch(name: str) -> str:
+    """An on/off environment knob's value, normalised ("1"/"on", "0"/"off", or "" unset)."""
+    return (os.environ.get(name) or "").strip().lower()
 
 
 def tma_possible(family: str) -> bool:
     """Whether this family can load K/V tiles by TMA and the environment does not forbid it."""
-    return family in TMA_CAPABLE and _tma_env() not in ("0", "off")
+    return family in TMA_CAPABLE and _env_switch(TMA_ENV_VAR) not in ("0", "off")
 
 
 # Programmatic dependent launch (NVIDIA sm90+): the attention launch may start while the K/V
@@ -100,13 +101,13 @@ PDL_ENV_VAR = "SAGEBUILD_PDL"
 def use_pdl(family: str) -> bool:
     """Whether calls on this family overlap the attention launch with the K/V quantization
     launch (``SAGEBUILD_PDL=1``; the API adds the conditions of the call: ``api._make_plan``)."""
-    return family in PDL_CAPABLE and (os.environ.get(PDL_ENV_VAR) or "").strip().lower() in ("1", "on")
+    return family in PDL_CAPABLE and _env_switch(PDL_ENV_VAR) in ("1", "on")
 
 
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
-    return tma_possible(family) and (cfg.tma or _tma_env() in ("1", "on"))
+    return tma_possible(family) and (cfg.tma or _env_switch(TMA_ENV_VAR) in ("1", "on"))
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def _source(
 
     from sagebuild.attention import api
     from sagebuild.kernels.triton import configs
-    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel
+    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel, kv_desc_boxes
 
     fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
@@ -109,13 +109,10 @@ def _source(
     tma = fp8 and configs.use_tma(row.family, cfg)
     v_type = _fp8_type(row) if fp8 else "fp16"
     if tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
-        d1 = dp // 2 if split else dp
-        d2 = dp // 4 if split else dp
+        boxes = kv_desc_boxes(dp, cfg.block_n, split)
+        types = ("i8", v_type, "i8", v_type)
         ptr |= {
-            "KD": f"tensordesc<i8[{cfg.block_n}, {d1}]>",
-            "VD": f"tensordesc<{v_type}[{d1}, {cfg.block_n}]>",
-            "KD2": f"tensordesc<i8[{cfg.block_n}, {d2}]>",
-            "VD2": f"tensordesc<{v_type}[{d2}, {cfg.block_n}]>",
+            name: f"tensordesc<{t}{box}>" for name, t, box in zip(("KD", "VD", "KD2", "VD2"), types, boxes)
         }
     else:  # the K/V pointers again, unused
         ptr |= {"KD": "*i8", "VD": f"*{v_type}", "KD2": "*i8", "VD2": f"*{v_type}"}

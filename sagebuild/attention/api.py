@@ -227,6 +227,7 @@ def _make_plan(
             "pass 'per_warp' (finer, default) or 'per_block'",
         )
     arch = dispatch.device_arch(qv.device)
+    family = dispatch.family(arch)
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qv.shape[-1]
     scale = check_sm_scale(sm_scale, d)
@@ -247,7 +248,7 @@ def _make_plan(
         and attn_hopper.takes(fp8, n_q, n_k, bool(is_causal))
     ):
         try:
-            ws_cfg = configs.ws_lookup(dispatch.family(arch), dp, pv, bool(is_causal), n_k)
+            ws_cfg = configs.ws_lookup(family, dp, pv, bool(is_causal), n_k)
         except ValueError as exc:
             raise AttentionInputError(str(exc), f"fix ${configs.WS_ENV_VAR} or unset it") from None
         ws = (ws_cfg, ws_cfg.q_blk(qk_quant_gran)) if ws_cfg is not None else None
@@ -256,15 +257,11 @@ def _make_plan(
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
     # from the shapes, before quantizing: our FP8 V rows hold n_k one-byte tokens (the
     # extension's ops lay K/V out otherwise)
-    tma = (
-        configs.use_tma(dispatch.family(arch), cfg)
-        and ops is None
-        and tma_layout_ok(fp8 is not None, fused, n_k)
-    )
+    tma = configs.use_tma(family, cfg) and ops is None and tma_layout_ok(fp8 is not None, fused, n_k)
     q_blk = cfg.q_blk(qk_quant_gran)
     # PDL pairs the attention launch with the quantization launch right before it (our Triton
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
-    pdl = configs.use_pdl(dispatch.family(arch)) and ops is None and not fused and ws is None
+    pdl = configs.use_pdl(family) and ops is None and not fused and ws is None
     return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl)
 
 

@@ -126,7 +126,6 @@ class Recorder:
             return vid
 
         dev = inputs[0].device
-        launches = []
 
         def index(a: torch.Tensor) -> int:
             idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
