@@ -208,11 +208,22 @@ def rounds_used(reps: int, rounds: int) -> int:
 
 
 def _round_order(n: int, r: int) -> list[int]:
-    """Round r times the functions starting from the (r mod n)-th: each follows a different one
-    from round to round. A GPU at its power limit runs a kernel at the clock the previous
-    kernel's burst left (docs/performance.md run 17); a fixed order would always hand the
-    second function the first one's power state."""
-    return [(r + j) % n for j in range(n)]
+    """The order round r times n functions in: a Williams design (the sequence 0, 1, n-1, 2,
+    n-2, ... shifted by r, mirrored in every other block of n rounds), so that from round to
+    round each function follows a different one: for even n, every ordered pair is adjacent
+    once in n rounds. A GPU at its power limit runs a kernel at the clock the previous kernel's
+    burst left (docs/performance.md, runs 17 and 18); a fixed order, or a rotation of one,
+    would hand a function the same predecessor's power state in (almost) every round."""
+    seq, lo, hi = [0], 1, n - 1
+    while len(seq) < n:
+        seq.append(lo)
+        lo += 1
+        if len(seq) < n:
+            seq.append(hi)
+            hi -= 1
+    if (r // n) % 2:
+        seq.reverse()
+    return [(x + r) % n for x in seq]
 
 
 def time_interleaved(
@@ -226,7 +237,7 @@ def time_interleaved(
     """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
     ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
     turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
-    ratios stay fair (each round starts from the next function: ``_round_order``). On a CUDA/HIP
+    ratios stay fair (each round in another order: ``_round_order``). On a CUDA/HIP
     ``device``: cold per-call device times (L2 flushed before each call) and, per round, the
     back-to-back time per call of a burst of the round's calls (at least ``B2B_MIN_CALLS``); its
     median is ``back_to_back_ms``; with ``sustain_s`` > 0 also that many seconds of calls per

@@ -2,7 +2,7 @@
 """A/B a tuning knob read from the environment (GPU): `sageattn` under each setting, SDPA in the same run.
 
     python scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3" [--shapes 2x32x4096x128,1x32x16384x128c]
-        [--rounds 3]
+        [--rounds 3] [--graph]
 
 Settings are separated by ";"; an empty one leaves the variable unset (the table's choice). A
 name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"quant.ONEPASS=True;False"``).
@@ -10,8 +10,9 @@ name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"qua
 Settings are interleaved round by round (the machines are noisy: a drift hits every setting
 alike); each round times every setting with do_bench medians, the table gives the median over
 rounds, the ratio SDPA time / ours and the accuracy against fp32 attention on the same inputs.
-Knobs must be read at call time (``configs``' environment variables are, and the attention
-plan key includes them).
+`--graph` times CUDA-graph replays of each call instead (``bench.graph_replay_us``: device time
+only, what a host-bound small call hides). Knobs must be read at call time (``configs``'
+environment variables are, and the attention plan key includes them).
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ from sagebuild.attention.metrics import accuracy
 DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x1024x64"
 
 
-def _ms(fn) -> float:
+def _ms(fn, graph: bool = False) -> float:
+    if graph:
+        from sagebuild.bench import graph_replay_us
+
+        return graph_replay_us(fn) / 1e3
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
@@ -63,6 +68,7 @@ def main() -> None:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (device time only)")
     args = ap.parse_args()
     name, _, values = args.knob.partition("=")
     settings = values.split(";")
@@ -79,12 +85,13 @@ def main() -> None:
         sdpa: list[float] = []
         acc: dict[str, dict] = {}
         for _ in range(args.rounds):
-            sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c)))
+            sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph))
             for s in settings:
                 _set(name, s)
                 out = sageattn(q, k, v, is_causal=causal)
                 acc.setdefault(s, accuracy(out, ref))
-                times[s].append(_ms(lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)))
+                call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
+                times[s].append(_ms(call, args.graph))
         _set(name, "")
         t_sdpa = statistics.median(sdpa)
         for s in settings:

@@ -7,6 +7,9 @@ It was the power limit (docs/performance.md, run 17), which ``--sustained`` show
 call 6 × 500 times back to back after 2 s idle, the clock and power sampled every 250 ms.
 `--bench ARGS...` runs `sagebuild bench ARGS` instead, printing its cold samples in issue order;
 `--run-bench SHAPE KERNELS` calls ``bench.run_bench`` directly with only those kernel variants.
+`--cold-variants` times each call 30 times in a row under three patterns (L2 flush before each
+call as the bench does; an idle gap of the flush's length instead; the flush plus 1 ms idle after
+each call), to tell a cold cache from the duty cycle (power) as the cause of a cold-time gap.
 """
 
 from __future__ import annotations
@@ -109,6 +112,42 @@ def run_bench_mode(shape: str, kernels: str) -> None:
         )
 
 
+def cold_variants(fns: dict[str, Callable[[], object]], order: list[str], calls: int = 30) -> None:
+    """Per provider: median (first 5 / last 5) device ms of ``calls`` calls in a row, after 1 s
+    idle, under each pattern: "flush" (256 MB zeroed before each call, the bench's cold timing),
+    "gap" (no flush; the GPU idles ~60 µs instead: torch.cuda._sleep) and "flush+1ms" (the flush,
+    and 1 ms of GPU idle after each call: a lower duty cycle)."""
+    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+    clock_hz = torch.cuda.clock_rate() * 1e6 if hasattr(torch.cuda, "clock_rate") else 1.98e9
+    gap_cycles, cool_cycles = int(60e-6 * clock_hz), int(1e-3 * clock_hz)
+    for name in order:
+        fns[name]()
+    torch.cuda.synchronize()
+    for pattern in ("flush", "gap", "flush+1ms"):
+        for name in order:
+            time.sleep(1)
+            ev = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(calls)
+            ]
+            for s, e in ev:
+                if pattern == "gap":
+                    torch.cuda._sleep(gap_cycles)
+                else:
+                    flush.zero_()
+                s.record()
+                fns[name]()
+                e.record()
+                if pattern == "flush+1ms":
+                    torch.cuda._sleep(cool_cycles)
+            torch.cuda.synchronize()
+            t = [s.elapsed_time(e) for s, e in ev]
+            print(
+                f"{pattern:10s} {name:5s} median {statistics.median(t):.4f} "
+                f"(first 5 {statistics.median(t[:5]):.4f}, last 5 {statistics.median(t[-5:]):.4f}) [{smi()}]"
+            )
+
+
 def main() -> None:
     import sys
 
@@ -129,6 +168,7 @@ def main() -> None:
     ap.add_argument("--interleaved", action="store_true", help="time with bench.time_interleaved")
     ap.add_argument("--sustained", action="store_true", help="500-call chunks with clocks and power")
     ap.add_argument("--shift", action="store_true", help="hold a buffer of another size each round")
+    ap.add_argument("--cold-variants", action="store_true", help="flush / idle gap / flush+1 ms idle")
     a = ap.parse_args()
     b, h, n, d = (int(x) for x in a.shape.split("x"))
     if a.cpu_inputs:
@@ -157,6 +197,9 @@ def main() -> None:
         ref = reference.exact_attention(q, k, v)
         print(sdpa_backend(q, k, v, False)["name"], ref.dtype)
     order = a.order.split(",")
+    if a.cold_variants:
+        cold_variants(fns, order)
+        return
     if a.sustained:
         for name in order:
             fns[name]()

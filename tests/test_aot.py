@@ -175,9 +175,10 @@ print(json.dumps(out))
 
 
 def test_pdl_waits_in_the_attention_kernel_and_triggers_in_the_quantization():
-    """SAGEBUILD_PDL=1 (opt-in): on sm90 the attention kernel waits for the prior grid
+    """SAGEBUILD_PDL=1: on sm90 the attention kernel waits for the prior grid
     (griddepcontrol.wait, after its Q prologue) and the K/V quantization kernel lets it launch
-    early (griddepcontrol.launch_dependents); off by default, and never on AMD."""
+    early (griddepcontrol.launch_dependents); =0 neither, and never on AMD. (Unset, the default
+    depends on the key count: ``configs.use_pdl``.)"""
     on = _compile_in_subprocess(_PDL_SCRIPT, ["sm90", "gfx942"], SAGEBUILD_PDL="1")
     assert on == [{"wait": True, "trigger": True}, {"wait": False, "trigger": False}], on
     off = _compile_in_subprocess(_PDL_SCRIPT, ["sm90"], SAGEBUILD_PDL="0")

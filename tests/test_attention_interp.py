@@ -475,20 +475,23 @@ def test_tma_needs_the_quantization_kernels_dense_layout():
                           tma=True)  # fmt: skip
 
 
-def test_pdl_is_opt_in_for_nvidia_sm90_and_keyed(monkeypatch):
-    """SAGEBUILD_PDL=1 turns programmatic dependent launch on for Hopper and Blackwell only (off
-    by default, never for AMD or the interpreter); the knob is part of every plan key, so a
-    changed value is another signature; a launch that reads a pre-quantized Q refuses it (Q would
-    be read before the wait)."""
+def test_pdl_defaults_to_short_key_counts_on_nvidia_sm90_and_is_keyed(monkeypatch):
+    """Programmatic dependent launch is on by default for Hopper and Blackwell up to
+    PDL_DEFAULT_MAX_KEYS keys (run 18: it pays there, noise beyond), never for AMD or the
+    interpreter, nor for an unknown key count; SAGEBUILD_PDL=1 turns it on for every length, 0
+    off; the knob is part of every plan key, so a changed value is another signature; a launch
+    that reads a pre-quantized Q refuses it (Q would be read before the wait)."""
     monkeypatch.delenv(configs.PDL_ENV_VAR, raising=False)
-    assert not configs.use_pdl("Hopper")
+    top = configs.PDL_DEFAULT_MAX_KEYS
+    assert configs.use_pdl("Hopper", 1024) and configs.use_pdl("Blackwell", top)
+    assert not configs.use_pdl("Hopper", top + 1) and not configs.use_pdl("Hopper", 0)
     before = configs.knob_values()
     monkeypatch.setenv(configs.PDL_ENV_VAR, "1")
     assert configs.knob_values() != before
-    assert configs.use_pdl("Hopper") and configs.use_pdl("Blackwell")
-    assert not any(configs.use_pdl(f) for f in ("CDNA3", "RDNA4", "Ampere", "Ada", "interpreter"))
+    assert configs.use_pdl("Hopper", 16384) and configs.use_pdl("Blackwell", 0)
+    assert not any(configs.use_pdl(f, 1024) for f in ("CDNA3", "RDNA4", "Ampere", "Ada", "interpreter"))
     monkeypatch.setenv(configs.PDL_ENV_VAR, "0")
-    assert not configs.use_pdl("Hopper")
+    assert not configs.use_pdl("Hopper", 1024)
     q, k, v = _qkv(seed=13)
     kv, q_blk, qi = _prequantized(q, k, v, 64, 64**-0.5)
     with pytest.raises(ValueError, match="pdl"):

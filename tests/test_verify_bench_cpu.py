@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,8 @@ def test_timing_quantiles_and_flops():
 
 
 def test_providers_are_timed_in_interleaved_rounds():
-    """Every provider is timed in every round (a drifting machine hits all alike), each round
-    starting from the next provider (none always follows the same one): warm-ups first, then
+    """Every provider is timed in every round (a drifting machine hits all alike), each round in
+    another order (with three providers: a rotation): warm-ups first, then
     reps split into rounds; a provider that raises keeps its exception and the others go on;
     rounds are capped by reps."""
     calls: list[str] = []
@@ -116,6 +117,25 @@ def test_providers_are_timed_in_interleaved_rounds():
     assert t.reps == 2 and calls == ["a", "a"]
     with pytest.raises(SagebuildError, match="rounds"):
         bench.config_from_profile(CPU, rounds=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_round_orders_vary_each_providers_predecessor(n):
+    """Each round times every provider once; over n rounds (even n) every ordered pair of
+    providers is adjacent exactly once, so no provider inherits one predecessor's power state
+    in every round (a rotation gave the same pairs in nearly every round: run 18); for odd n,
+    no pair more than twice in 2n rounds."""
+    rounds = n if n % 2 == 0 else 2 * n
+    orders = [bench._round_order(n, r) for r in range(rounds)]
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    pairs = Counter((a, b) for o in orders for a, b in zip(o, o[1:]))
+    if n % 2 == 0:
+        assert set(pairs.values()) <= {1} and len(pairs) == n * (n - 1)
+    else:
+        assert max(pairs.values(), default=0) <= 2
+    if n >= 4:  # the second provider (the bench's first of ours) and its predecessors in n rounds
+        preds = [o[o.index(1) - 1] for o in orders[:n] if o.index(1) > 0]
+        assert max(Counter(preds).values()) == (1 if n % 2 == 0 else 2)
 
 
 def test_parse_int_list():

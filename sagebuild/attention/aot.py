@@ -138,7 +138,7 @@ def _source(
         "PV_DIRECT": direct,
         "SPLIT_D": split,
         "USE_TMA": tma,
-        "PDL": configs.use_pdl(row.family),
+        "PDL": configs.use_pdl(row.family, n_k),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -311,7 +311,8 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
     launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
-    has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``.
+    has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
+    unknown key count (``configs.use_pdl``: only with SAGEBUILD_PDL=1).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -337,7 +338,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
-                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family)),
+                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family, 0)),
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),

@@ -261,7 +261,7 @@ def _make_plan(
     q_blk = cfg.q_blk(qk_quant_gran)
     # PDL pairs the attention launch with the quantization launch right before it (our Triton
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
-    pdl = configs.use_pdl(family) and ops is None and not fused and ws is None
+    pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl)
 
 
