@@ -6,6 +6,12 @@ run, and print the winners. The winners go into the config table by hand (with t
 the numbers in docs/performance.md): users never pay for autotuning.
 
     python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c] [--variants fp8,fp16]
+        [--graph]
+
+``--graph`` times CUDA-graph replays (``bench.graph_replay_us``): device time only. Small
+shapes need it: there do_bench times the host (~60 µs per call on the H200's host against
+~25 µs of device work), so a sweep without it cannot tell configs apart (run 14's "at parity
+(host-bound)" at 1×16×1024×64).
 """
 
 from __future__ import annotations
@@ -45,7 +51,11 @@ def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
     return b, h, n, d, causal
 
 
-def bench(fn, reps_ms: int = 200) -> float:
+def bench(fn, reps_ms: int = 200, graph: bool = False) -> float:
+    if graph:
+        from sagebuild.bench import graph_replay_us
+
+        return graph_replay_us(fn) / 1e3
     return do_bench(fn, warmup=25, rep=reps_ms, return_mode="median")
 
 
@@ -57,6 +67,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--backend", default="triton", help="quantization_backend: triton | ext | auto")
     ap.add_argument("--json", default="")
+    ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (device time only)")
     ap.add_argument(
         "--padded-head-dim",
         action="store_true",
@@ -72,7 +83,10 @@ def main() -> None:
         b, h, n, d, causal = parse_shape(spec)
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
-        sdpa = bench(lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c))
+        sdpa = bench(
+            lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+            graph=args.graph,
+        )
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         for var in args.variants.split(","):
@@ -84,7 +98,7 @@ def main() -> None:
                                              quantization_backend=args.backend)
                     out = call()
                     torch.cuda.synchronize()
-                    ms = bench(call)
+                    ms = bench(call, graph=args.graph)
                 except Exception as e:  # a config that does not fit (shared memory, registers)
                     print(f"  {spec} {var} {cfg}: failed: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
