@@ -170,6 +170,56 @@ def test_gate_speed_only_for_sageattn_on_gpu_accuracy_always():
     assert bench.gate([_row("sageattn", 1.2)], 1.0, speed_gate=True) == []
 
 
+def test_gate_on_sustained_compares_the_sustained_speed_up():
+    """--gate-on sustained: the gate compares the sustained speed-up (cold and sustained can
+    disagree at the power limit: run 18's 4K row was 0.925× cold, 1.093× sustained); it needs
+    --sustain, and a metric not in GATE_METRICS is a usage error before anything runs."""
+    row = dataclasses.replace(_row("sageattn", 0.925), sustained_speedup=1.093)
+    assert bench.gate([row], 1.0, speed_gate=True) == ["sageattn speed-up 0.925× < 1× at seq=1024"]
+    assert bench.gate([row], 1.0, speed_gate=True, metric="sustained") == []
+    slow = dataclasses.replace(_row("sageattn", 1.3), sustained_speedup=0.9)
+    assert bench.gate([slow], 1.0, speed_gate=True, metric="sustained") == [
+        "sageattn sustained speed-up 0.900× < 1× at seq=1024"
+    ]
+    assert bench.gate([slow], 1.0, speed_gate=False, metric="sustained") == []  # CPU: no speed gate
+    cfg = bench.config_from_profile(CPU, gate_on="sustained", sustain_s=1.0)
+    assert cfg.gate_on == "sustained" and cfg.to_dict()["gate_on"] == "sustained"
+    with pytest.raises(SagebuildError, match="--sustain") as exc:
+        bench.config_from_profile(CPU, gate_on="sustained")
+    assert "--sustain 1" in exc.value.fix
+    with pytest.raises(SagebuildError, match="--gate-on warm"):
+        bench.config_from_profile(CPU, gate_on="warm")
+
+
+def test_the_report_schema_names_every_gate_metric():
+    from sagebuild.report.schema import load_schema
+
+    gate = load_schema()["definitions"]["bench"]["properties"]["gate"]["properties"]
+    assert gate["metric"]["enum"] == list(bench.GATE_METRICS)
+
+
+def test_report_chart_follows_the_gate_metric():
+    """The report's chart plots the speed-up the gate compared, so its gate line fits the
+    points; the Markdown names a sustained gate; a report without a metric reads as cold."""
+    from sagebuild.report.render import chart_title, speedup_series
+
+    rows = [
+        {"kind": "baseline", "provider": "sdpa", "seq": 4096, "speedup": None, "sustained_speedup": None},
+        {
+            "kind": "whole_call",
+            "provider": "sageattn",
+            "seq": 4096,
+            "speedup": 0.925,
+            "sustained_speedup": 1.093,
+        },
+    ]
+    cold = {"timing_kind": "gpu", "rows": rows, "gate": {"min_speedup": 1.0, "speed_gate_applied": True}}
+    assert speedup_series(cold) == {"sageattn": [(4096, 0.925)]}
+    sus = {**cold, "gate": {**cold["gate"], "metric": "sustained"}}
+    assert speedup_series(sus) == {"sageattn": [(4096, 1.093)]}
+    assert "sustained" in chart_title(sus) and "sustained" not in chart_title(cold)
+
+
 def test_bench_cpu_labels_timings_and_applies_no_speed_gate():
     prof = dataclasses.replace(CPU, bench=dataclasses.replace(CPU.bench, min_speedup=100.0))
     cfg = bench.config_from_profile(prof, seq=(128, 256), heads=2, warmup=1, reps=3)
@@ -350,6 +400,17 @@ def test_cli_bench_json():
     assert doc["timing_kind"] == "cpu" and doc["config"]["seq"] == [64]
     bad = runner.invoke(app, ["bench", "--profile", "cpu", "--seq", "abc"])
     assert bad.exit_code == 2 and "--seq" in bad.output
+    # --gate-on sustained without --sustain: a usage error naming the fix, no traceback
+    bad = runner.invoke(app, ["bench", "--profile", "cpu", "--gate-on", "sustained"])
+    assert bad.exit_code == 2 and "--sustain 1" in bad.output and "Traceback" not in bad.output
+    r = runner.invoke(
+        app,
+        ["bench", "--profile", "cpu", "--seq", "64", "--heads", "1", "--reps", "1", "--warmup", "0"]
+        + ["--gate-on", "sustained", "--sustain", "0.1", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["gate"]["metric"] == "sustained" and doc["config"]["gate_on"] == "sustained"
 
 
 def test_kernel_only_adapter_matches_the_whole_call():

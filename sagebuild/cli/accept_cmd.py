@@ -11,6 +11,7 @@ from sagebuild.cli.common import (
     ArchOpt,
     BatchOpt,
     CausalOpt,
+    GateOnOpt,
     HeadDimOpt,
     HeadsOpt,
     JobsOpt,
@@ -56,6 +57,7 @@ def register(app: typer.Typer) -> None:
         reps: RepsOpt = None,
         rounds: RoundsOpt = None,
         sustain: SustainOpt = None,
+        gate_on: GateOnOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         json_out: JsonOpt = False,
@@ -84,6 +86,7 @@ def register(app: typer.Typer) -> None:
             "reps": reps,
             "rounds": rounds,
             "sustain_s": sustain,
+            "gate_on": gate_on,
         }
         opts = AcceptOptions(
             profile=profile,

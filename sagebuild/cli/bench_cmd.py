@@ -10,6 +10,7 @@ import typer
 from sagebuild.cli.common import (
     BatchOpt,
     CausalOpt,
+    GateOnOpt,
     HeadDimOpt,
     HeadsOpt,
     JsonOpt,
@@ -92,6 +93,7 @@ def register(app: typer.Typer) -> None:
         reps: RepsOpt = None,
         rounds: RoundsOpt = None,
         sustain: SustainOpt = None,
+        gate_on: GateOnOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out: Annotated[
@@ -123,6 +125,7 @@ def register(app: typer.Typer) -> None:
             reps=reps,
             rounds=rounds,
             sustain_s=sustain,
+            gate_on=gate_on,
             seed=seed,
         )
         with status("benchmarking", json_out) as say:

@@ -77,6 +77,14 @@ SustainOpt = Annotated[
         "GPU at its power limit, what a long job sees (GPU only; default 0 = off).",
     ),
 ]
+GateOnOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--gate-on",
+        help="Which speed-up the profile's speed gate compares: cold (default; L2 flushed before "
+        "each call) or sustained (needs --sustain: the GPU at its power limit, steadier in CI).",
+    ),
+]
 RoundsOpt = Annotated[
     Optional[int],
     typer.Option(
