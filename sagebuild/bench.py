@@ -592,9 +592,9 @@ def run_bench(
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
-            f"{cfg.reps} timed in {n_rounds} rounds that time every provider in turn; "
-            "median and p20/p80; back-to-back: each round's calls in a row, warm, per call (includes "
-            "the host's time where it exceeds the device's), median over rounds"
+            f"{cfg.reps} timed in {n_rounds} rounds that time every provider in turn, each round in "
+            "another order; median and p20/p80; back-to-back: each round's calls in a row, warm, per "
+            "call (includes the host's time where it exceeds the device's), median over rounds"
             + (
                 f"; sustained: per call over the second half of {cfg.sustain_s:g} s of back-to-back "
                 "calls per round (the GPU at its power limit), median over rounds"
@@ -613,7 +613,7 @@ def run_bench(
         device_name = None
         method = (
             f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
-            f"{n_rounds} rounds that time every provider in turn; median"
+            f"{n_rounds} rounds that time every provider in turn, each round in another order; median"
             + ("; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else "")
         )
         note = (
