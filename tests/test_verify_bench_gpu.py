@@ -33,10 +33,19 @@ def test_verify_every_variant_on_the_gpu():
 
 def test_bench_gpu_sustained_times():
     """``sustain_s``: every row gets a sustained time per call (seconds of back-to-back calls at
-    the power limit) and every non-baseline row its ratio to SDPA's sustained time."""
+    the power limit) and every non-baseline row its ratio to SDPA's sustained time; with
+    ``gate_on="sustained"`` the speed gate compares those ratios (a gate set just above
+    ``sageattn``'s sustained speed-up fails on it, one just below passes)."""
     prof = _profile()
-    cfg = bench.config_from_profile(prof, seq=(2048,), warmup=2, reps=4, rounds=2, sustain_s=0.2)
+    cfg = bench.config_from_profile(
+        prof, seq=(2048,), warmup=2, reps=4, rounds=2, sustain_s=0.2, gate_on="sustained"
+    )
     res = bench.run_bench(prof, cfg)
+    assert res.to_dict()["gate"]["metric"] == "sustained"
+    auto = next(r for r in res.rows if r.provider == bench.AUTO and r.kind == "whole_call")
+    above = bench.gate([auto], auto.sustained_speedup * 1.01, speed_gate=True, metric="sustained")
+    assert any("sageattn sustained speed-up" in f for f in above), above
+    assert bench.gate([auto], auto.sustained_speedup * 0.99, speed_gate=True, metric="sustained") == []
     base = next(r for r in res.rows if r.kind == "baseline")
     for r in res.rows:
         assert r.error is None, r.error
