@@ -153,27 +153,23 @@ def _prequantized(q, k, v, dp: int, scale: float) -> tuple[QuantizedKV, int, Qua
     return kv, q_blk, QuantizedQ(qq, qs, q_blk)
 
 
+def _forward(q, kv, out, head_dim_pad: int, sm_scale: float, **kw):
+    """``attention_forward`` of dense q into out with the module's small-tile CFG; returns out."""
+    attention_forward(
+        layout.dense(q), kv, layout.dense(out), CFG, head_dim_pad=head_dim_pad, sm_scale=sm_scale, **kw
+    )
+    return out
+
+
 def test_prequantized_q_path_matches_fused():
     """Q quantized by its own launch (the extension's path) gives the fused kernel's result."""
     q, k, v = _qkv(seed=13)
     dp, scale = 64, 64**-0.5
     kv, q_blk, qi = _prequantized(q, k, v, dp, scale)
-    outs = []
-    for q_int8 in (None, qi):
-        o = torch.empty_like(q)
-        attention_forward(
-            layout.dense(q),
-            kv,
-            layout.dense(o),
-            CFG,
-            head_dim_pad=dp,
-            sm_scale=scale,
-            causal=True,
-            pv_fp8=False,
-            q_blk=q_blk,
-            q_int8=q_int8,
-        )
-        outs.append(o)
+    outs = [
+        _forward(q, kv, torch.empty_like(q), dp, scale, causal=True, pv_fp8=False, q_blk=q_blk, q_int8=q_int8)
+        for q_int8 in (None, qi)
+    ]
     assert torch.equal(outs[0], outs[1])
 
 
@@ -198,22 +194,9 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
     results = []
     for split in (True, False):
         monkeypatch.setattr(configs, "split_head_dim", lambda hd, pad, split=split: split)
-        o = torch.empty_like(q)
         lse = torch.empty(q.shape[:3], dtype=torch.float32)
-        attention_forward(
-            layout.dense(q),
-            kv,
-            layout.dense(o),
-            CFG,
-            head_dim_pad=dp,
-            sm_scale=scale,
-            causal=True,
-            pv_fp8=pv_fp8,
-            q_blk=q_blk,
-            fp8_dtype=fp8,
-            q_int8=q_int8,
-            lse=lse,
-        )
+        o = _forward(q, kv, torch.empty_like(q), dp, scale, causal=True, pv_fp8=pv_fp8, q_blk=q_blk,
+                     fp8_dtype=fp8, q_int8=q_int8, lse=lse)  # fmt: skip
         results.append((o, lse))
     (o_split, lse_split), (o_pad, lse_pad) = results
     assert (o_split.float() - o_pad.float()).abs().max() <= 1e-3
@@ -470,9 +453,8 @@ def test_tma_needs_the_quantization_kernels_dense_layout():
     assert not tma_eligible(QuantizedKV(packed, ks, configs.K_BLK, km, vq, vs), dp, True)
     bad = QuantizedKV(every_other, ks, configs.K_BLK, km, vq, vs)
     with pytest.raises(ValueError, match="tma_eligible"):
-        attention_forward(layout.dense(q), bad, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=dp,
-                          sm_scale=dp**-0.5, causal=False, pv_fp8=True, q_blk=CFG.q_blk("per_warp"),
-                          tma=True)  # fmt: skip
+        _forward(q, bad, torch.empty_like(q), dp, dp**-0.5, causal=False, pv_fp8=True,
+                 q_blk=CFG.q_blk("per_warp"), tma=True)  # fmt: skip
 
 
 def test_pdl_defaults_to_short_key_counts_on_nvidia_sm90_and_is_keyed(monkeypatch):
@@ -495,9 +477,8 @@ def test_pdl_defaults_to_short_key_counts_on_nvidia_sm90_and_is_keyed(monkeypatc
     q, k, v = _qkv(seed=13)
     kv, q_blk, qi = _prequantized(q, k, v, 64, 64**-0.5)
     with pytest.raises(ValueError, match="pdl"):
-        attention_forward(layout.dense(q), kv, layout.dense(torch.empty_like(q)), CFG, head_dim_pad=64,
-                          sm_scale=64**-0.5, causal=False, pv_fp8=False, q_blk=q_blk, q_int8=qi,
-                          pdl=True)  # fmt: skip
+        _forward(q, kv, torch.empty_like(q), 64, 64**-0.5, causal=False, pv_fp8=False, q_blk=q_blk,
+                 q_int8=qi, pdl=True)  # fmt: skip
 
 
 def test_fused_kv_threshold(monkeypatch):
