@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.01.2"
+CONFIG_TABLE_VERSION = "2026.12.01.3"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -212,10 +212,12 @@ _TABLE: list[Row] = [
     Row("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
-    # FP16 P·V at head dim 64 below 3K keys: 128-key tiles (and 128-token K blocks, half the
-    # quantization programs). Run 14, whole call vs 128,64,4,3: 2×32×2048×64 0.226 vs 0.245 ms,
-    # 1×16×2048×64 0.069 vs 0.072, 1×16×1024×64 at parity (host-bound); at 4096 keys 0.190 vs 0.182.
-    Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3), min_keys=3072),
+    # FP16 P·V at head dim 64 below 1.5K keys: 128-key tiles (and 128-token K blocks, half the
+    # quantization programs). By CUDA-graph replay (device time; run 19), 128,64,4,3 against
+    # 64,128,4,3, µs: 1×16×1536×64 47.0 vs 51.8, 1×16×2048×64 61.8 vs 66.5, 2×32×2048×64 221.1 vs
+    # 243.3, 1×32×2048×64 115.6 vs 130.0 (run 14's do_bench had the last the other way); at
+    # 1×16×1024×64 26.2 vs 27.3 (run 18), so below 1536 keys the 128-key tiles stay.
+    Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3), min_keys=1536),
     Row("Hopper", 64, "fp16", "*", LaunchConfig(64, 128, 4, 3)),
     # Head dim 256: a 64×256 FP32 accumulator is 128 registers per thread at 4 warps, and FP8
     # P·V's fresh per-tile accumulator doubles that (spills, seen in the sm90 SASS); 8 warps split
