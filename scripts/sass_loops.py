@@ -7,8 +7,10 @@
 Each config is compiled ahead of time (``aot.sass_report``: Triton, then the bundled
 ``cuobjdump``) and one line printed per config: registers, stack frame (spills), shared memory
 per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's
-instructions, exponentials (MUFU: scores per thread and tile, plus the rescale's), masked
-selects (FSEL) and local-memory accesses. An empty config is the table's choice for the keys.
+instructions, matrix instructions and the waits on them (``WARPGROUP.DEPBAR``: one per MMA
+when ptxas serialised the wgmma, which the last column names), exponentials (MUFU: scores per
+thread and tile, plus the rescale's), masked selects (FSEL) and local-memory accesses. An empty
+config is the table's choice for the keys.
 """
 
 from __future__ import annotations
@@ -28,17 +30,22 @@ def main() -> None:
     ap.add_argument("--variant", default="qk_int8_pv_fp8", choices=list(aot.VARIANTS))
     ap.add_argument("--arch", default="sm90")
     args = ap.parse_args()
-    print("| config | TMA | registers | stack B | shared KB | key loops: instructions/MUFU/FSEL/LDL+STL |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| config | TMA | registers | stack B | shared KB "
+        "| key loops: instructions/MMA/MMA waits/MUFU/FSEL/LDL+STL | wgmma serialised |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for cfg in args.configs.split(";"):
         r = aot.sass_report(
             args.variant, args.arch, args.head_dim, args.causal, args.keys, args.accum, cfg or None
         )
         loops = "; ".join(
-            f"{lp['instructions']}/{lp['mufu']}/{lp['fsel']}/{lp['local']}" for lp in r["loops"]
+            f"{lp['instructions']}/{lp['mma']}/{lp['mma_waits']}/{lp['mufu']}/{lp['fsel']}/{lp['local']}"
+            for lp in r["loops"]
         )
+        serial = (r["wgmma_serialized"] or "no")[:5]
         print(f"| {r['config']} | {r['tma']} | {r['registers']} | {r['stack_bytes']} | "
-              f"{r['shared_bytes'] / 1024:.1f} | {loops} |")  # fmt: skip
+              f"{r['shared_bytes'] / 1024:.1f} | {loops} | {serial} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -196,17 +196,19 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
         "@P0 FSEL R3, R3, -INF , P1",
         "LDL R4, [R1+0x8]",
         "QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24",
-        "@!P2 BRA 0x20",  # 0x60: inner back branch
+        "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+        "@!P2 BRA 0x20",  # 0x70: inner back branch
         "MUFU.EX2 R5, R5",
-        "BRA 0x10",  # 0x80: outer back branch
+        "BRA 0x10",  # 0x90: outer back branch
         "FADD R6, R6, R7",
-        "BRA 0x90",  # a self loop without matrix work: ignored
+        "BRA 0xa0",  # a self loop without matrix work: ignored
         "EXIT",
         "SYNCS.PHASECHK.TRANS64 P0, [UR4], R0",  # a barrier-wait retry block after the exit
         "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
-    assert aot.sass_loops(sass) == [{"instructions": 5, "mufu": 1, "fsel": 1, "local": 1}]
+    expected = {"instructions": 6, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1}
+    assert aot.sass_loops(sass) == [expected]
 
 
 _SASS_SCRIPT = """
@@ -236,3 +238,20 @@ def test_hopper_rows_key_loops_in_sass():
     assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row
     assert split["tma"] and [lp["mufu"] for lp in split["loops"]] == [34, 34], split
     assert all(lp["local"] == 0 for lp in split["loops"]), split
+
+
+def test_wgmma_pipe_unserialises_the_tma_row():
+    """The 4K row (128-key tiles by TMA at 168 registers): as Triton 3.6 compiles it, ptxas
+    serialises every wgmma (C7513: all eight of a key tile waited on one by one); with
+    SAGEBUILD_WGMMA_PIPE=1 (Q read from shared memory, the P·V wgmma waited on in its iteration)
+    the four Q·Kᵀ and the four P·V wgmma are each waited on once, at the same registers and
+    without spills in the unmasked loop (docs/performance.md run 19)."""
+    cases = [(128, 4096, None)]
+    (off,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE="0")
+    (on,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE="1")
+    assert off["config"] == on["config"] == "64,128,4,2,168,tma"
+    assert (off["wgmma_serialized"] or "").startswith("C7513"), off
+    assert off["loops"][0]["mma"] == off["loops"][0]["mma_waits"] == 8, off
+    assert on["wgmma_serialized"] is None, on
+    assert on["loops"][0]["mma"] == 8 and on["loops"][0]["mma_waits"] == 2, on
+    assert on["registers"] <= 168 and on["loops"][0]["local"] == 0, on

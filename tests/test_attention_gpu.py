@@ -421,3 +421,27 @@ def test_pdl_gives_the_same_result(n, d, causal, monkeypatch):
             assert torch.equal(out, ref)
     g = GraphedAttention(q, k, v, is_causal=causal)
     assert torch.equal(g(q, k, v), refs[0])
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "causal"), [(4096, 128, False), (4096, 128, True), (2048, 64, False), (1000, 96, True)]
+)
+def test_wgmma_pipe_gives_the_same_result(n, d, causal, monkeypatch):
+    """SAGEBUILD_WGMMA_PIPE=1 (Hopper): Q read back from the output rows and the P·V wgmma waited
+    on in its iteration change no bit of the output (the same MMAs, in the same order), on the
+    TMA row (causal and not), head dim 64 and a split head dim with ragged tiles; the plan
+    records it."""
+    from sagebuild.attention import api
+    from sagebuild.attention.api import launch_plan
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) not in configs.WGMMA_PIPE_CAPABLE:
+        pytest.skip(f"{arch} has no wgmma")
+    q, k, v = _inputs(1, 8, n, d, seed=37, hk=2)
+    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "0")
+    ref = sageattn(q, k, v, is_causal=causal)
+    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "1")
+    api.clear_caches()
+    assert launch_plan(q, k, v, is_causal=causal)["wgmma_pipe"] is True
+    for _ in range(3):  # the full path, the recorded call, a replay
+        assert torch.equal(sageattn(q, k, v, is_causal=causal), ref)

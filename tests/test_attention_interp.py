@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from sagebuild.kernels.triton import configs, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, q_tile_fits_out
 
 from sagebuild.attention import (
     AttentionInputError,
@@ -171,6 +171,32 @@ def test_prequantized_q_path_matches_fused():
         for q_int8 in (None, qi)
     ]
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("pv_fp8", [False, True])
+@pytest.mark.parametrize(("d", "layout_"), [(64, "HND"), (96, "NHD"), (40, "HND"), (16, "HND")])
+def test_q_read_back_from_the_output_rows_changes_nothing(pv_fp8, d, layout_):
+    """Q's INT8 tile round-tripped through the program's own output rows (so that Hopper's wgmma
+    reads it from shared memory: ``configs.use_wgmma_pipe``) gives the same output and LSE bit
+    for bit, with causal ragged tiles, GQA, split (96) and padded (40) head dims and strided
+    (NHD) output rows; a head dim whose output rows are too narrow (16) keeps the registers."""
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=88, d=d, seed=d, layout_=layout_)
+    if layout_ == "NHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    dp, scale = configs.padded_head_dim(d), d**-0.5
+    assert q_tile_fits_out(d, dp) == (d >= 32)
+    fp8 = torch.float8_e4m3fn if pv_fp8 else None
+    kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), dp, True, fp8, configs.K_BLK)
+    kv = QuantizedKV(kq, ks, configs.K_BLK, km, vq if pv_fp8 else layout.dense(v), vs)
+    results = []
+    for from_memory in (True, False):
+        out = torch.full_like(q, float("nan"))  # the round trip must leave nothing behind
+        lse = torch.empty(q.shape[:3], dtype=torch.float32)
+        _forward(q, kv, out, dp, scale, causal=True, pv_fp8=pv_fp8, q_blk=CFG.q_blk("per_warp"),
+                 fp8_max=448.0, fp8_dtype=fp8, lse=lse, q_from_memory=from_memory)  # fmt: skip
+        results.append((out, lse))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    assert torch.isfinite(results[0][0]).all()
 
 
 @pytest.mark.parametrize("pv_fp8", [False, True])

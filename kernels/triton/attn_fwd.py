@@ -71,6 +71,20 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr):
 
 
 @triton.jit
+def _wgmma_wait(x):
+    """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
+    statement: Triton keeps a side-effecting asm in program order)."""
+    tl.inline_asm_elementwise(
+        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
+        "=r,r",
+        [x],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _attn_tiles(
     acc,
     acc2,
@@ -118,8 +132,12 @@ def _attn_tiles(
     k_row0,
     v_row0,
     USE_TMA: tl.constexpr,
+    WGMMA_WAIT: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
+
+    WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not across the loop
+    edge, where ptxas serialises every wgmma (``configs.use_wgmma_pipe``).
 
     SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
     acc2), instead of one padded tile (pre-quantized K/V only); otherwise q2/acc2 are unused.
@@ -221,6 +239,8 @@ def _attn_tiles(
             else:
                 v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
             acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
+        if WGMMA_WAIT:
+            _wgmma_wait(start_n)
         m_i = m_new
     return acc, acc2, l_i, m_i
 
@@ -288,6 +308,8 @@ def _attn_fwd_kernel(
     SPLIT_D: tl.constexpr,
     USE_TMA: tl.constexpr,
     PDL: tl.constexpr,
+    Q_FROM_MEMORY: tl.constexpr,
+    WGMMA_WAIT: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -348,6 +370,22 @@ def _attn_fwd_kernel(
             q = to_int8(qf * inv_row[:, None])
             q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
             qs = step_row * q_scale_mul
+            if Q_FROM_MEMORY:
+                # The INT8 tile goes through this program's own output rows (written only at the
+                # end; 2·HEAD_DIM bytes each, ≥ D1 + D2: the caller checks) and comes back as a
+                # loaded tile, which Triton keeps in shared memory for the loop's wgmma instead
+                # of reloading registers every key tile (``configs.use_wgmma_pipe``).
+                out_bytes: tl.constexpr = Out.dtype.element_ty.primitive_bitwidth // 8
+                scratch = Out.to(tl.pointer_type(tl.int8)) + out_bytes * (
+                    o_base + offs_m[:, None] * stride_on
+                )
+                tl.store(scratch + offs_d[None, :], q, mask=row_ok[:, None])
+                if SPLIT_D:
+                    tl.store(scratch + offs_d2[None, :], q2, mask=row_ok[:, None])
+                tl.debug_barrier()  # every thread's stores visible to every thread of the program
+                q = tl.load(scratch + offs_d[None, :], mask=row_ok[:, None], other=0)
+                if SPLIT_D:
+                    q2 = tl.load(scratch + offs_d2[None, :], mask=row_ok[:, None], other=0)
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
@@ -430,6 +468,7 @@ def _attn_fwd_kernel(
                 k_row0,
                 v_row0,
                 USE_TMA,
+                WGMMA_WAIT,
             )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -544,6 +583,12 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     )
 
 
+def q_tile_fits_out(head_dim: int, head_dim_pad: int) -> bool:
+    """Whether an output row (head_dim 16-bit elements) holds the kernel's INT8 Q row (at most
+    head_dim_pad bytes): every head dim from 32 up."""
+    return 2 * head_dim >= head_dim_pad
+
+
 def attention_forward(
     q: SeqView,
     kv: QuantizedKV,
@@ -563,8 +608,15 @@ def attention_forward(
     pv_direct: bool = False,
     tma: bool = False,
     pdl: bool = False,
+    wgmma_pipe: bool = False,
+    q_from_memory: Optional[bool] = None,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
+
+    ``wgmma_pipe`` (Hopper, ``configs.use_wgmma_pipe``): Q's INT8 tile is read back from memory
+    (``q_from_memory``, where the output rows have room for it) and the P·V wgmma is waited on
+    inside its iteration, so that ptxas pipelines the kernel's wgmma. ``q_from_memory`` alone
+    (None: as ``wgmma_pipe``) runs the round trip anywhere (tests: the interpreter).
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
 
@@ -588,6 +640,9 @@ def attention_forward(
         raise ValueError("pdl=True needs Q quantized inside the kernel (q_int8=None)")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
+    if q_from_memory is None:
+        q_from_memory = wgmma_pipe
+    q_from_memory = q_from_memory and q_int8 is None and q_tile_fits_out(q.head_dim, head_dim_pad)
     consts = launcher.constexprs(
         _attn_fwd_kernel,
         launch_key,
@@ -613,6 +668,8 @@ def attention_forward(
             SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
             USE_TMA=tma,
             PDL=pdl,
+            Q_FROM_MEMORY=q_from_memory,
+            WGMMA_WAIT=wgmma_pipe,
         ),
     )
     if tma:

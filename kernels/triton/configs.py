@@ -112,6 +112,29 @@ def use_pdl(family: str, n_k: int) -> bool:
     return knob in ("1", "on") or 0 < n_k <= PDL_DEFAULT_MAX_KEYS
 
 
+# Pipelined wgmma in the portable kernel (Hopper): ptxas serialises every wgmma of the kernel
+# (C7513: a non-wgmma instruction defines a wgmma input while one is in flight; C7512: not enough
+# registers for the pipeline) when the loop-invariant Q operand is reloaded into registers each
+# key tile and Triton leaves the P·V wgmma in flight across the loop edge. sm90 SASS of the 4K
+# row (docs/performance.md, run 19): each of a tile's eight wgmma waited on alone; with Q read
+# from shared memory (``attn_fwd``: a round trip through the output rows makes it a loaded
+# operand) and the P·V wgmma waited on inside its iteration, the four Q·Kᵀ and the four P·V
+# wgmma issue back to back at the same 168 registers (602 instructions per tile instead of 632).
+# Not measured on a GPU yet, so off by default: SAGEBUILD_WGMMA_PIPE=1 turns it on.
+WGMMA_PIPE_CAPABLE = frozenset({"Hopper"})
+WGMMA_PIPE_ENV_VAR = "SAGEBUILD_WGMMA_PIPE"
+WGMMA_PIPE_DEFAULT = False
+
+
+def use_wgmma_pipe(family: str) -> bool:
+    """Whether the portable kernel pipelines its wgmma on this family (``WGMMA_PIPE_DEFAULT``,
+    or SAGEBUILD_WGMMA_PIPE=1/0)."""
+    knob = _env_switch(WGMMA_PIPE_ENV_VAR)
+    if family not in WGMMA_PIPE_CAPABLE or knob in ("0", "off"):
+        return False
+    return knob in ("1", "on") or WGMMA_PIPE_DEFAULT
+
+
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -456,7 +479,7 @@ def table_rows() -> list[dict]:
     ]
 
 
-_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR)
+_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR)
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
     _KNOB_KEYS = tuple(os.environ.encodekey(name) for name in _KNOB_VARS)  # type: ignore[attr-defined]

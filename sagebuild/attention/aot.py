@@ -77,12 +77,13 @@ def _source(
     for ``n_k`` keys (``api._resolve``, K/V from our Triton quantization), or ``config`` (a
     config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
     whose head dim is a multiple of 16; TMA follows the family and the config, programmatic
-    dependent launch the family and ``SAGEBUILD_PDL``."""
+    dependent launch the family and ``SAGEBUILD_PDL``, the pipelined wgmma the family and
+    ``SAGEBUILD_WGMMA_PIPE``."""
     import triton.language as tl
 
     from sagebuild.attention import api
     from sagebuild.kernels.triton import configs
-    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel, kv_desc_boxes
+    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel, kv_desc_boxes, q_tile_fits_out
 
     fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
@@ -139,6 +140,8 @@ def _source(
         "SPLIT_D": split,
         "USE_TMA": tma,
         "PDL": configs.use_pdl(row.family, n_k),
+        "Q_FROM_MEMORY": configs.use_wgmma_pipe(row.family) and q_tile_fits_out(head_dim, dp),
+        "WGMMA_WAIT": configs.use_wgmma_pipe(row.family),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -255,6 +258,8 @@ def sass_loops(sass: str) -> list[dict]:
     return [
         {
             "instructions": len(body),
+            "mma": sum(bool(re.match(r"[A-Z]*GMMA\b", t)) for t in body),
+            "mma_waits": sum(bool(re.match(r"WARPGROUP\.DEPBAR\b", t)) for t in body),
             "mufu": sum(bool(re.match(r"MUFU\b", t)) for t in body),
             "fsel": sum(bool(re.match(r"FSEL\b", t)) for t in body),
             "local": sum(bool(re.match(r"(LDL|STL)\b", t)) for t in body),
@@ -303,7 +308,14 @@ def sass_report(
         "stack_bytes": int(usage.group(2)) if usage else None,  # spills live in the stack frame
         "shared_bytes": kernel.metadata.shared,
         "loops": sass_loops(sass),
+        "wgmma_serialized": _serialized_note(ptxas_verbose(kernel.asm["ptx"], row.triton_target[1])),
     }
+
+
+def _serialized_note(report: Optional[str]) -> Optional[str]:
+    """ptxas's note that it serialised the kernel's wgmma (``WGMMA_SERIALIZED``), or None."""
+    m = WGMMA_SERIALIZED.search(report or "")
+    return m.group(0) if m else None
 
 
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
@@ -358,8 +370,35 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
 
 
 # ptxas's notes that it serialised every wgmma of a kernel (an accumulator read in flight:
-# C7514; too few registers: C7512): the warp-specialised kernel would then lose its overlap.
-WGMMA_SERIALIZED = re.compile(r"C75(?:14|12)\b[^\n]*")
+# C7514; a wgmma input defined by another instruction while one is in flight: C7513; too few
+# registers: C7512): each wgmma is then waited on alone, and the MMA overlaps nothing.
+WGMMA_SERIALIZED = re.compile(r"C751[234]\b[^\n]*")
+
+
+def ptxas_verbose(ptx: str, cc: int) -> Optional[str]:
+    """``ptxas -v`` on a kernel's PTX with the ptxas bundled with Triton (registers, spills and
+    its performance notes, which Triton's own compile does not show); None without one."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        return None
+    arch = f"sm_{cc}a" if cc == 90 else f"sm_{cc}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run(
+            [ptxas, f"-arch={arch}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    return proc.stdout + proc.stderr
 
 
 def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optional[str] = None) -> dict:
@@ -369,9 +408,6 @@ def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optiona
     no ptxas is found}. The table's config unless ``config`` ("BM,BN,warps,stages,maxnreg").
     """
     import inspect
-    import os
-    import subprocess
-    import tempfile
 
     import torch
     import triton
@@ -421,18 +457,4 @@ def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optiona
         options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
     )
     ptx = kernel.asm["ptx"]
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    report = None
-    if os.path.exists(ptxas):
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "k.ptx")
-            with open(src, "w") as f:
-                f.write(ptx)
-            proc = subprocess.run(
-                [ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            report = proc.stdout + proc.stderr
-    return {"ptx": ptx, "shared": kernel.metadata.shared, "ptxas": report}
+    return {"ptx": ptx, "shared": kernel.metadata.shared, "ptxas": ptxas_verbose(ptx, 90)}

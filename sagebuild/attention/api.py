@@ -168,6 +168,7 @@ class _Plan(NamedTuple):
     k_blk: int  # tokens per K scale, for the kernel that will run (``LaunchConfig.k_blk``)
     tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, eligible shapes)
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
+    wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -262,7 +263,10 @@ def _make_plan(
     # PDL pairs the attention launch with the quantization launch right before it (our Triton
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
-    return _Plan(tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl)
+    pipe = configs.use_wgmma_pipe(family) and ws is None
+    return _Plan(
+        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe
+    )
 
 
 def _on_input_device(fn: Any) -> Any:
@@ -429,6 +433,7 @@ def _execute(
         pv_direct=pv_accum == "fp32",
         tma=plan.tma,
         pdl=plan.pdl,
+        wgmma_pipe=plan.wgmma_pipe,
     )
     return (out, lse) if return_lse else out
 
@@ -588,6 +593,7 @@ def launch_plan(
         configs.split_head_dim(d, plan.dp),
         "in_kernel" if plan.fused else ("extension" if plan.ops is not None else "triton"),
         plan.pdl,
+        plan.wgmma_pipe,
     )
 
 
@@ -600,11 +606,13 @@ def plan_record(
     split: bool,
     quantization: str,
     pdl: bool = False,
+    wgmma_pipe: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
     this very launch (with ``,tma`` where the K/V tiles come by TMA); ``pdl``: the attention
-    launch overlaps the quantization launch (``SAGEBUILD_PDL``)."""
+    launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
+    kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -615,6 +623,7 @@ def plan_record(
         "split_head_dim": split,
         "quantization": quantization,
         "pdl": pdl,
+        "wgmma_pipe": wgmma_pipe,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 
@@ -668,5 +677,6 @@ def sageattn_varlen(
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
+        wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch)),
     )
     return out

@@ -65,6 +65,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
         parts.append(f"quant:{plan['quantization']}")
     if plan.get("pdl"):
         parts.append("pdl")
+    if plan.get("wgmma_pipe"):
+        parts.append("wgmma-pipe")
     return " ".join(parts)
 
 
