@@ -199,12 +199,20 @@ def test_launch_config_strings_with_and_without_a_register_cap():
     tma = configs.parse_config("64,128,4,2,168,TMA")
     assert tma.tma and tma.as_tuple() == (64, 128, 4, 2, 168) and tma.spec() == "64,128,4,2,168,tma"
     assert configs.parse_config("64,64,4,3,tma") == configs.LaunchConfig(64, 64, 4, 3, tma=True)
+    both = configs.LaunchConfig(64, 128, 4, 2, 168, tma=True, pipe=True)
+    assert both.spec() == "64,128,4,2,168,tma,pipe" and both.as_tuple() == (64, 128, 4, 2, 168)
+    assert (
+        configs.parse_config("64,128,4,2,168,tma,pipe")
+        == both
+        == configs.parse_config("64,128,4,2,168,Pipe,tma")
+    )
+    assert configs.parse_config("64,64,4,3,pipe") == configs.LaunchConfig(64, 64, 4, 3, pipe=True)
     for row in configs.table_rows():  # every row can be forced as it is
-        cfg = configs.LaunchConfig(*row["config"], tma=row["tma"])
+        cfg = configs.LaunchConfig(*row["config"], tma=row["tma"], pipe=row["pipe"])
         assert configs.parse_config(cfg.spec()) == cfg
     bad_configs = (("64,64,4,3,300", "maxnreg"), ("64,64,4", "4 or 5 integers"),
                    ("64,48,4,3", "power of two"), ("64,64,4,3,tma,168", "integers"),
-                   ("tma", "4 or 5 integers"))  # fmt: skip
+                   ("tma", "4 or 5 integers"), ("64,64,4,3,tma,tma", "integers"))  # fmt: skip
     for bad, msg in bad_configs:
         with pytest.raises(ValueError, match=msg):
             configs.parse_config(bad)
@@ -245,3 +253,20 @@ def test_register_cap_is_refused_off_nvidia():
         _resolve("gfx942", 128, "fp8", False, "64,64,4,3,168")
     assert "fifth number" in err.value.fix
     assert _resolve("gfx942", 128, "fp8", False, "64,64,4,3")[1].maxnreg is None
+
+
+def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
+    """The pipelined wgmma (Hopper only) follows the config's ``pipe`` unless
+    SAGEBUILD_WGMMA_PIPE forces it on (1) or off (0) for every config; no table row takes it
+    before a GPU has measured it (docs/performance.md run 19)."""
+    from sagebuild.kernels.triton import configs
+
+    plain, piped = configs.LaunchConfig(64, 128, 4, 2, 168, tma=True), configs.parse_config("64,64,4,3,pipe")
+    monkeypatch.delenv(configs.WGMMA_PIPE_ENV_VAR, raising=False)
+    assert not configs.use_wgmma_pipe("Hopper", plain) and configs.use_wgmma_pipe("Hopper", piped)
+    assert not configs.use_wgmma_pipe("Ampere", piped) and not configs.use_wgmma_pipe("Blackwell", piped)
+    assert not any(r["pipe"] for r in configs.table_rows())
+    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "1")
+    assert configs.use_wgmma_pipe("Hopper", plain) and not configs.use_wgmma_pipe("CDNA3", plain)
+    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "off")
+    assert not configs.use_wgmma_pipe("Hopper", piped)

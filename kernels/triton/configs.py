@@ -120,19 +120,20 @@ def use_pdl(family: str, n_k: int) -> bool:
 # from shared memory (``attn_fwd``: a round trip through the output rows makes it a loaded
 # operand) and the P·V wgmma waited on inside its iteration, the four Q·Kᵀ and the four P·V
 # wgmma issue back to back at the same 168 registers (602 instructions per tile instead of 632).
-# Not measured on a GPU yet, so off by default: SAGEBUILD_WGMMA_PIPE=1 turns it on.
+# Not measured on a GPU yet, so no table row asks for it (``LaunchConfig.pipe``):
+# SAGEBUILD_WGMMA_PIPE=1 turns it on for every config, a config string's ``,pipe`` for one.
 WGMMA_PIPE_CAPABLE = frozenset({"Hopper"})
 WGMMA_PIPE_ENV_VAR = "SAGEBUILD_WGMMA_PIPE"
-WGMMA_PIPE_DEFAULT = False
 
 
-def use_wgmma_pipe(family: str) -> bool:
-    """Whether the portable kernel pipelines its wgmma on this family (``WGMMA_PIPE_DEFAULT``,
-    or SAGEBUILD_WGMMA_PIPE=1/0)."""
+def use_wgmma_pipe(family: str, cfg: LaunchConfig) -> bool:
+    """Whether a launch with this config pipelines its wgmma on this family: the config's own
+    choice (``LaunchConfig.pipe``: no table row takes it yet) unless SAGEBUILD_WGMMA_PIPE=1/0
+    forces it on or off for every config (tuning)."""
     knob = _env_switch(WGMMA_PIPE_ENV_VAR)
     if family not in WGMMA_PIPE_CAPABLE or knob in ("0", "off"):
         return False
-    return knob in ("1", "on") or WGMMA_PIPE_DEFAULT
+    return knob in ("1", "on") or cfg.pipe
 
 
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
@@ -149,6 +150,8 @@ class LaunchConfig:
     registers per thread so that more CTAs fit on an SM: at 168, three 4-warp CTAs do.
     ``tma``: K/V tiles by TMA; a table row with it serves only calls that can (``lookup``'s
     ``tma_ok``). Not part of ``as_tuple``: launch records name the kernel ``portable_tma``.
+    ``pipe``: the kernel's wgmma pipelined on Hopper (``use_wgmma_pipe``); a row with it takes it
+    by default, ``SAGEBUILD_WGMMA_PIPE`` overrides. Not part of ``as_tuple`` either.
     """
 
     block_m: int
@@ -157,6 +160,7 @@ class LaunchConfig:
     num_stages: int
     maxnreg: Optional[int] = None
     tma: bool = False
+    pipe: bool = False
 
     def q_blk(self, qk_quant_gran: str) -> int:
         """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
@@ -172,7 +176,11 @@ class LaunchConfig:
 
     def spec(self) -> str:
         """The config as ``parse_config`` reads it: ``"64,128,4,2,168,tma"``."""
-        return ",".join(map(str, self.as_tuple())) + (",tma" if self.tma else "")
+        return (
+            ",".join(map(str, self.as_tuple()))
+            + (",tma" if self.tma else "")
+            + (",pipe" if self.pipe else "")
+        )
 
     def as_tuple(self) -> tuple[int, ...]:
         base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
@@ -187,6 +195,7 @@ class LaunchConfig:
 
 
 ConfigLike = Union[LaunchConfig, tuple, list, str]
+_CONFIG_FLAGS = ("tma", "pipe")  # a config string's trailing words (``LaunchConfig.spec``)
 
 
 class Row(NamedTuple):
@@ -360,24 +369,25 @@ def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
 
 def parse_config(value: ConfigLike) -> LaunchConfig:
     """A LaunchConfig from a config, a tuple or a string such as ``"128,64,8,3"``, validated:
-    four integers, an optional register cap, and an optional last entry ``tma``."""
+    four integers, an optional register cap, and optional last entries ``tma`` and ``pipe``."""
     if isinstance(value, LaunchConfig):
         cfg = value
     else:
         parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
-        tma = bool(parts) and str(parts[-1]).lower() == "tma"
-        ints = parts[:-1] if tma else parts
-        if len(ints) not in (4, 5):
+        flags = set()
+        while parts and str(parts[-1]).lower() in _CONFIG_FLAGS and str(parts[-1]).lower() not in flags:
+            flags.add(str(parts.pop()).lower())
+        if len(parts) not in (4, 5):
             raise ValueError(
                 f"attention config {value!r} must have 4 or 5 integers: "
-                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma]"
+                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma][,pipe]"
             )
         try:
-            cfg = LaunchConfig(*(int(p) for p in ints), tma=tma)
+            cfg = LaunchConfig(*(int(p) for p in parts), tma="tma" in flags, pipe="pipe" in flags)
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"attention config {value!r} must be integers (BLOCK_M,BLOCK_N,num_warps,num_stages"
-                "[,maxnreg]), optionally followed by tma"
+                "[,maxnreg]), optionally followed by tma and pipe"
             ) from exc
     for name, v in (("BLOCK_M", cfg.block_m), ("BLOCK_N", cfg.block_n), ("num_warps", cfg.num_warps)):
         if v < 1 or v & (v - 1):
@@ -474,6 +484,7 @@ def table_rows() -> list[dict]:
             "min_keys": r.min_keys,
             "config": r.config.as_tuple(),
             "tma": r.config.tma,
+            "pipe": r.config.pipe,
         }
         for r in _TABLE
     ]

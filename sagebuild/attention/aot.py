@@ -77,8 +77,8 @@ def _source(
     for ``n_k`` keys (``api._resolve``, K/V from our Triton quantization), or ``config`` (a
     config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
     whose head dim is a multiple of 16; TMA follows the family and the config, programmatic
-    dependent launch the family and ``SAGEBUILD_PDL``, the pipelined wgmma the family and
-    ``SAGEBUILD_WGMMA_PIPE``."""
+    dependent launch the family and ``SAGEBUILD_PDL``, the pipelined wgmma the family, the
+    config and ``SAGEBUILD_WGMMA_PIPE``."""
     import triton.language as tl
 
     from sagebuild.attention import api
@@ -140,8 +140,8 @@ def _source(
         "SPLIT_D": split,
         "USE_TMA": tma,
         "PDL": configs.use_pdl(row.family, n_k),
-        "Q_FROM_MEMORY": configs.use_wgmma_pipe(row.family) and q_tile_fits_out(head_dim, dp),
-        "WGMMA_WAIT": configs.use_wgmma_pipe(row.family),
+        "Q_FROM_MEMORY": configs.use_wgmma_pipe(row.family, cfg) and q_tile_fits_out(head_dim, dp),
+        "WGMMA_WAIT": configs.use_wgmma_pipe(row.family, cfg),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

@@ -263,7 +263,7 @@ def _make_plan(
     # PDL pairs the attention launch with the quantization launch right before it (our Triton
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
-    pipe = configs.use_wgmma_pipe(family) and ws is None
+    pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe
     )
@@ -610,7 +610,8 @@ def plan_record(
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
-    this very launch (with ``,tma`` where the K/V tiles come by TMA); ``pdl``: the attention
+    this very launch (with ``,tma`` where the K/V tiles come by TMA, ``,pipe`` where the wgmma
+    is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``)."""
     return {
@@ -618,7 +619,7 @@ def plan_record(
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
         "kernel": kernel,
         "config": list(cfg.as_tuple()),
-        "config_spec": replace(cfg, tma=kernel == "portable_tma").spec(),
+        "config_spec": replace(cfg, tma=kernel == "portable_tma", pipe=wgmma_pipe).spec(),
         "k_blk": k_blk,
         "split_head_dim": split,
         "quantization": quantization,
@@ -677,6 +678,6 @@ def sageattn_varlen(
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
-        wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch)),
+        wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch), cfg),
     )
     return out
