@@ -86,6 +86,15 @@ def _env_switch(name: str) -> str:
     return (os.environ.get(name) or "").strip().lower()
 
 
+def _switched(env_var: str, family: str, capable: frozenset, default: bool) -> bool:
+    """An opt-in/opt-out feature: never on a family outside ``capable`` or with the knob off
+    ("0"/"off"), always with it on ("1"/"on"), else ``default`` (the table's or the call's)."""
+    knob = _env_switch(env_var)
+    if family not in capable or knob in ("0", "off"):
+        return False
+    return knob in ("1", "on") or default
+
+
 def tma_possible(family: str) -> bool:
     """Whether this family can load K/V tiles by TMA and the environment does not forbid it."""
     return family in TMA_CAPABLE and _env_switch(TMA_ENV_VAR) not in ("0", "off")
@@ -106,10 +115,7 @@ PDL_DEFAULT_MAX_KEYS = 2048
 def use_pdl(family: str, n_k: int) -> bool:
     """Whether a call with ``n_k`` keys (0: unknown) on this family overlaps the attention launch
     with the K/V quantization launch (the API adds the conditions of the call: ``api._make_plan``)."""
-    knob = _env_switch(PDL_ENV_VAR)
-    if family not in PDL_CAPABLE or knob in ("0", "off"):
-        return False
-    return knob in ("1", "on") or 0 < n_k <= PDL_DEFAULT_MAX_KEYS
+    return _switched(PDL_ENV_VAR, family, PDL_CAPABLE, 0 < n_k <= PDL_DEFAULT_MAX_KEYS)
 
 
 # Pipelined wgmma in the portable kernel (Hopper): ptxas serialises every wgmma of the kernel
@@ -130,16 +136,13 @@ def use_wgmma_pipe(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config pipelines its wgmma on this family: the config's own
     choice (``LaunchConfig.pipe``: no table row takes it yet) unless SAGEBUILD_WGMMA_PIPE=1/0
     forces it on or off for every config (tuning)."""
-    knob = _env_switch(WGMMA_PIPE_ENV_VAR)
-    if family not in WGMMA_PIPE_CAPABLE or knob in ("0", "off"):
-        return False
-    return knob in ("1", "on") or cfg.pipe
+    return _switched(WGMMA_PIPE_ENV_VAR, family, WGMMA_PIPE_CAPABLE, cfg.pipe)
 
 
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
-    return tma_possible(family) and (cfg.tma or _env_switch(TMA_ENV_VAR) in ("1", "on"))
+    return _switched(TMA_ENV_VAR, family, TMA_CAPABLE, cfg.tma)
 
 
 @dataclass(frozen=True)

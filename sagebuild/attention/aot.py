@@ -293,7 +293,7 @@ def sass_report(
         raise ValueError(f"{row.name}: SASS exists only for NVIDIA archs")
     src, cfg = _source(variant, row, head_dim, causal, n_k, accum, config)
     kernel = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options())
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = _bundled_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
         with open(cubin, "wb") as f:
@@ -375,6 +375,15 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
 WGMMA_SERIALIZED = re.compile(r"C751[234]\b[^\n]*")
 
 
+def _bundled_tool(name: str) -> str:
+    """The path of a CUDA binary shipped with Triton's NVIDIA backend (ptxas, cuobjdump)."""
+    import os
+
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
 def ptxas_verbose(ptx: str, cc: int) -> Optional[str]:
     """``ptxas -v`` on a kernel's PTX with the ptxas bundled with Triton (registers, spills and
     its performance notes, which Triton's own compile does not show); None without one."""
@@ -382,9 +391,7 @@ def ptxas_verbose(ptx: str, cc: int) -> Optional[str]:
     import subprocess
     import tempfile
 
-    import triton
-
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    ptxas = _bundled_tool("ptxas")
     if not os.path.exists(ptxas):
         return None
     arch = f"sm_{cc}a" if cc == 90 else f"sm_{cc}"
