@@ -34,8 +34,17 @@ DEFAULT_SHAPES = (
     "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
 )
 GRID = [
-    (64, 128, 4, 3), (64, 128, 4, 2), (64, 128, 4, 4), (64, 256, 4, 2), (64, 64, 4, 3), (64, 64, 4, 4),
-    (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 64, 4, 3), (128, 32, 4, 4),
+    (64, 128, 4, 3),
+    (64, 128, 4, 2),
+    (64, 128, 4, 4),
+    (64, 256, 4, 2),
+    (64, 64, 4, 3),
+    (64, 64, 4, 4),
+    (128, 64, 8, 3),
+    (128, 64, 8, 4),
+    (128, 128, 8, 3),
+    (128, 64, 4, 3),
+    (128, 32, 4, 4),
 ]
 FN = {
     "fp16": sageattn_qk_int8_pv_fp16_triton,
@@ -63,7 +72,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--variants", default="fp8,fp16", help="of: " + ",".join(FN))
-    ap.add_argument("--grid", default="", help="configs 'M,N,W,S;...' (default: the built-in grid)")
+    ap.add_argument(
+        "--grid",
+        default="",
+        help="config strings 'M,N,W,S[,R][,tma][,pipe];...' (default: built-in)",
+    )
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--backend", default="triton", help="quantization_backend: triton | ext | auto")
     ap.add_argument("--json", default="")
@@ -76,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.padded_head_dim:
         configs.split_head_dim = lambda head_dim, head_dim_pad: False
-    grid = [tuple(int(x) for x in g.split(",")) for g in args.grid.split(";")] if args.grid else GRID
+    grid = [configs.parse_config(g).spec() for g in args.grid.split(";")] if args.grid else GRID
     dtype = getattr(torch, args.dtype)
     rows = []
     for spec in args.shapes.split(","):
@@ -94,8 +107,9 @@ def main() -> None:
             for cfg in grid:
                 fn = FN[var]
                 try:
-                    call = functools.partial(fn, q, k, v, is_causal=causal, config=cfg,
-                                             quantization_backend=args.backend)
+                    call = functools.partial(
+                        fn, q, k, v, is_causal=causal, config=cfg, quantization_backend=args.backend
+                    )
                     out = call()
                     torch.cuda.synchronize()
                     ms = bench(call, graph=args.graph)
@@ -103,25 +117,39 @@ def main() -> None:
                     print(f"  {spec} {var} {cfg}: failed: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
                 acc = accuracy(out, ref)
-                row = {"shape": spec, "variant": var, "config": cfg, "ms": ms, "sdpa_ms": sdpa,
-                       "ratio": ms / sdpa, "tflops": flops / ms / 1e9, "cos": acc["cos"],
-                       "rel_l1": acc["rel_l1"]}
+                row = {
+                    "shape": spec,
+                    "variant": var,
+                    "config": cfg,
+                    "ms": ms,
+                    "sdpa_ms": sdpa,
+                    "ratio": ms / sdpa,
+                    "tflops": flops / ms / 1e9,
+                    "cos": acc["cos"],
+                    "rel_l1": acc["rel_l1"],
+                }
                 rows.append(row)
-                print(f"  {spec:>16} {var} {str(cfg):>18} {ms:8.4f} ms  ratio {ms / sdpa:5.3f}  "
-                      f"{row['tflops']:6.0f} TFLOPS  cos {acc['cos']:.5f} l1 {acc['rel_l1']:.4f}",
-                      flush=True)
+                print(
+                    f"  {spec:>16} {var} {str(cfg):>18} {ms:8.4f} ms  ratio {ms / sdpa:5.3f}  "
+                    f"{row['tflops']:6.0f} TFLOPS  cos {acc['cos']:.5f} l1 {acc['rel_l1']:.4f}",
+                    flush=True,
+                )
                 if best is None or ms < best["ms"]:
                     best = row
             if best:
                 best["best"] = True
     print("\n==== best config per shape/variant (whole call vs SDPA default, same run) ====")
-    print(f"{'shape':>16} {'var':>4} {'config':>18} {'ms':>8} {'sdpa':>8} {'ratio':>6} {'TFLOPS':>6} "
-          f"{'cos':>8} {'l1':>6}")
+    print(
+        f"{'shape':>16} {'var':>4} {'config':>18} {'ms':>8} {'sdpa':>8} {'ratio':>6} {'TFLOPS':>6} "
+        f"{'cos':>8} {'l1':>6}"
+    )
     for r in rows:
         if r.get("best"):
-            print(f"{r['shape']:>16} {r['variant']:>4} {str(r['config']):>18} {r['ms']:8.4f} "
-                  f"{r['sdpa_ms']:8.4f} "
-                  f"{r['ratio']:6.3f} {r['tflops']:6.0f} {r['cos']:8.5f} {r['rel_l1']:6.4f}")
+            print(
+                f"{r['shape']:>16} {r['variant']:>4} {str(r['config']):>18} {r['ms']:8.4f} "
+                f"{r['sdpa_ms']:8.4f} "
+                f"{r['ratio']:6.3f} {r['tflops']:6.0f} {r['cos']:8.5f} {r['rel_l1']:6.4f}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

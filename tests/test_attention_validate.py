@@ -257,15 +257,21 @@ def test_register_cap_is_refused_off_nvidia():
 
 def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
     """The pipelined wgmma (Hopper only) follows the config's ``pipe`` unless
-    SAGEBUILD_WGMMA_PIPE forces it on (1) or off (0) for every config; no table row takes it
-    before a GPU has measured it (docs/performance.md run 19)."""
+    SAGEBUILD_WGMMA_PIPE forces it on (1) or off (0) for every config; the one table row that
+    takes it is the Hopper 4K/16K TMA row, the one where it measured faster (docs/performance.md
+    run 20)."""
     from sagebuild.kernels.triton import configs
 
     plain, piped = configs.LaunchConfig(64, 128, 4, 2, 168, tma=True), configs.parse_config("64,64,4,3,pipe")
     monkeypatch.delenv(configs.WGMMA_PIPE_ENV_VAR, raising=False)
     assert not configs.use_wgmma_pipe("Hopper", plain) and configs.use_wgmma_pipe("Hopper", piped)
     assert not configs.use_wgmma_pipe("Ampere", piped) and not configs.use_wgmma_pipe("Blackwell", piped)
-    assert not any(r["pipe"] for r in configs.table_rows())
+    piped_rows = [r for r in configs.table_rows() if r["pipe"]]
+    assert [(r["family"], r["head_dim"], r["config"], r["tma"]) for r in piped_rows] == [
+        ("Hopper", 128, (64, 128, 4, 2, 168), True)
+    ]
+    assert configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True).pipe
+    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=False).pipe
     monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "1")
     assert configs.use_wgmma_pipe("Hopper", plain) and not configs.use_wgmma_pipe("CDNA3", plain)
     monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "off")

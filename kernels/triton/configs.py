@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.01.3"
+CONFIG_TABLE_VERSION = "2026.12.01.4"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -126,15 +126,17 @@ def use_pdl(family: str, n_k: int) -> bool:
 # from shared memory (``attn_fwd``: a round trip through the output rows makes it a loaded
 # operand) and the P·V wgmma waited on inside its iteration, the four Q·Kᵀ and the four P·V
 # wgmma issue back to back at the same 168 registers (602 instructions per tile instead of 632).
-# Not measured on a GPU yet, so no table row asks for it (``LaunchConfig.pipe``):
-# SAGEBUILD_WGMMA_PIPE=1 turns it on for every config, a config string's ``,pipe`` for one.
+# Run 20 (H200, CUDA-graph replays): −5 to −9 % on that row, +2 % on head dim 64's 8K row and
+# +43 % on head dim 256's TMA row (one wait more per tile where ptxas pipelined already), so
+# only the TMA row asks for it (``LaunchConfig.pipe``); SAGEBUILD_WGMMA_PIPE=1/0 forces it on
+# or off for every config, a config string's ``,pipe`` asks for it in one.
 WGMMA_PIPE_CAPABLE = frozenset({"Hopper"})
 WGMMA_PIPE_ENV_VAR = "SAGEBUILD_WGMMA_PIPE"
 
 
 def use_wgmma_pipe(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config pipelines its wgmma on this family: the config's own
-    choice (``LaunchConfig.pipe``: no table row takes it yet) unless SAGEBUILD_WGMMA_PIPE=1/0
+    choice (``LaunchConfig.pipe``: the 4K/16K TMA row's) unless SAGEBUILD_WGMMA_PIPE=1/0
     forces it on or off for every config (tuning)."""
     return _switched(WGMMA_PIPE_ENV_VAR, family, WGMMA_PIPE_CAPABLE, cfg.pipe)
 
@@ -225,8 +227,10 @@ _TABLE: list[Row] = [
     # Run 16 (H200, whole call, ms, against the rows below with TMA on): 2×32×4096×128 0.881 vs
     # 0.971, causal 0.568 vs 0.573; 1×32×16384×128 5.995 vs 6.680, causal 3.224 vs 3.492; at
     # 2048 keys 0.2985 vs 0.2917 (hence from 4K). The two-level FP8 P·V's second accumulator
-    # does not fit 168 registers.
-    Row("Hopper", 128, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, 168, tma=True), min_keys=4096),
+    # does not fit 168 registers. With its wgmma pipelined (``use_wgmma_pipe``; 8 → 2 MMA waits
+    # per tile), run 20, ms by CUDA-graph replay off → on: 2×32×4096×128 0.871 → 0.830, causal
+    # 0.570 → 0.519; 1×32×16384×128 6.084 → 5.765, causal 3.306 → 3.041.
+    Row("Hopper", 128, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, 168, tma=True, pipe=True), min_keys=4096),
     # Hopper, tuned on an H200 (2026-11-30, Triton 3.6, docs/performance.md "run 3"): FP8 P·V
     # wins with one warpgroup per 64 query rows and wide key tiles (several CTAs per SM overlap
     # each other's softmax and MMA); FP16 P·V prefers two warpgroups over 128 rows.
