@@ -365,24 +365,27 @@ def test_inputs_on_another_gpu_than_the_current_one():
 
 
 @pytest.mark.parametrize(
-    ("d", "n", "config", "k_blk"), [(128, 4096, [64, 128, 4, 2, 168], 128), (256, 2048, [64, 64, 4, 3], 64)]
+    ("d", "n", "spec", "k_blk"),
+    [(128, 4096, "64,128,4,2,168,tma,pipe", 128), (256, 2048, "64,64,4,3,tma", 64)],
 )
 @pytest.mark.parametrize("causal", [False, True])
-def test_tma_rows_serve_sageattn_on_hopper(d, n, config, k_blk, causal, monkeypatch):
+def test_tma_rows_serve_sageattn_on_hopper(d, n, spec, k_blk, causal, monkeypatch):
     """On Hopper `sageattn` takes the table's TMA rows (head dim 128 from 4096 keys: 128-key
-    tiles, 128-token K blocks, 168 registers, two stages; head dim 256: 64-key tiles;
-    docs/performance.md run 16): the launch plan says so, and the result matches the golden
-    model quantizing the same way and holds the FP8 bounds."""
+    tiles, 128-token K blocks, 168 registers, two stages, pipelined wgmma; head dim 256: 64-key
+    tiles; docs/performance.md runs 16, 20): the launch plan says so, and the result matches the
+    golden model quantizing the same way and holds the FP8 bounds."""
     from sagebuild.attention.api import launch_plan
 
     arch = dispatch.device_arch(torch.device("cuda"))
     if dispatch.family(arch) != "Hopper":
         pytest.skip(f"the TMA row is Hopper's; this is {arch}")
-    monkeypatch.delenv(configs.TMA_ENV_VAR, raising=False)
+    for var in (configs.TMA_ENV_VAR, configs.WGMMA_PIPE_ENV_VAR):
+        monkeypatch.delenv(var, raising=False)
     q, k, v = _inputs(1, 8, n, d, seed=12, hk=2)
     plan = launch_plan(q, k, v, is_causal=causal)
-    assert plan["kernel"] == "portable_tma" and plan["config"] == config, plan
-    assert configs.parse_config(plan["config_spec"]) == configs.LaunchConfig(*config, tma=True), plan
+    want = configs.parse_config(spec)
+    assert plan["kernel"] == "portable_tma" and plan["config"] == list(want.as_tuple()), plan
+    assert plan["config_spec"] == spec and plan["wgmma_pipe"] is want.pipe, plan
     assert plan["k_blk"] == k_blk and plan["pv_accum"] == "fp32", plan
     out = sageattn(q, k, v, is_causal=causal)
     cfg = configs.LaunchConfig(*plan["config"])
