@@ -171,7 +171,12 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     assert resolved() == row and resolved(n_k=16384) == row
     assert not resolved(ours=False).tma  # the extension lays K/V out otherwise
     assert not resolved(n_k=4104).tma  # FP8 V rows of 4104 bytes: not 16-byte multiples
-    assert not resolved(head_dim=96).tma  # the split head dim's rows (keyed 96) do not ask for TMA
+    # the split head dims' rows (keyed 96 and 192) ask for TMA from 4096 keys, not below
+    for head_dim in (80, 96, 160, 192):
+        split_row = resolved(head_dim=head_dim)
+        assert split_row.tma and split_row.pipe and split_row.block_n == 128, (head_dim, split_row)
+        assert not resolved(head_dim=head_dim, n_k=2048).tma, head_dim
+        assert not resolved(head_dim=head_dim, n_k=4104).tma, head_dim
     assert not resolved(pv="fp16", accum="fp32+fp32").tma
     assert not api._resolve("sm80", 128, "fp8", False, None, 4096, "fp32", True)[1].tma
     # K/V quantized inside the attention kernel (forced up to 8192 keys): no TMA there, so the
@@ -257,8 +262,8 @@ def test_register_cap_is_refused_off_nvidia():
 
 def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
     """The pipelined wgmma (Hopper only) follows the config's ``pipe`` unless
-    SAGEBUILD_WGMMA_PIPE forces it on (1) or off (0) for every config; the one table row that
-    takes it is the Hopper 4K/16K TMA row, the one where it measured faster (docs/performance.md
+    SAGEBUILD_WGMMA_PIPE forces it on (1) or off (0) for every config; the table rows that take
+    it are Hopper's 128-key TMA rows from 4K keys, where it measured faster (docs/performance.md
     run 20)."""
     from sagebuild.kernels.triton import configs
 
@@ -267,8 +272,10 @@ def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
     assert not configs.use_wgmma_pipe("Hopper", plain) and configs.use_wgmma_pipe("Hopper", piped)
     assert not configs.use_wgmma_pipe("Ampere", piped) and not configs.use_wgmma_pipe("Blackwell", piped)
     piped_rows = [r for r in configs.table_rows() if r["pipe"]]
-    assert [(r["family"], r["head_dim"], r["config"], r["tma"]) for r in piped_rows] == [
-        ("Hopper", 128, (64, 128, 4, 2, 168), True)
+    assert [(r["family"], r["head_dim"], r["config"], r["tma"], r["min_keys"]) for r in piped_rows] == [
+        ("Hopper", 128, (64, 128, 4, 2, 168), True, 4096),
+        ("Hopper", 96, (64, 128, 4, 2, 168), True, 4096),
+        ("Hopper", 192, (64, 128, 4, 2), True, 4096),
     ]
     assert configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True).pipe
     assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=False).pipe

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.01.4"
+CONFIG_TABLE_VERSION = "2026.12.01.5"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -128,15 +128,16 @@ def use_pdl(family: str, n_k: int) -> bool:
 # wgmma issue back to back at the same 168 registers (602 instructions per tile instead of 632).
 # Run 20 (H200, CUDA-graph replays): −5 to −9 % on that row, +2 % on head dim 64's 8K row and
 # +43 % on head dim 256's TMA row (one wait more per tile where ptxas pipelined already), so
-# only the TMA row asks for it (``LaunchConfig.pipe``); SAGEBUILD_WGMMA_PIPE=1/0 forces it on
-# or off for every config, a config string's ``,pipe`` asks for it in one.
+# the 128-key TMA rows (head dims 128, 96 and 192 from 4K keys) ask for it (``LaunchConfig.pipe``)
+# and the others do not; SAGEBUILD_WGMMA_PIPE=1/0 forces it on or off for every config, a config
+# string's ``,pipe`` asks for it in one.
 WGMMA_PIPE_CAPABLE = frozenset({"Hopper"})
 WGMMA_PIPE_ENV_VAR = "SAGEBUILD_WGMMA_PIPE"
 
 
 def use_wgmma_pipe(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config pipelines its wgmma on this family: the config's own
-    choice (``LaunchConfig.pipe``: the 4K/16K TMA row's) unless SAGEBUILD_WGMMA_PIPE=1/0
+    choice (``LaunchConfig.pipe``: the 128-key TMA rows') unless SAGEBUILD_WGMMA_PIPE=1/0
     forces it on or off for every config (tuning)."""
     return _switched(WGMMA_PIPE_ENV_VAR, family, WGMMA_PIPE_CAPABLE, cfg.pipe)
 
@@ -248,6 +249,11 @@ _TABLE: list[Row] = [
     Row("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
     # Head dims 65–96 as 64 + 32 pieces (``split_head_dim``; rows keyed 96): FP16 P·V prefers
     # one warpgroup per 64 rows like FP8 (run 11: 2×16×4096×96 0.622 ms vs 0.767 with 128,64,8,3).
+    # From 4K keys the MMA-accumulated FP8 P·V takes the 128-key TMA row with pipelined wgmma
+    # here too. Run 20 (CUDA-graph replays, ms, against 64,64,4,3,168): 2×16×4096×96 0.419 vs
+    # 0.459, causal 0.278 vs 0.290; 1×16×16384×96 2.774 vs 3.150, causal 1.474 vs 1.653;
+    # 2×16×8192×80 1.403 vs 1.601. At 2K keys it is even (0.141 vs 0.144, causal 0.070 vs 0.068).
+    Row("Hopper", 96, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, 168, tma=True, pipe=True), min_keys=4096),
     Row("Hopper", 96, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 96, "fp16", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 64, 4, 3)),
@@ -275,6 +281,11 @@ _TABLE: list[Row] = [
     # rows of 8 warps (run 11: 1×16×8192×192 2.06 ms vs 2.85 with the 256 row; padded 3.36); the
     # MMA-accumulated one 64,64,4,3 (run 12: 1.53 ms vs 1.92 with 128,64,8,2). FP16 P·V takes
     # the 256 row (run 12: 1.69 ms with 128,64,8,3).
+    # From 4K keys: 128-key tiles by TMA with pipelined wgmma at ptxas's register count (two CTAs
+    # per SM; capped at 168 it is 45 % slower). Run 20 (CUDA-graph replays, ms, against 64,64,4,3):
+    # 1×16×8192×192 1.119 vs 1.295, causal 0.702 vs 0.768; 2×16×4096×192 0.664 vs 0.719;
+    # 2×16×4096×160 0.649 vs 0.684; at 1×16×2048×192 0.132 vs 0.123, hence from 4K.
+    Row("Hopper", 192, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, tma=True, pipe=True), min_keys=4096),
     Row("Hopper", 192, "fp8acc", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 192, "fp8", "*", LaunchConfig(128, 64, 8, 2)),
     Row("*", 256, "*", "*", LaunchConfig(64, 64, 8, 2)),
