@@ -225,11 +225,15 @@ def test_hopper_rows_key_loops_in_sass():
     rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
     same config without TMA spills inside that loop (docs/performance.md run 16); the 64-key row
     has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
-    channel piece when forced to TMA."""
+    channel piece when forced to TMA. The split head dims' own rows from 4K keys (128-key tiles
+    by TMA, pipelined wgmma; run 20) are not serialised, do not spill, and fit three (96) or two
+    (192) CTAs per SM."""
     cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, None),
-             (96, 4096, "64,64,4,3,168,tma")]  # fmt: skip
-    tma_row, no_tma, short_row, split = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="")
-    assert tma_row["config"] == "64,128,4,2,168,tma" and tma_row["tma"], tma_row
+             (96, 4096, "64,64,4,3,168,tma"), (96, 4096, None), (192, 4096, None)]  # fmt: skip
+    tma_row, no_tma, short_row, split, row96, row192 = _compile_in_subprocess(
+        _SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE=""
+    )
+    assert tma_row["config"] == "64,128,4,2,168,tma,pipe" and tma_row["tma"], tma_row
     assert tma_row["registers"] <= 168 and 3 * tma_row["shared_bytes"] <= 227 * 1024, tma_row
     unmasked, masked = tma_row["loops"]  # the key loops without and with masks, nothing else
     assert unmasked["mufu"] == 66 and unmasked["fsel"] == 0 and unmasked["local"] == 0, tma_row
@@ -238,6 +242,10 @@ def test_hopper_rows_key_loops_in_sass():
     assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row
     assert split["tma"] and [lp["mufu"] for lp in split["loops"]] == [34, 34], split
     assert all(lp["local"] == 0 for lp in split["loops"]), split
+    for row, spec, ctas in ((row96, "64,128,4,2,168,tma,pipe", 3), (row192, "64,128,4,2,tma,pipe", 2)):
+        assert row["config"] == spec and row["tma"] and row["wgmma_serialized"] is None, row
+        assert ctas * row["registers"] * 128 <= 65536 and ctas * row["shared_bytes"] <= 227 * 1024, row
+        assert all(lp["local"] == 0 for lp in row["loops"]) and row["loops"][0]["mufu"] == 66, row
 
 
 def test_wgmma_pipe_unserialises_the_tma_row():
