@@ -322,6 +322,17 @@ def graph_replay_us(fn: Callable[[], Any]) -> float:
     return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
+def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> float:
+    """The tuning scripts' timing of fn on the current GPU (median ms): do_bench of the whole call
+    (the host's time shows where it exceeds the device's), or with ``graph`` its CUDA-graph
+    replay (``graph_replay_us``: device time only, what small calls need to tell configs apart)."""
+    if graph:
+        return graph_replay_us(fn) / 1e3
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
 # ---- what SDPA runs -------------------------------------------------------------------------
 
 
@@ -704,7 +715,6 @@ def run_bench(
             (t for (_, kind, *_), t in zip(ready, timings) if kind == "baseline" and isinstance(t, Timing)),
             None,
         )
-
         timed = iter(zip(ready, timings))
         for i in range(len(providers)):
             if i in failed:

@@ -25,21 +25,17 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-import triton.testing
 from torch.nn.functional import scaled_dot_product_attention as sdpa_fn
 
 from sagebuild.attention import api, sageattn
 from sagebuild.attention.metrics import accuracy
+from sagebuild.bench import median_ms
 
 DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x1024x64"
 
 
 def _ms(fn, graph: bool = False) -> float:
-    if graph:
-        from sagebuild.bench import graph_replay_us
-
-        return graph_replay_us(fn) / 1e3
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    return median_ms(fn, graph, rep_ms=100)
 
 
 _DEFAULTS: dict[str, object] = {}

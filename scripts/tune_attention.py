@@ -25,10 +25,10 @@ import sys
 import torch
 import torch.nn.functional as F
 from sagebuild.kernels.triton import configs
-from triton.testing import do_bench
 
 from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
 from sagebuild.attention.metrics import accuracy
+from sagebuild.bench import median_ms
 
 DEFAULT_SHAPES = (
     "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
@@ -61,11 +61,7 @@ def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
 
 
 def bench(fn, reps_ms: int = 200, graph: bool = False) -> float:
-    if graph:
-        from sagebuild.bench import graph_replay_us
-
-        return graph_replay_us(fn) / 1e3
-    return do_bench(fn, warmup=25, rep=reps_ms, return_mode="median")
+    return median_ms(fn, graph, reps_ms)
 
 
 def main() -> None:

@@ -108,6 +108,7 @@ def _source(
         "CUK": "*i32",
     }
     tma = fp8 and configs.use_tma(row.family, cfg)
+    pipe = configs.use_wgmma_pipe(row.family, cfg)
     v_type = _fp8_type(row) if fp8 else "fp16"
     if tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
         boxes = kv_desc_boxes(dp, cfg.block_n, split)
@@ -140,8 +141,8 @@ def _source(
         "SPLIT_D": split,
         "USE_TMA": tma,
         "PDL": configs.use_pdl(row.family, n_k),
-        "Q_FROM_MEMORY": configs.use_wgmma_pipe(row.family, cfg) and q_tile_fits_out(head_dim, dp),
-        "WGMMA_WAIT": configs.use_wgmma_pipe(row.family, cfg),
+        "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
+        "WGMMA_WAIT": pipe,
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
