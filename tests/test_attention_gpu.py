@@ -251,6 +251,84 @@ def test_triton_quantization_is_bit_equal_to_the_contract_on_the_gpu(blk):
     assert torch.equal(vq.t.float(), ref_v)
 
 
+@pytest.mark.parametrize("fp8", [True, False])
+@pytest.mark.parametrize(
+    ("b", "h", "n", "d", "blk", "group_mb"),
+    [
+        (2, 6, 4096, 128, 128, 1),
+        (1, 5, 3000, 64, 64, 2),
+        (2, 32, 4096, 128, 128, 8),
+        (1, 3, 20000, 96, 128, 8),
+    ],
+)
+def test_fused_kv_preprocessing_on_the_gpu(b, h, n, d, blk, group_mb, fp8, monkeypatch):
+    """K's mean, V's amax and both quantizations in one launch (``quant.FUSED_KV``), with heads in
+    groups quantized after a lag (one head per group, ragged groups and blocks, one group): the
+    INT8 codes and scales and FP8 V equal the contract given the launch's mean bit for bit, the
+    mean is torch's within rounding, the two-launch path gives the same V and nearly the same K
+    codes (its mean sums in another order), the counters are back at zero, and a second launch
+    gives the same bits."""
+    from sagebuild.kernels.triton import layout, quant
+
+    from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
+
+    monkeypatch.setattr(quant, "FUSED_GROUP_BYTES", group_mb << 20)
+    _, k, v = _inputs(b, h, n, d, dist="k_offset", seed=n + h)
+    dp = configs.padded_head_dim(d)
+    dtype = torch.float8_e4m3fn if fp8 else None
+    kd, vd = layout.dense(k), layout.dense(v)
+    assert not quant.inline_stats(kd, dp) and quant.FUSED_KV
+    kq, ks, km, vq, vs = quant.quant_kv(kd, vd, dp, True, dtype, blk)
+    assert torch.allclose(km[..., :d], k.float().mean(dim=2), atol=1e-5)
+    ref_q, ref_s = quant_int8_blocks(k.float() - km[:, :, None, :d], blk)
+    assert torch.equal(ks, ref_s)
+    assert torch.equal(kq.t[..., :d].float(), ref_q) and torch.count_nonzero(kq.t[..., d:]) == 0
+    if fp8:
+        ref_v, ref_vs = quant_v_fp8(v.float(), dtype)
+        assert torch.equal(vs[..., :d], ref_vs)
+        assert torch.equal(vq.t[..., :d].float(), ref_v)
+    else:
+        assert vq is None and vs is None
+    torch.cuda.synchronize()
+    assert torch.count_nonzero(quant.sync_counters(k.device, b * h)) == 0
+    again = quant.quant_kv(kd, vd, dp, True, dtype, blk)
+    assert torch.equal(again[0].t, kq.t) and torch.equal(again[1], ks) and torch.equal(again[2], km)
+    if fp8:
+        assert torch.equal(again[3].t.view(torch.uint8), vq.t.view(torch.uint8))
+    monkeypatch.setattr(quant, "FUSED_KV", False)
+    two = quant.quant_kv(kd, vd, dp, True, dtype, blk)
+    assert torch.allclose(two[2], km, atol=1e-5)
+    assert (two[0].t.int() - kq.t.int()).abs().max() <= 1
+    assert (two[0].t != kq.t).float().mean() < 1e-4
+    if fp8:
+        assert torch.equal(two[4], vs) and torch.equal(two[3].t.view(torch.uint8), vq.t.view(torch.uint8))
+
+
+def test_fused_kv_preprocessing_replays_and_graphs():
+    """``sageattn`` over the fused pre-processing: the full call, the recorded call and its replays
+    (which look the counters up again) and a CUDA graph (fresh counters captured with it) give
+    the same bits, calls on a second stream too; the result holds the accuracy bounds."""
+    from sagebuild.kernels.triton import quant
+
+    from sagebuild.attention import GraphedAttention
+
+    q, k, v = _inputs(1, 8, 4096, 128, seed=41)
+    assert quant.FUSED_KV
+    outs = [sageattn(q, k, v) for _ in range(4)]
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        on_side = [sageattn(q, k, v) for _ in range(3)]
+    side.synchronize()
+    for out in on_side:
+        assert torch.equal(out, outs[0])
+    g = GraphedAttention(q, k, v)
+    for _ in range(2):
+        assert torch.equal(g(q, k, v), outs[0])
+    _check(accuracy(outs[0], exact_attention(q, k, v)), dispatch.variant_for_call("cuda", 128, 4096))
+
+
 @pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
 def test_extension_quantization_agrees_with_triton(blk):
     from sagebuild.kernels.triton import layout, quant
