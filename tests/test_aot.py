@@ -116,8 +116,9 @@ print(json.dumps({k: {n: {"ok": r["ok"], "error": r["error"], "cp_async": "cp.as
 
 def test_preprocessing_kernels_lower_for_every_vendor():
     """The K/V statistics and quantization kernels (run on every call) lower for AMD and NVIDIA
-    targets, the fused one with its counters as atomics (its polls acquire loads on sm90); with PART_STAGES > 1
-    the statistics loads become asynchronous copies on sm90, in the fused kernel too."""
+    targets, the fused one with its counters as atomics (its polls acquire loads on sm90); with
+    PART_STAGES > 1 the statistics loads become asynchronous copies on sm90, in the fused kernel
+    too."""
     cases = [("gfx942", None), ("gfx1201", None), ("gfx1100", None), ("sm80", None), ("sm90", None),
              ("sm90", 1)]  # fmt: skip
     res = _compile_in_subprocess(_PRE_SCRIPT, cases)
