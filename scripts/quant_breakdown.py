@@ -1,7 +1,6 @@
 """Where the K/V pre-processing time goes (GPU): each piece of ``quant.quant_kv`` timed alone.
 
-    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128]
-        [--stats-sweep | --inline-sweep | --fused-sweep]
+    python scripts/quant_breakdown.py [--shapes 2x32x4096x128,1x32x16384x128] [--stats-sweep | --inline-sweep]
 
 Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reductions, the
 same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
@@ -10,9 +9,7 @@ whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
 ``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead;
 ``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
-launch) over ``quant.INLINE_*`` (rows per load, stages, warps) as CUDA-graph replays (device time only);
-``--fused-sweep`` times ``quant_kv`` with the statistics and quantization in two launches against
-one fused launch over ``quant.FUSED_*`` (device time).
+launch) over ``quant.INLINE_*`` (rows per load, stages, warps) as CUDA-graph replays (device time only).
 """
 
 from __future__ import annotations
@@ -124,70 +121,13 @@ def _inline_sweep(spec: str) -> None:
             setattr(quant, name, value)
 
 
-def _fused_sweep(spec: str, copy_tbps: float) -> None:
-    """quant_kv's device time (CUDA-graph replays) with the statistics and the quantization in two
-    launches (quantization at 4 and at 8 warps) and in one (``quant.FUSED_*``: group size, lag,
-    rows per statistics load), each checked against the first setting's result."""
-    b, h, n, d = (int(x) for x in spec.split("x"))
-    k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
-    kd, vd = layout.dense(k), layout.dense(v)
-    dp = configs.padded_head_dim(d)
-    fp8 = torch.float8_e4m3fn
-    blk = launch_plan(
-        k, k, v, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32", quantization_backend="triton"
-    )["k_blk"]
-    floor = 6 * k.numel() / (copy_tbps * 1e12) * 1e6
-    names = ("FUSED_KV", "WIDE_BLOCK_WARPS", "FUSED_GROUP_BYTES", "FUSED_LAG", "PART_CHUNK_ELEMS")
-    defaults = {name: getattr(quant, name) for name in names}
-    settings = [(False, 4, 0, 0, 4096), (False, 8, 0, 0, 4096)]
-    settings += list(itertools.product((True,), (8,), (4 << 20, 8 << 20, 16 << 20), (1, 2, 4), (4096,)))
-    settings += [(True, 8, 8 << 20, 2, 8192), (True, 4, 8 << 20, 2, 4096)]
-    ref = None
-    try:
-        for setting in settings:
-            for name, value in zip(names, setting):
-                if value:
-                    setattr(quant, name, value)
-            quant.FUSED_KV = setting[0]
-            launcher.forget_constexprs()
-            got = quant.quant_kv(kd, vd, dp, True, fp8, blk)
-            torch.cuda.synchronize()
-            if ref is None:
-                ref = got
-            # another summation order for K's mean: codes may move by one step
-            flips = int((got[0].t.int() - ref[0].t.int()).abs().gt(0).sum())
-            same = (
-                torch.allclose(got[2], ref[2], atol=1e-5)
-                and flips <= got[0].t.numel() // 10000
-                and torch.equal(got[4], ref[4])
-                and torch.equal(got[3].t.view(torch.uint8), ref[3].t.view(torch.uint8))
-            )
-            t = graph_replay_us(lambda: quant.quant_kv(kd, vd, dp, True, fp8, blk))
-            label = (
-                f"fused group={setting[2] >> 20}MB lag={setting[3]} chunk={setting[4]} warps={setting[1]}"
-                if setting[0]
-                else f"two launches, quantization at {setting[1]} warps"
-            )
-            print(f"{spec} blk={blk} {label}: {t:.1f} us (floor {floor:.1f}){'' if same else ' MISMATCH'}",
-                  flush=True)  # fmt: skip
-    finally:
-        for name, value in defaults.items():
-            setattr(quant, name, value)
-        launcher.forget_constexprs()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--copy-tbps", type=float, default=4.22, help="measured copy bandwidth (run 1)")
     ap.add_argument("--stats-sweep", action="store_true", help="sweep kv_stats' launch knobs instead")
     ap.add_argument("--inline-sweep", action="store_true", help="sweep the in-launch statistics' knobs")
-    ap.add_argument("--fused-sweep", action="store_true", help="two launches against the fused one")
     args = ap.parse_args()
-    if args.fused_sweep:
-        for spec in args.shapes.split(","):
-            _fused_sweep(spec, args.copy_tbps)
-        return
     if args.inline_sweep:
         for spec in (args.shapes if args.shapes != DEFAULT_SHAPES else INLINE_SHAPES).split(","):
             _inline_sweep(spec)

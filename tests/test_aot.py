@@ -104,34 +104,28 @@ def test_refuses_what_the_table_rules_out():
 
 
 _PRE_SCRIPT = """
-import json, re, sys
+import json, sys
 from sagebuild.attention.aot import compile_preprocessing
 res = {f"{a}/{st}": compile_preprocessing(a, stages=st) for a, st in json.loads(sys.argv[1])}
-print(json.dumps({k: {n: {"ok": r["ok"], "error": r["error"], "cp_async": "cp.async" in (r["asm"] or ""),
-                          "acquire": bool(re.search(r"ld\\.global\\.gpu\\.acquire|global_atomic_add",
-                                                    r["asm"] or ""))}
+print(json.dumps({k: {n: {"ok": r["ok"], "error": r["error"], "cp_async": "cp.async" in (r["asm"] or "")}
                       for n, r in v.items()} for k, v in res.items()}))
 """
 
 
 def test_preprocessing_kernels_lower_for_every_vendor():
     """The K/V statistics and quantization kernels (run on every call) lower for AMD and NVIDIA
-    targets, the fused one with its counters as atomics (its polls acquire loads on sm90); with
-    PART_STAGES > 1 the statistics loads become asynchronous copies on sm90, in the fused kernel
-    too."""
+    targets; with PART_STAGES > 1 the statistics loads become asynchronous copies on sm90."""
     cases = [("gfx942", None), ("gfx1201", None), ("gfx1100", None), ("sm80", None), ("sm90", None),
              ("sm90", 1)]  # fmt: skip
     res = _compile_in_subprocess(_PRE_SCRIPT, cases)
     for case, kernels in res.items():
-        assert set(kernels) == {"kv_partials", "kv_finalize", "quant_blocks", "kv_fused"}
+        assert set(kernels) == {"kv_partials", "kv_finalize", "quant_blocks"}
         for name, r in kernels.items():
             assert r["ok"], (case, name, r["error"])
-        assert kernels["kv_fused"]["acquire"] and not kernels["kv_partials"]["acquire"], case
     from sagebuild.kernels.triton import quant
 
     assert quant.PART_STAGES > 1 and res["sm90/None"]["kv_partials"]["cp_async"]
-    assert res["sm90/None"]["kv_fused"]["cp_async"]
-    assert not res["sm90/1"]["kv_partials"]["cp_async"] and not res["sm90/1"]["kv_fused"]["cp_async"]
+    assert not res["sm90/1"]["kv_partials"]["cp_async"]
 
 
 _TMA_SCRIPT = """

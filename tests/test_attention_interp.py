@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from sagebuild.kernels.triton import configs, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, q_tile_fits_out
 
@@ -235,18 +233,13 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
     _close(o_split, golden_attention(q, k, v, variant, is_causal=True, config=CFG))
 
 
-@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])
-def test_quant_kernels_follow_the_contract(d, stats, fused, monkeypatch):
+def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
     with the statistics computed in the quantization launch (short keys) or from one or several
-    parts of column statistics (the last part shorter), in launches of their own or fused with
-    the quantization (``quant.FUSED_KV``)."""
-    if stats == "inline" and fused:
-        pytest.skip("short keys take the in-launch statistics either way")
+    parts of column statistics (the last part shorter)."""
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
-    monkeypatch.setattr(quant, "FUSED_KV", fused)
     if stats == "parts":
         monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
     seen = []
@@ -271,54 +264,6 @@ def test_quant_kernels_follow_the_contract(d, stats, fused, monkeypatch):
     ref_v, ref_vs = quant_v_fp8(vf, torch.float8_e4m3fn)
     assert torch.equal(vs.cpu()[..., :d], ref_vs)
     assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
-
-
-@triton.jit
-def _tasks_kernel(OUT, S, Q, NGROUP, LAG):
-    """Each program's task as the fused launch maps its ticket (its program id here)."""
-    t = tl.program_id(0)
-    is_stats, group, index = quant._fused_task(t, S, Q, NGROUP, LAG)
-    tl.store(OUT + 3 * t, is_stats.to(tl.int32))
-    tl.store(OUT + 3 * t + 1, group)
-    tl.store(OUT + 3 * t + 2, index)
-
-
-@pytest.mark.parametrize(
-    ("heads", "group_bytes", "lag"), [(5, 1, 2), (5, 40000, 1), (5, 40000, 9), (3, 1 << 30, 2)]
-)
-def test_fused_preprocessing_orders_every_task_once(heads, group_bytes, lag, monkeypatch):
-    """The fused launch's tickets name every statistics part and every block exactly once, a
-    group's blocks after its parts (``_fused_task``): one head per group, ragged groups (5 heads
-    by 2), a lag beyond the group count, one group; the result is the two-launch path's, and the
-    counters are back at zero."""
-    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 0)
-    monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
-    monkeypatch.setattr(quant, "FUSED_GROUP_BYTES", group_bytes)
-    monkeypatch.setattr(quant, "FUSED_LAG", lag)
-    _, k, v = _qkv(hq=heads, hk=heads, d=64, nk=150, seed=23)
-    kd, vd, fp8 = layout.dense(k), layout.dense(v), torch.float8_e4m3fn
-    per_group, groups, used_lag = quant.fused_plan(150, heads, 150 * 64 * 2 * 2)
-    assert used_lag == min(lag, groups) and per_group * groups >= heads > per_group * (groups - 1)
-    npart, nblk = 3, 3  # 150 keys: parts of 64 rows, blocks of K_BLK (64)
-    s, q = per_group * npart, per_group * nblk
-    total = groups * (s + q)
-    tasks = torch.full((total, 3), -1, dtype=torch.int32, device=DEV)
-    _tasks_kernel[(total,)](tasks, s, q, groups, used_lag)
-    seen = [tuple(row) for row in tasks.cpu().tolist()]
-    stats = [(g, i) for st, g, i in seen if st]
-    blocks = [(g, i) for st, g, i in seen if not st]
-    assert sorted(stats) == [(g, i) for g in range(groups) for i in range(s)]
-    assert sorted(blocks) == [(g, i) for g in range(groups) for i in range(q)]
-    for g in range(groups):  # every part of a group is drawn before any of its blocks
-        last_part = max(n for n, (st, gg, _) in enumerate(seen) if st and gg == g)
-        assert last_part < min(n for n, (st, gg, _) in enumerate(seen) if not st and gg == g)
-    got = quant.quant_kv(kd, vd, 64, True, fp8, configs.K_BLK)
-    monkeypatch.setattr(quant, "FUSED_KV", False)
-    ref = quant.quant_kv(kd, vd, 64, True, fp8, configs.K_BLK)
-    assert torch.allclose(got[2], ref[2], atol=1e-6) and torch.equal(got[1], ref[1])
-    assert torch.equal(got[0].t, ref[0].t) and torch.equal(got[4], ref[4])
-    assert torch.equal(got[3].t.view(torch.uint8), ref[3].t.view(torch.uint8))
-    assert torch.count_nonzero(quant.sync_counters(k.device, heads)) == 0
 
 
 def test_int8_codes_round_ties_away_from_zero():

@@ -42,14 +42,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("stats", ["inline", "parts", "fused"])
+@pytest.mark.parametrize("stats", ["inline", "parts"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
-    """stats: K/V statistics inside the quantization launch, in launches of their own, or fused
-    with the quantization (whose counters outlive calls: a replay looks them up again)."""
     fn, kw = CASES[case]
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 30 if stats == "inline" else 0)
-    monkeypatch.setattr(quant, "FUSED_KV", stats == "fused")
     api.clear_caches()
     nhd = kw.get("tensor_layout") == "NHD"
     kw = {**kw, "config": CFG, "quantization_backend": "triton"}
@@ -62,8 +59,6 @@ def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
     # on a GPU every launch is bound to its compiled kernel (no launcher cache lookup per replay)
     bound = [item[-1] is not None for item in reps[0].launches]
     assert bound and all(bound) == GPU
-    fused = stats == "fused" and kw.get("smooth_k", True)
-    assert len(reps[0].shared) == (1 if fused else 0)  # the fused launch's counters
     b, c = _qkv(2, nhd=nhd), _qkv(3, nhd=nhd)
     out_b, out_c = fn(*b, **kw), fn(*c, **kw)  # replayed
     api.clear_caches()

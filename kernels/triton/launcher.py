@@ -43,26 +43,6 @@ except ImportError:  # CPU-only torch builds (the fast path never runs there)
         return torch.cuda.current_stream(dev).cuda_stream
 
 
-# Buffers that outlive a call (``quant.sync_counters``): id → (buffer, resolver). A recorded
-# call (``attention.replay``) takes such an argument from its resolver at replay time instead of
-# allocating it afresh like the call's own buffers.
-_shared: dict[int, tuple[torch.Tensor, Callable[[], torch.Tensor]]] = {}
-
-
-def share_buffer(old: Optional[torch.Tensor], new: torch.Tensor, resolve: Callable[[], torch.Tensor]) -> None:
-    """Register ``new`` (replacing ``old``) as a buffer that outlives calls, found again by
-    ``resolve``."""
-    if old is not None:
-        _shared.pop(id(old), None)
-    _shared[id(new)] = (new, resolve)
-
-
-def shared_resolver(t: torch.Tensor) -> Optional[Callable[[], torch.Tensor]]:
-    """The resolver of a buffer registered by ``share_buffer``, None for any other tensor."""
-    entry = _shared.get(id(t))
-    return entry[1] if entry is not None and entry[0] is t else None
-
-
 def hooks_installed() -> bool:
     """Whether a launch hook is set: Triton ≥ 3.5 keeps them in (possibly empty) HookChains,
     older releases in plain attributes that are None when unset. Without ``triton.knobs`` the
@@ -223,8 +203,6 @@ __all__ = [
     "launch",
     "raw_stream",
     "run_bound",
-    "share_buffer",
-    "shared_resolver",
     "start_recording",
     "stop_recording",
 ]

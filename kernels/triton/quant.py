@@ -31,7 +31,6 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.utils._python_dispatch import _disable_current_modes
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
@@ -69,20 +68,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# Dense K/V beyond the in-launch limit: statistics and quantization in one launch
-# (``_kv_fused_kernel``) when FUSED_KV, else ``kv_stats``' two launches, then the quantization
-# launch. Heads go in groups of about FUSED_GROUP_BYTES of K and V; a group is quantized
-# FUSED_LAG groups after its statistics, so that its K and V are read again from L2 (the H200
-# has 50 MB): 2 · 8 MB in flight between the two reads.
-FUSED_KV = True
-# Warps of a quantization program whose block has more than WIDE_BLOCK_ELEMS elements: at 4
-# warps a 128-token block at head dim 128 holds 128 values and their 64-bit addresses per thread
-# and spills (sm90 ptxas: 255 registers, 664 bytes of spill stores); at 8, 128 registers and no
-# spill.
-WIDE_BLOCK_ELEMS = 8192
-WIDE_BLOCK_WARPS = 8
-FUSED_GROUP_BYTES = 8 << 20
-FUSED_LAG = 2
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -256,22 +241,6 @@ def _kv_finalize_kernel(
 
 
 @triton.jit
-def _store_int8_block(x, dst, row_ok, scale_dst, scale_ok, scale_mul):
-    """A block's INT8 codes (x already smoothed, zeros outside the block) to dst and its stored
-    scale, step · scale_mul, to scale_dst."""
-    step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
-    tl.store(dst, to_int8(x * inv), mask=row_ok[:, None])
-    tl.store(scale_dst, step * scale_mul, mask=scale_ok)
-
-
-@triton.jit
-def _store_fp8_block(v, vinv, dst, row_ok, FP8_MAX: tl.constexpr):
-    """A block of V times its channels' reciprocal scales, saturated, as FP8 codes to dst."""
-    vq = tl.minimum(tl.maximum(v.to(tl.float32) * vinv[None, :], -FP8_MAX), FP8_MAX)
-    tl.store(dst, vq.to(dst.dtype.element_ty), mask=row_ok[:, None])
-
-
-@triton.jit
 def _quant_blocks_kernel(
     X,
     KM,
@@ -351,10 +320,10 @@ def _quant_blocks_kernel(
         else:
             km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
-    _store_int8_block(
-        x, XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], row_ok,
-        XS + pid_bh.to(tl.int64) * NBLK + pid_n, pid_n * BLK < n, scale_mul,
-    )  # fmt: skip
+    step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
+    xq = to_int8(x * inv)
+    tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
+    tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
@@ -366,126 +335,13 @@ def _quant_blocks_kernel(
         vs, vinv = scale_and_inverse(va, FP8_MAX)
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
-        _store_fp8_block(
-            v, vinv, VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd, row_ok, FP8_MAX
+        vq = v.to(tl.float32) * vinv[None, :]
+        vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
+        tl.store(
+            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
+            vq.to(VQ.dtype.element_ty),
+            mask=row_ok[:, None],
         )
-
-
-@triton.jit
-def _fused_task(t, S, Q, NGROUP, LAG):
-    """(is statistics, group, index in the group's part) of ticket t: the statistics of groups
-    0 … LAG-1 first, then per period the statistics of group j + LAG and the quantization of
-    group j, and at the end the last LAG groups' quantization (``_kv_fused_kernel``)."""
-    lead = LAG * S
-    body = (NGROUP - LAG) * (S + Q)
-    u = t - lead
-    j = u // (S + Q)
-    r = u - j * (S + Q)
-    w = u - body
-    is_stats = (t < lead) | ((u < body) & (r < S))
-    group = tl.where(t < lead, t // S, tl.where(u < body, tl.where(r < S, j + LAG, j), NGROUP - LAG + w // Q))
-    index = tl.where(t < lead, t % S, tl.where(u < body, tl.where(r < S, r, r - S), w % Q))
-    return is_stats, group, index
-
-
-@triton.jit
-def _kv_fused_kernel(
-    K, V, KQ, KS, KM, VQ, VSO, KP, VP, SYNC,
-    stride_kb, stride_kh, stride_kn, stride_qb, stride_qh, stride_qn,
-    stride_vb, stride_vh, stride_vn, stride_wb, stride_wh, stride_wn, stride_wd,
-    H, N, NBLK, PART_ROWS, NPART, HG, NGROUP, LAG, HEADS, TOTAL,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLK: tl.constexpr, NPART_P2: tl.constexpr,
-    CHUNK: tl.constexpr, STAGES: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
-    FP8_MAX: tl.constexpr, PDL_TRIGGER: tl.constexpr,
-):  # fmt: skip
-    """K's mean, V's amax and both quantizations of dense K/V in one launch (``quant_kv_fused``).
-
-    Every program draws a ticket (an atomic counter), which names its task: the column
-    statistics of one part (PART_ROWS tokens) of one batch·KV head, or the quantization of one
-    BLK-token block. Heads go in groups of HG; a group's blocks are quantized LAG groups after
-    its statistics were read (``_fused_task``), so the quantization reads K and V again while
-    they are in L2 and memory sees them about once. A quantization program waits for its head's
-    NPART parts (a per-head arrival counter); every program it can wait for drew an earlier
-    ticket, so is running or done: no deadlock at any grid size or residency, and Triton's
-    interpreter, which runs programs one by one in order, never waits. Counters are reset by
-    their last user (the last ticket; a head's last quantization program), so each launch finds
-    them at zero. SYNC: [ticket, arrivals per head, departures per head] (int32).
-    """
-    if PDL_TRIGGER:
-        gdc_launch_dependents()
-    t = tl.atomic_add(SYNC, 1, sem="relaxed", scope="gpu")
-    if t == TOTAL - 1:  # every ticket is drawn: back to zero for the next launch
-        tl.atomic_xchg(SYNC, 0, sem="relaxed", scope="gpu")
-    is_stats, group, index = _fused_task(t, HG * NPART, HG * NBLK, NGROUP, LAG)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    if is_stats:
-        bh = group * HG + index // NPART
-        part = index % NPART
-        if bh < HEADS:
-            b = bh // H
-            h = bh % H
-            start = part * PART_ROWS
-            kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
-            vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
-            ksum, vmax = _column_stats(
-                K, V, kbase, vbase, tl.minimum(PART_ROWS, N - start), stride_kn, stride_vn, offs_d,
-                HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, STAGES,
-            )  # fmt: skip
-            out = (bh.to(tl.int64) * NPART_P2 + part) * BLOCK_D + offs_d
-            if SMOOTH_K:
-                tl.store(KP + out, ksum)
-            if V_FP8:
-                tl.store(VP + out, vmax)
-            tl.debug_barrier()  # every thread's part is stored before the arrival publishes it
-            tl.atomic_add(SYNC + 1 + bh, 1, sem="release", scope="gpu")
-    else:
-        bh = group * HG + index // NBLK
-        blk = index % NBLK
-        if bh < HEADS:
-            b = bh // H
-            h = bh % H
-            arrived = tl.atomic_add(SYNC + 1 + bh, 0, sem="acquire", scope="gpu")
-            while arrived < NPART:
-                arrived = tl.atomic_add(SYNC + 1 + bh, 0, sem="acquire", scope="gpu")
-            offs_p = tl.arange(0, NPART_P2)
-            tile = (bh.to(tl.int64) * NPART_P2 + offs_p[:, None]) * BLOCK_D + offs_d[None, :]
-            in_head = (offs_p < NPART)[:, None]
-            if SMOOTH_K:
-                ksum = tl.sum(tl.load(KP + tile, mask=in_head, other=0.0, cache_modifier=".cg"), axis=0)
-            if V_FP8:
-                vmax = tl.max(tl.load(VP + tile, mask=in_head, other=0.0, cache_modifier=".cg"), axis=0)
-            tl.debug_barrier()  # every thread has read the parts before the departure
-            left = tl.atomic_add(SYNC + 1 + HEADS + bh, 1, sem="acq_rel", scope="gpu")
-            if left == NBLK - 1:  # the head's last program out: its counters back to zero
-                tl.atomic_xchg(SYNC + 1 + bh, 0, sem="relaxed", scope="gpu")
-                tl.atomic_xchg(SYNC + 1 + HEADS + bh, 0, sem="relaxed", scope="gpu")
-            stat = bh.to(tl.int64) * BLOCK_D + offs_d
-            rows = blk * BLK + tl.arange(0, BLK)
-            row_ok = rows < N
-            mask = row_ok[:, None] & d_ok[None, :]
-            kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-            x = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
-            x = x.to(tl.float32)
-            if SMOOTH_K:
-                km = column_mean(ksum, N)
-                if blk == 0:
-                    tl.store(KM + stat, km)
-                x = tl.where(mask, x - km[None, :], 0.0)
-            qbase = b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-            _store_int8_block(
-                x, KQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], row_ok,
-                KS + bh.to(tl.int64) * NBLK + blk, blk < NBLK, 1.0,
-            )  # fmt: skip
-            if V_FP8:
-                vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-                v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-                vs, vinv = scale_and_inverse(vmax, FP8_MAX)
-                if blk == 0:
-                    tl.store(VSO + stat, vs)
-                wbase = b.to(tl.int64) * stride_wb + h.to(tl.int64) * stride_wh
-                dst = VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd
-                _store_fp8_block(v, vinv, dst, row_ok, FP8_MAX)
 
 
 def fp8_max(dtype: torch.dtype) -> float:
@@ -497,11 +353,6 @@ def fp8_max(dtype: torch.dtype) -> float:
 def _sm_count(index: int) -> int:
     """A GPU's SM count, read once per process (``part_rows`` is on every call's host path)."""
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def block_warps(blk: int, head_dim_pad: int) -> int:
-    """Warps of a program quantizing blocks of ``blk`` tokens (``WIDE_BLOCK_ELEMS``)."""
-    return WIDE_BLOCK_WARPS if blk * head_dim_pad > WIDE_BLOCK_ELEMS else 4
 
 
 def chunk_rows(head_dim_pad: int) -> int:
@@ -688,104 +539,10 @@ def quant_blocks(
             float(scale_mul),
         ),
         consts,
-        num_warps=INLINE_WARPS if inline_stats else block_warps(blk, head_dim_pad),
+        num_warps=INLINE_WARPS if inline_stats else 4,
         key=launch_key,
     )
     return xq, xs, vq, vs
-
-
-# The fused launch's counters (``_kv_fused_kernel``: a ticket, arrivals and departures per
-# head), per (device, stream): launches on one stream run in order and leave them at zero.
-_SYNC: dict[tuple, torch.Tensor] = {}
-
-
-def sync_counters(device: torch.device, heads: int) -> torch.Tensor:
-    """int32 counters at zero for a fused launch over ``heads`` batch·KV heads on the current
-    stream. Under CUDA-graph capture a fresh zeroed buffer (its memset is captured with the
-    graph), so that no graph shares counters with a launch it may overlap. Registered with
-    ``launcher.share_buffer``: a replayed call looks them up again instead of allocating them."""
-    need = 1 + 2 * heads
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(need, dtype=torch.int32, device=device)
-        key = (index, launcher.raw_stream(index))
-    else:  # Triton's CPU interpreter (tests)
-        key = (None, 0)
-    buf = _SYNC.get(key)
-    if buf is None or buf.numel() < need:
-        old = buf
-        with _disable_current_modes():  # not one of a recorded call's ops (``attention.replay``)
-            buf = torch.zeros(max(need, 1025), dtype=torch.int32, device=device)
-        _SYNC[key] = buf
-        size = (buf.numel() - 1) // 2  # a replay finds counters at least this large on any stream
-        launcher.share_buffer(old, buf, lambda: sync_counters(device, size))
-    return buf
-
-
-def fused_plan(n: int, heads: int, head_bytes: int) -> tuple[int, int, int]:
-    """(heads per group, groups, lag in groups) of a fused launch: groups of about
-    FUSED_GROUP_BYTES of K and V (``head_bytes`` per head), at most FUSED_LAG groups apart."""
-    per_group = max(1, min(heads, FUSED_GROUP_BYTES // max(head_bytes, 1)))
-    groups = launcher.cdiv(heads, per_group)
-    return per_group, groups, min(FUSED_LAG, groups)
-
-
-def quant_kv_fused(
-    k: SeqView,
-    v: SeqView,
-    head_dim_pad: int,
-    smooth_k: bool,
-    fp8_dtype: Optional[torch.dtype],
-    blk: int,
-    launch_key: Optional[tuple] = None,
-    pdl_trigger: bool = False,
-) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
-    """``quant_kv`` of dense K/V in one launch (``_kv_fused_kernel``): K's mean, V's amax and
-    both quantizations, K and V read from memory about once."""
-    dev = k.t.device
-    heads = k.batch * k.heads
-    want_v = fp8_dtype is not None
-    nblk = launcher.cdiv(k.max_len, blk)
-    rows = part_rows(k.max_len, heads, dev, head_dim_pad)
-    npart = launcher.cdiv(k.max_len, rows)
-    head_bytes = k.max_len * k.head_dim * k.t.element_size() * (2 if want_v else 1)
-    per_group, groups, lag = fused_plan(k.max_len, heads, head_bytes)
-    npart_p2 = 1 << (npart - 1).bit_length()
-    kq = empty_like_view(k, head_dim_pad, torch.int8)
-    ks = torch.empty((k.batch, k.heads, nblk), dtype=torch.float32, device=dev)
-    stats = torch.empty((2, k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev)
-    parts = torch.empty((2, heads, npart_p2, head_dim_pad), dtype=torch.float32, device=dev)
-    vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else kq
-    consts = launcher.constexprs(
-        _kv_fused_kernel,
-        ("fused", launch_key, pdl_trigger) if launch_key is not None else None,
-        lambda: dict(
-            HEAD_DIM=k.head_dim, BLOCK_D=head_dim_pad, BLK=blk, NPART_P2=npart_p2,
-            CHUNK=chunk_rows(head_dim_pad), STAGES=PART_STAGES, SMOOTH_K=smooth_k, V_FP8=want_v,
-            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0, PDL_TRIGGER=pdl_trigger,
-        ),
-    )  # fmt: skip
-    total = groups * per_group * (npart + nblk)
-    launcher.launch(
-        _kv_fused_kernel,
-        (total,),
-        (
-            k.t, v.t, kq.t, ks, stats[0], vq.t, stats[1], parts[0], parts[1], sync_counters(dev, heads),
-            *k.strides(), *kq.strides(), *v.strides(), *vq.strides(), vq.stride_d,
-            k.heads, k.max_len, nblk, rows, npart, per_group, groups, lag, heads, total,
-        ),
-        consts,
-        num_warps=block_warps(blk, head_dim_pad),
-        key=launch_key,
-    )  # fmt: skip
-    return kq, ks, (stats[0] if smooth_k else None), (vq if want_v else None), (stats[1] if want_v else None)
-
-
-def inline_stats(k: SeqView, head_dim_pad: int) -> bool:
-    """Whether ``quant_kv`` computes K's mean and V's amax inside the quantization launch
-    (``INLINE_STATS_MAX_ELEMENTS``) rather than in a pass of their own."""
-    return not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
 
 
 def quant_kv(
@@ -806,9 +563,7 @@ def quant_kv(
     quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale
     or None).
     """
-    inline = inline_stats(k, head_dim_pad)
-    if FUSED_KV and not inline and not k.is_varlen and (smooth_k or fp8_dtype is not None):
-        return quant_kv_fused(k, v, head_dim_pad, smooth_k, fp8_dtype, blk, launch_key, pdl_trigger)
+    inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)

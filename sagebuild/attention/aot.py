@@ -321,8 +321,7 @@ def _serialized_note(report: Optional[str]) -> Optional[str]:
 
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
     """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
-    launch, the INT8 + FP8 block quantization, and all three fused in one launch) for ``arch``
-    without a GPU.
+    launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
@@ -356,15 +355,6 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),
-        "kv_fused": (
-            quant._kv_fused_kernel,
-            dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=128, NPART_P2=16, CHUNK=quant.chunk_rows(head_dim),
-                 STAGES=quant.PART_STAGES if stages is None else stages, **both,
-                 FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, PDL_TRIGGER=False),
-            {"K": "*fp16", "V": "*fp16", "KQ": "*i8", "KS": "*fp32", "KM": "*fp32",
-             "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "VSO": "*fp32", "KP": "*fp32", "VP": "*fp32",
-             "SYNC": "*i32"},
-        ),
     }  # fmt: skip
     out: dict[str, dict] = {}
     for name, (fn, constexprs, ptr) in kernels.items():
@@ -372,8 +362,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
         aligned = lambda a: a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))  # noqa: E731
         src = _ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
-            warps = quant.block_warps(constexprs["BLK"], head_dim) if name == "kv_fused" else 4
-            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": warps})
+            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
             asm = k.asm.get("ptx") if row.vendor == "cuda" else k.asm.get("amdgcn")
             out[name] = {"ok": True, "error": None, "asm": asm.decode() if isinstance(asm, bytes) else asm}
         except Exception as exc:  # report, never raise

@@ -4,9 +4,8 @@ At small shapes the host path is the whole call (docs/performance.md, runs 13–
 work of 1×16×1024×64 is ~28 µs, the Python around it ~46 µs, most of it deciding again what
 the plan already fixed (views, argument lists, constexprs). A call whose plan is cached is run
 once under a recorder: every Triton launch (through ``launcher.launch``) and every tensor those
-launches touch is classified as one of the call's inputs (q, k, v), a buffer allocated during
-the call, or a buffer that outlives calls (``launcher.share_buffer``: looked up again per
-replay). Later calls with the same plan key (and the same aliasing between q, k and v) allocate
+launches touch is classified as one of the call's inputs (q, k, v) or a buffer allocated during
+the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
 the same buffers and issue the same launches with the new tensors, nothing else.
 
 Replayable only if the recorded call did nothing on tensors but allocate and take views (a
@@ -54,9 +53,7 @@ class Replay:
     Tensors are looked up in one list per call: q, k, v, then the views of the call's buffers by
     view id (``_INPUTS + id``), so that filling a launch's arguments is one index per tensor."""
 
-    def __init__(
-        self, device: torch.device, groups: list, launches: list, outputs: Any, views: int, shared: list
-    ) -> None:
+    def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any, views: int) -> None:
         self.device = device
         self.index = device.index if device.type == "cuda" else None  # for the current stream
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
@@ -69,7 +66,6 @@ class Replay:
         self.launches = launches
         self.outputs = outputs  # tensor index, or a tuple of them
         self.blank = [None] * views
-        self.shared = shared  # [(tensor index, resolver of a buffer that outlives calls)]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         vals = [q, k, v, *self.blank]
@@ -79,8 +75,6 @@ class Replay:
                 vals[_INPUTS + pid] = base
             for vid, (_, vsize, vstride, voff) in others:
                 vals[_INPUTS + vid] = base.as_strided(vsize, vstride, voff)
-        for i, resolve in self.shared:
-            vals[i] = resolve()
         direct = self.index is not None and not launcher.hooks_installed()
         stream = launcher.raw_stream(self.index) if direct else 0
         for fn, grid, template, slots, descs, constexprs, key, options, bound in self.launches:
@@ -133,14 +127,7 @@ class Recorder:
 
         dev = inputs[0].device
 
-        shared: dict[int, tuple[int, Any]] = {}  # id of a buffer outliving calls -> (index, resolver)
-
         def index(a: torch.Tensor) -> int:
-            resolve = launcher.shared_resolver(a)
-            if resolve is not None:  # numbered from -1 down, placed after the views below
-                if id(a) not in shared:
-                    shared[id(a)] = (-1 - len(shared), resolve)
-                return shared[id(a)][0]
             idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
                         and a.dtype == t.dtype), None)  # fmt: skip
             return idx if idx is not None else _INPUTS + view_id(a)
@@ -182,14 +169,7 @@ class Recorder:
                 rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
                 plan.append(((primary[0], primary[1]), rest))
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
-        # after every view (the outputs' included): index -1 - j becomes the j-th slot past them
-        end = _INPUTS + len(spec_ids)
-        launches = [
-            (*la[:3], tuple((pos, i if i >= 0 else end - 1 - i) for pos, i in la[3]), *la[4:])
-            for la in launches
-        ]
-        resolvers = [(end - 1 - i, resolve) for i, resolve in shared.values()]
-        return Replay(dev, plan, launches, outputs, len(spec_ids) + len(shared), resolvers)
+        return Replay(dev, plan, launches, outputs, len(spec_ids))
 
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:
