@@ -501,13 +501,20 @@ def _kernel_only(
     d = qh.shape[-1]
     scale = check_sm_scale(None, d)
     dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2], tma_layout=True)
-    kq, ks, km, vq, vs = quant.quant_kv(lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk)
-    kv = QuantizedKV(kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs)
+    family = dispatch.family(arch)
+    key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
+    pipe = configs.use_wgmma_pipe(family, cfg)
+    kq, ks, km, vq, vs = quant.quant_kv(
+        lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order
+    )
+    kv = QuantizedKV(
+        kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs, v_key_order=key_order
+    )
     out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
     fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    tma = configs.use_tma(dispatch.family(arch), cfg) and tma_eligible(kv, dp, fp8 is not None)
+    tma = configs.use_tma(family, cfg) and tma_eligible(kv, dp, fp8 is not None)
 
     def run() -> Any:
         attention_forward(
@@ -522,12 +529,23 @@ def _kernel_only(
             q_blk=q_blk,
             fp8_max=fmax,
             tma=tma,
+            wgmma_pipe=pipe,
         )
         return out
 
     split = configs.split_head_dim(d, dp)
     kernel = "portable_tma" if tma else "portable"
-    return run, api.plan_record(variant, "fp32+fp32", kernel, cfg, cfg.k_blk, split, "excluded")
+    return run, api.plan_record(
+        variant,
+        "fp32+fp32",
+        kernel,
+        cfg,
+        cfg.k_blk,
+        split,
+        "excluded",
+        wgmma_pipe=pipe,
+        v_key_order=key_order,
+    )
 
 
 def _ratio(base: Optional[Timing], timing: Timing, field: str, kind: str) -> Optional[float]:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [pipe] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [keyorder] [pipe] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
 #   (pdl: programmatic dependent launch (SAGEBUILD_PDL) off and on: its GPU tests, then timings)
 #   (pipe: the pipelined wgmma (SAGEBUILD_WGMMA_PIPE) off and on: its GPU tests, then device timings)
+#   (keyorder: FP8 V in wgmma key order (SAGEBUILD_V_KEY_ORDER) off and on: GPU tests, device timings)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -71,6 +72,14 @@ if has pdl; then
   echo "pdl tests: $(tail -n 1 "$OUT/pdl_tests.txt")" >> "$summary"
   $PY scripts/ab_env.py "SAGEBUILD_PDL=0;1" \
     --shapes "${PDL_SHAPES:-1x16x1024x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee "$OUT/pdl.txt" | tail -n 10
+fi
+if has keyorder; then
+  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k "key_order or tma or graphed or pdl or pipe or golden" 2>&1 \
+    | tee "$OUT/keyorder_tests.txt" | tail -n 5
+  echo "key order tests: $(tail -n 1 "$OUT/keyorder_tests.txt")" >> "$summary"
+  $PY scripts/ab_env.py "SAGEBUILD_V_KEY_ORDER=0;1" --graph --rounds 3 \
+    --shapes "${KEYORDER_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64,1x16x8192x256,2x16x4096x96,1x16x8192x192,1x16x1024x64}" \
+    2>&1 | tee "$OUT/keyorder_ab.txt" | tail -n 20
 fi
 if has pipe; then
   $PY -m pytest -q -m gpu tests -p no:cacheprovider -k wgmma_pipe 2>&1 | tee "$OUT/pipe_tests.txt" | tail -n 3

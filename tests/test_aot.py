@@ -188,26 +188,27 @@ def test_pdl_waits_in_the_attention_kernel_and_triggers_in_the_quantization():
 def test_sass_loops_finds_the_innermost_matrix_loops():
     """Backward branches delimit loops; only loops issuing matrix instructions count, an outer
     loop around an inner one is dropped, a branch back from beyond the exit (a TMA wait's retry)
-    is no loop, predicates are ignored, spills and selects counted."""
+    is no loop, predicates are ignored, spills, selects and shuffles counted."""
     lines = [
         "MOV R1, c[0x0][0x28]",  # 0x00
         "HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ",  # 0x10: outer loop starts
         "MUFU.EX2 R2, R2",  # 0x20: inner loop starts
         "@P0 FSEL R3, R3, -INF , P1",
         "LDL R4, [R1+0x8]",
+        "SHFL.IDX PT, R5, R5, 0x1, 0x1f",
         "QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24",
         "WARPGROUP.DEPBAR.LE gsb0, 0x0",
-        "@!P2 BRA 0x20",  # 0x70: inner back branch
+        "@!P2 BRA 0x20",  # 0x80: inner back branch
         "MUFU.EX2 R5, R5",
-        "BRA 0x10",  # 0x90: outer back branch
+        "BRA 0x10",  # 0xa0: outer back branch
         "FADD R6, R6, R7",
-        "BRA 0xa0",  # a self loop without matrix work: ignored
+        "BRA 0xb0",  # a self loop without matrix work: ignored
         "EXIT",
         "SYNCS.PHASECHK.TRANS64 P0, [UR4], R0",  # a barrier-wait retry block after the exit
         "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
-    expected = {"instructions": 6, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1}
+    expected = {"instructions": 7, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1}
     assert aot.sass_loops(sass) == [expected]
 
 
@@ -246,6 +247,22 @@ def test_hopper_rows_key_loops_in_sass():
         assert row["config"] == spec and row["tma"] and row["wgmma_serialized"] is None, row
         assert ctas * row["registers"] * 128 <= 65536 and ctas * row["shared_bytes"] <= 227 * 1024, row
         assert all(lp["local"] == 0 for lp in row["loops"]) and row["loops"][0]["mufu"] == 66, row
+
+
+def test_v_key_order_drops_the_p_shuffles():
+    """FP8 V in wgmma key order (Hopper's default): in the sm90 SASS of the 4K row and the 64-key
+    row, P goes from the Q·Kᵀ wgmma's accumulator into the P·V wgmma's operand without a
+    register shuffle, and the unmasked key loop is shorter than with V in plain key order, where
+    the conversion shuffles (docs/performance.md run 21); the same registers, no spill."""
+    cases = [(128, 4096, None), (128, 1024, None)]
+    plain = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="0")
+    ordered = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="")
+    for off, on in zip(plain, ordered):
+        assert off["config"] == on["config"]
+        shuffles = off["loops"][0]["shuffles"]  # a SHFL.IDX and a PRMT per 8 keys of a row
+        assert shuffles >= 16 and on["loops"][0]["shuffles"] == 0, (off, on)
+        assert on["loops"][0]["instructions"] <= off["loops"][0]["instructions"] - shuffles, (off, on)
+        assert on["registers"] <= off["registers"] and on["loops"][0]["local"] == 0, on
 
 
 def test_wgmma_pipe_unserialises_the_tma_row():

@@ -454,3 +454,43 @@ def test_wgmma_pipe_gives_the_same_result(n, d, causal, monkeypatch):
     assert launch_plan(q, k, v, is_causal=causal)["wgmma_pipe"] is True
     for _ in range(3):  # the full path, the recorded call, a replay
         assert torch.equal(sageattn(q, k, v, is_causal=causal), ref)
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "causal"),
+    [
+        (4096, 128, False),
+        (4096, 128, True),
+        (1000, 96, True),
+        (8192, 256, False),
+        (2048, 64, False),
+        (4001, 192, False),
+    ],
+)
+def test_v_key_order_gives_the_same_result(n, d, causal, monkeypatch):
+    """FP8 V in wgmma key order (Hopper's default, ``SAGEBUILD_V_KEY_ORDER``): the same attention as
+    V in plain order up to the order of the P·V sums inside the MMA, and the same LSE bit for bit,
+    on the table's rows (TMA and pointer tiles, split head dims, ragged key groups); the plan
+    records it; full, recorded and replayed calls and a CUDA graph agree; the bounds hold."""
+    from sagebuild.attention import GraphedAttention, api
+    from sagebuild.attention.api import launch_plan
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) not in configs.V_KEY_ORDER_CAPABLE:
+        pytest.skip(f"{arch} has no wgmma")
+    q, k, v = _inputs(1, 8, n, d, seed=43, hk=2)
+    monkeypatch.setenv(configs.V_KEY_ORDER_ENV_VAR, "0")
+    ref, ref_lse = sageattn(q, k, v, is_causal=causal, return_lse=True)
+    monkeypatch.delenv(configs.V_KEY_ORDER_ENV_VAR)
+    api.clear_caches()
+    assert launch_plan(q, k, v, is_causal=causal)["v_key_order"] is True
+    outs = [sageattn(q, k, v, is_causal=causal, return_lse=True) for _ in range(3)]
+    for out, lse in outs:
+        assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
+    out, lse = outs[0]
+    assert torch.equal(lse, ref_lse)
+    assert (out.float() - ref.float()).abs().max() <= 2e-3
+    assert accuracy(out, ref)["cos"] >= 0.999999
+    g = GraphedAttention(q, k, v, is_causal=causal)
+    assert torch.equal(g(q, k, v), sageattn(q, k, v, is_causal=causal))
+    _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from sagebuild.kernels.triton import configs, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, q_tile_fits_out
 
@@ -233,12 +235,14 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
     _close(o_split, golden_attention(q, k, v, variant, is_causal=True, config=CFG))
 
 
+@pytest.mark.parametrize("key_order", [False, True])
 @pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])
-def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
+def test_quant_kernels_follow_the_contract(d, stats, key_order, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
     with the statistics computed in the quantization launch (short keys) or from one or several
-    parts of column statistics (the last part shorter)."""
+    parts of column statistics (the last part shorter); FP8 V in plain or in wgmma key order
+    (``layout.key_order``: 150 keys stored in 160 rows, the padding zeros)."""
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
     if stats == "parts":
         monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
@@ -249,7 +253,7 @@ def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
     dp = configs.padded_head_dim(d)
     kq, ks, km, vq, vs = quant.quant_kv(
-        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK
+        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK, v_key_order=key_order
     )
     # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
     assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
@@ -263,7 +267,68 @@ def test_quant_kernels_follow_the_contract(d, stats, monkeypatch):
     assert torch.equal(ks.cpu(), ref_s)
     ref_v, ref_vs = quant_v_fp8(vf, torch.float8_e4m3fn)
     assert torch.equal(vs.cpu()[..., :d], ref_vs)
-    assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
+    if key_order:  # every stored row, padding included: row k holds key σ(k) (zeros past 150)
+        rows = layout.key_rows(150, True)
+        stored = torch.as_strided(vq.t, (1, 2, rows, dp), vq.t.stride()).cpu()[..., :d].float()
+        padded = torch.cat([ref_v, torch.zeros(1, 2, rows - 150, d)], dim=2)
+        assert rows == 160 and torch.equal(stored, padded[:, :, layout.key_order(rows)])
+    else:
+        assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
+
+
+@triton.jit
+def _key_order_kernel(OUT, M: tl.constexpr, N: tl.constexpr):
+    """OUT [M, N] ← each row's column indices put in wgmma key order."""
+    cols = tl.arange(0, N)
+    idx = tl.broadcast_to(cols[None, :], (M, N))
+    tl.store(OUT + tl.arange(0, M)[:, None] * N + cols[None, :], layout.wgmma_key_order(idx))
+
+
+def test_p_in_wgmma_key_order_is_v_stored_order():
+    """The kernel's reordering of P's columns (``layout.wgmma_key_order``) is the order the
+    quantization stores V's keys in (``layout.key_order``, whose inverse ``key_slot`` is): a
+    permutation within each group of 32 keys, the same for every row."""
+    out = torch.empty(4, 128, dtype=torch.int32, device=DEV)
+    _key_order_kernel[(1,)](out, 4, 128)
+    order = layout.key_order(128)
+    assert torch.equal(out.cpu(), order.to(torch.int32).expand(4, 128))
+    assert torch.equal(order.sort().values, torch.arange(128)) and not torch.equal(order, torch.arange(128))
+    assert torch.equal(order // 32, torch.arange(128) // 32)
+
+
+@pytest.mark.parametrize(
+    ("causal", "accum", "d", "nk", "tma"),
+    [(False, "fp32", 64, 150, False), (True, "fp32+fp32", 64, 88, False), (True, "fp32", 96, 160, True),
+     (False, "fp32+fp32", 64, 150, True)],
+)  # fmt: skip
+def test_v_in_wgmma_key_order_gives_the_same_attention(causal, accum, d, nk, tma, monkeypatch):
+    """SAGEBUILD_V_KEY_ORDER=1 (Hopper's default): FP8 V stored in wgmma key order and P's columns
+    put in the same order give the same attention up to the order of the P·V sums, and the same
+    LSE bit for bit (it does not involve V): ragged last groups (150 keys in 160 rows, 88 in 96),
+    causal, GQA, the split head dim 96, TMA (V's padded rows make 150 keys eligible), both FP8
+    accumulations; the plan records it; recorded and replayed calls give the full call's bits."""
+    from sagebuild.attention.api import launch_plan
+
+    cfg = configs.LaunchConfig(32, 64, 4, 1)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=nk, d=d, seed=nk + d)
+    kw = dict(is_causal=causal, return_lse=True, config=cfg, quantization_backend="triton",
+              pv_accum_dtype=accum)  # fmt: skip
+    monkeypatch.setenv(configs.TMA_ENV_VAR, "1" if tma else "0")
+    monkeypatch.setenv(configs.ENV_VAR, cfg.spec())  # the plan of the very launches below
+    monkeypatch.setenv(configs.V_KEY_ORDER_ENV_VAR, "0")
+    ref, ref_lse = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
+    monkeypatch.setenv(configs.V_KEY_ORDER_ENV_VAR, "1")
+    plan = launch_plan(q, k, v, is_causal=causal, variant="qk_int8_pv_fp8", pv_accum_dtype=accum,
+                       quantization_backend="triton")  # fmt: skip
+    assert plan["v_key_order"] and plan["kernel"] == ("portable_tma" if tma else "portable"), plan
+    outs = [sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw) for _ in range(3)]  # full, recorded, replayed
+    for out, lse in outs:
+        assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
+    out, lse = outs[0]
+    assert torch.equal(lse, ref_lse)
+    assert (out.float() - ref.float()).abs().max() < 2e-3
+    gold = golden_attention(q.cpu(), k.cpu(), v.cpu(), "qk_int8_pv_fp8", is_causal=causal, config=cfg)
+    _close(out.cpu(), gold)
 
 
 def test_int8_codes_round_ties_away_from_zero():

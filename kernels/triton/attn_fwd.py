@@ -34,9 +34,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from . import configs, launcher
+from . import configs, launcher, layout
 from .configs import K_BLK, LaunchConfig
-from .layout import SeqView
+from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
@@ -61,12 +61,16 @@ def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.con
 
 
 @triton.jit
-def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr):
-    """acc + P·V: a fresh MMA accumulator added in FP32 (TWO_LEVEL), or the MMA accumulating onto acc."""
+def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr):
+    """acc + P·V: a fresh MMA accumulator added in FP32 (TWO_LEVEL), or the MMA accumulating onto acc.
+    V_KEY_ORDER: V's rows are in wgmma key order, so P's columns are put in it too."""
+    p = p.to(v.dtype)
+    if V_KEY_ORDER:
+        p = wgmma_key_order(p)
     if TWO_LEVEL:
-        acc += tl.dot(p.to(v.dtype), v)
+        acc += tl.dot(p, v)
     else:
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        acc = tl.dot(p, v, acc)
     return acc
 
 
@@ -133,8 +137,13 @@ def _attn_tiles(
     v_row0,
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
+    V_KEY_ORDER: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
+
+    V_KEY_ORDER: FP8 V stored in wgmma key order (``layout.KEY_GROUP``), its rows padded with zeros
+    to whole groups: a ragged tile reads V rows up to the padded end, where stored positions
+    past n_k hold keys before it.
 
     WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not across the loop
     edge, where ptxas serialises every wgmma (``configs.use_wgmma_pipe``).
@@ -152,6 +161,7 @@ def _attn_tiles(
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < n_k
+        v_ok = cols < key_rows_of(n_k) if V_KEY_ORDER else col_ok
         if KV_FUSED:
             kmask = d_ok[None, :]
             if MASKED:
@@ -224,7 +234,7 @@ def _attn_tiles(
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
         else:
-            v = _load_rows(v_rows + offs_d[None, :] * stride_vd, col_ok, d_ok, 0.0, MASKED, V_PADDED)
+            v = _load_rows(v_rows + offs_d[None, :] * stride_vd, v_ok, d_ok, 0.0, MASKED, V_PADDED)
         if PV_FP8 and KV_FUSED:
             v = v.to(tl.float32) * vinv_row[None, :]
             v = tl.minimum(tl.maximum(v, -FP8_MAX), FP8_MAX).to(P_DTYPE)
@@ -232,13 +242,13 @@ def _attn_tiles(
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
         two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
-        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level)
+        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
         if SPLIT_D:
             if USE_TMA:
                 v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, start_n]))
             else:
-                v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, col_ok, d2_ok, 0.0, MASKED, V_PADDED)
-            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level)
+                v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, v_ok, d2_ok, 0.0, MASKED, V_PADDED)
+            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
         if WGMMA_WAIT:
             _wgmma_wait(start_n)
         m_i = m_new
@@ -310,6 +320,7 @@ def _attn_fwd_kernel(
     PDL: tl.constexpr,
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
+    V_KEY_ORDER: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -469,6 +480,7 @@ def _attn_fwd_kernel(
                 v_row0,
                 USE_TMA,
                 WGMMA_WAIT,
+                V_KEY_ORDER,
             )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -511,6 +523,8 @@ class QuantizedKV:
     # True: k and v are the caller's 16-bit tensors, quantized inside the attention kernel;
     # k_scale is unused and v_scale holds V's amax per channel (FP8 path).
     fused: bool = False
+    # True: FP8 V's tokens are in wgmma key order (``layout.KEY_GROUP``, ``quant.quant_kv``)
+    v_key_order: bool = False
 
 
 @dataclass
@@ -540,13 +554,15 @@ def tma_eligible(kv: QuantizedKV, head_dim_pad: int, pv_fp8: bool) -> bool:
     [B, H, Dp, N], each contiguous (one descriptor spans every head: ``_kv_descriptors``)."""
     k, v = kv.k, kv.v
     dn = head_dim_pad * k.max_len  # one head's elements
+    vrows = layout.key_rows(k.max_len, kv.v_key_order)  # V's row length (padded in key order)
     return (
         tma_layout_ok(pv_fp8, kv.fused, v.stride_d)
         and not k.is_varlen
         and k.head_dim == head_dim_pad
         and v.head_dim == head_dim_pad
         and (k.stride_n, k.stride_h, k.stride_b) == (head_dim_pad, dn, k.heads * dn)
-        and (v.stride_n, v.stride_d, v.stride_h, v.stride_b) == (1, k.max_len, dn, v.heads * dn)
+        and (v.stride_n, v.stride_d, v.stride_h, v.stride_b)
+        == (1, vrows, head_dim_pad * vrows, v.heads * head_dim_pad * vrows)
     )
 
 
@@ -569,8 +585,9 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
     n = kv.k.max_len
+    vrows = layout.key_rows(n, kv.v_key_order)
     k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
-    v_shape, v_strides = [kv.v.batch * kv.v.heads * head_dim_pad, n], [n, 1]
+    v_shape, v_strides = [kv.v.batch * kv.v.heads * head_dim_pad, vrows], [vrows, 1]
     kd = TensorDescriptor(kv.k.t, k_shape, k_strides, k_box)
     vd = TensorDescriptor(kv.v.t, v_shape, v_strides, v_box)
     if not split:  # the same boxes: the same descriptors
@@ -670,6 +687,7 @@ def attention_forward(
             PDL=pdl,
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
+            V_KEY_ORDER=pv_fp8 and kv.v_key_order,
         ),
     )
     if tma:

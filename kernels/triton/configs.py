@@ -142,6 +142,21 @@ def use_wgmma_pipe(family: str, cfg: LaunchConfig) -> bool:
     return _switched(WGMMA_PIPE_ENV_VAR, family, WGMMA_PIPE_CAPABLE, cfg.pipe)
 
 
+# FP8 V stored in wgmma key order (``layout.KEY_GROUP``): P's conversion from the Q·Kᵀ wgmma's
+# accumulator to the P·V wgmma's FP8 operand needs no shuffles (sm90 SASS, docs/performance.md
+# run 21: 604 → 553 instructions per tile at the 4K row, 410 → 383 at head dim 128's 64-key
+# row). On by default where the operand comes from registers after a wgmma (Hopper); the
+# interpreter runs it when asked (tests); SAGEBUILD_V_KEY_ORDER=0 turns it off, 1 on.
+V_KEY_ORDER_CAPABLE = frozenset({"Hopper", "interpreter"})
+V_KEY_ORDER_ENV_VAR = "SAGEBUILD_V_KEY_ORDER"
+
+
+def use_v_key_order(family: str) -> bool:
+    """Whether FP8 V is quantized in wgmma key order on this family (the API adds the call's
+    conditions: its own Triton quantization, dense inputs, the portable kernel)."""
+    return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
+
+
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -508,7 +523,9 @@ def table_rows() -> list[dict]:
     ]
 
 
-_KNOB_VARS = (ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR)
+_KNOB_VARS = (
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
+)  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
     _KNOB_KEYS = tuple(os.environ.encodekey(name) for name in _KNOB_VARS)  # type: ignore[attr-defined]

@@ -10,6 +10,26 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import torch
+import triton
+import triton.language as tl
+
+# FP8 V in wgmma key order (Hopper, ``configs.use_v_key_order``): within each group of KEY_GROUP
+# keys, stored position k holds key σ(k), where σ moves the index bits [h, t1, t0, i1, i0] (k =
+# 16h + 4t + 2i1 + i0) to [h, i1, t1, t0, i0]. A thread's FP32 P·V-side scores after the Q·Kᵀ
+# wgmma hold keys 8j + 2t + {0, 1} (t: its lane in a quad, j: the n8 chunk), while an FP8 A
+# operand of the k32 wgmma wants keys 4t + {0..3} and 16 + 4t + {0..3} in its registers; with V
+# stored in σ order, P's columns put in the same order (``wgmma_key_order``) are already where
+# the operand wants them, and Triton drops the shuffles of the conversion (sm90 SASS of the 4K
+# row: SHFL.IDX, PRMT and SEL, 48 per tile, docs/performance.md run 21). The sum over keys is
+# the same; the buffer's key rows are padded to a multiple of KEY_GROUP with zeros.
+KEY_GROUP = 32
+KEY_GROUP_C: tl.constexpr = tl.constexpr(KEY_GROUP)  # the same, for kernels
+
+
+@triton.jit
+def key_rows_of(n):
+    """``key_rows(n, True)`` inside a kernel: n padded to whole key groups."""
+    return (n + KEY_GROUP_C - 1) // KEY_GROUP_C * KEY_GROUP_C
 
 
 class SeqView(NamedTuple):
@@ -54,14 +74,42 @@ def packed(x: torch.Tensor, cu: torch.Tensor, max_len: int) -> SeqView:
     return SeqView(x, 0, x.stride(1), x.stride(0), cu.numel() - 1, h, max_len, cu, stride_d=x.stride(2))
 
 
+def key_rows(n: int, key_order: bool) -> int:
+    """Key rows of FP8 V's buffer for n keys: n, or n padded to whole KEY_GROUPs in key order."""
+    return -(-n // KEY_GROUP) * KEY_GROUP if key_order else n
+
+
+@triton.jit
+def key_slot(c):
+    """The stored position of key c in wgmma key order: σ⁻¹(c) within its group of 32."""
+    return (c & -32) | (c & 16) | (((c >> 1) & 3) << 2) | (((c >> 3) & 1) << 1) | (c & 1)
+
+
+@triton.jit
+def wgmma_key_order(p):
+    """P [M, N] with its columns in wgmma key order: column k of the result is column σ(k) of p
+    (N a multiple of KEY_GROUP); a free register renaming after the Q·Kᵀ wgmma on Hopper."""
+    M: tl.constexpr = p.shape[0]
+    N: tl.constexpr = p.shape[1]
+    x = tl.reshape(p, [M, N // 32, 2, 2, 4, 2])  # column bits (group, h, i1, t, i0)
+    return tl.reshape(tl.permute(x, (0, 1, 2, 4, 3, 5)), [M, N])  # → (group, h, t, i1, i0)
+
+
+def key_order(n: int) -> torch.Tensor:
+    """σ over n keys (a multiple of KEY_GROUP) as an index: stored position k holds key σ[k]."""
+    k = torch.arange(n)
+    return (k & -32) | (k & 16) | (((k >> 1) & 1) << 3) | (((k >> 2) & 3) << 1) | (k & 1)
+
+
 def empty_like_view(
-    view: SeqView, head_dim: int, dtype: torch.dtype, channel_major: bool = False
+    view: SeqView, head_dim: int, dtype: torch.dtype, channel_major: bool = False, key_order: bool = False
 ) -> SeqView:
     """A fresh tensor of the same sequences: [B, H, N, Dp] dense, [total, H, Dp] packed.
 
     ``channel_major`` stores each head's tile as [Dp, N] (tokens contiguous) behind the same
     logical view: the FP8 V layout, because Hopper's FP8 wgmma takes its B operand only
     K-major (here K is the token axis), so a token-major V would need a transpose per tile.
+    ``key_order`` (dense, channel-major): rows of ``key_rows`` tokens, for V in wgmma key order.
     """
     dev = view.t.device
     if view.is_varlen:
@@ -73,7 +121,11 @@ def empty_like_view(
         return packed(out, view.cu, view.max_len)
     shape = (view.batch, view.heads, view.max_len, head_dim)
     if channel_major:
-        out = torch.empty(shape[:2] + (head_dim, view.max_len), dtype=dtype, device=dev).transpose(-1, -2)
+        rows = key_rows(view.max_len, key_order)
+        out = torch.empty(shape[:2] + (head_dim, rows), dtype=dtype, device=dev)
+        if rows != view.max_len:
+            out = out[..., : view.max_len]
+        out = out.transpose(-1, -2)
     else:
         out = torch.empty(shape, dtype=dtype, device=dev)
     return dense(out)

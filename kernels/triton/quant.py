@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
-from .layout import SeqView, empty_like_view
+from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, key_slot
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
@@ -279,8 +279,12 @@ def _quant_blocks_kernel(
     STATS_BLK: tl.constexpr,
     STATS_STAGES: tl.constexpr,
     PDL_TRIGGER: tl.constexpr,
+    V_KEY_ORDER: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
+
+    V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.key_slot``), the rows up to
+    the next multiple of ``layout.KEY_GROUP`` written as zeros.
 
     PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
     programmatic dependent) start once all of them have started; it waits for this grid's
@@ -337,10 +341,16 @@ def _quant_blocks_kernel(
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = v.to(tl.float32) * vinv[None, :]
         vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
+        if V_KEY_ORDER:  # rows past n (zeros: masked loads) fill the last group
+            slots = key_slot(rows)
+            w_ok = rows < key_rows_of(n)
+        else:
+            slots = rows
+            w_ok = row_ok
         tl.store(
-            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
+            VQ + wbase + slots[:, None] * stride_wn + offs_d[None, :] * stride_wd,
             vq.to(VQ.dtype.element_ty),
-            mask=row_ok[:, None],
+            mask=w_ok[:, None],
         )
 
 
@@ -473,10 +483,12 @@ def quant_blocks(
     launch_key: Optional[tuple] = None,
     inline_stats: bool = False,
     pdl_trigger: bool = False,
+    v_key_order: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
     ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
+    ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
 
     ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
     km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
@@ -490,7 +502,13 @@ def quant_blocks(
     nblk = launcher.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     want_v = v is not None and fp8_dtype is not None and (v_amax is not None or inline_stats)
-    vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True) if want_v else None
+    if v_key_order and (x.is_varlen or blk % KEY_GROUP):
+        raise ValueError(f"v_key_order needs dense inputs and blocks of a multiple of {KEY_GROUP} tokens")
+    vq = (
+        empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True, key_order=v_key_order)
+        if want_v
+        else None
+    )
     vs = (
         torch.empty((v.batch, v.heads, head_dim_pad), dtype=torch.float32, device=xs.device)
         if want_v
@@ -500,7 +518,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats, pdl_trigger) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -513,6 +531,7 @@ def quant_blocks(
             STATS_BLK=INLINE_CHUNK_ROWS.get(head_dim_pad, 16),
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
+            V_KEY_ORDER=want_v and v_key_order,
         ),
     )
     launcher.launch(
@@ -554,9 +573,11 @@ def quant_kv(
     blk: int,
     launch_key: Optional[tuple] = None,
     pdl_trigger: bool = False,
+    v_key_order: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
-    ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``).
+    ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``);
+    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
     INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
@@ -585,5 +606,6 @@ def quant_kv(
         launch_key=launch_key,
         inline_stats=inline,
         pdl_trigger=pdl_trigger,
+        v_key_order=v_key_order,
     )
     return kq, ks, km, vq, vs

@@ -78,7 +78,8 @@ def _source(
     config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
     whose head dim is a multiple of 16; TMA follows the family and the config, programmatic
     dependent launch the family and ``SAGEBUILD_PDL``, the pipelined wgmma the family, the
-    config and ``SAGEBUILD_WGMMA_PIPE``."""
+    config and ``SAGEBUILD_WGMMA_PIPE``, FP8 V's key order the family and
+    ``SAGEBUILD_V_KEY_ORDER``."""
     import triton.language as tl
 
     from sagebuild.attention import api
@@ -143,6 +144,7 @@ def _source(
         "PDL": configs.use_pdl(row.family, n_k),
         "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
         "WGMMA_WAIT": pipe,
+        "V_KEY_ORDER": fp8 and configs.use_v_key_order(row.family),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -237,10 +239,11 @@ _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 def sass_loops(sass: str) -> list[dict]:
     """The innermost loops of a SASS listing that issue matrix instructions (``*GMMA``, ``*MMA``):
     one entry per loop with its instruction count, exponentials (``MUFU``: a tile's scores per
-    thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf) and local-memory
-    accesses (``LDL``/``STL``: spills), in listing order. A backward branch whose span runs
-    through the kernel's exit is not a loop: TMA kernels place their barrier-wait retry blocks
-    after the exit and branch back into the key loop from there."""
+    thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf), local-memory
+    accesses (``LDL``/``STL``: spills) and register shuffles (``SHFL.IDX``, ``PRMT``: P moved
+    into the P·V operand's layout, ``configs.use_v_key_order``), in listing order. A backward
+    branch whose span runs through the kernel's exit is not a loop: TMA kernels place their
+    barrier-wait retry blocks after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)
     ins = [
         (int(m.group(1), 16), re.sub(r"^@!?\w+\s+", "", m.group(2).strip()))
@@ -264,6 +267,7 @@ def sass_loops(sass: str) -> list[dict]:
             "mufu": sum(bool(re.match(r"MUFU\b", t)) for t in body),
             "fsel": sum(bool(re.match(r"FSEL\b", t)) for t in body),
             "local": sum(bool(re.match(r"(LDL|STL)\b", t)) for t in body),
+            "shuffles": sum(bool(re.match(r"(SHFL\.IDX|PRMT)\b", t)) for t in body),
         }
         for _, _, body in sorted(inner)
     ]

@@ -169,6 +169,7 @@ class _Plan(NamedTuple):
     tma: bool  # K/V tiles by tensor descriptors (``configs.use_tma``, eligible shapes)
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
+    v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -256,17 +257,24 @@ def _make_plan(
     # The Hopper kernel reads 64-token K scales; if its buffers turn out not to fit at call time
     # the portable kernel takes the same K (it reads the block size from QuantizedKV).
     k_blk = configs.K_BLK if ws is not None else cfg.k_blk
-    # from the shapes, before quantizing: our FP8 V rows hold n_k one-byte tokens (the
-    # extension's ops lay K/V out otherwise)
-    tma = configs.use_tma(family, cfg) and ops is None and tma_layout_ok(fp8 is not None, fused, n_k)
+    # FP8 V in wgmma key order: our own Triton quantization for the portable kernel (not the
+    # extension's ops, the in-kernel quantization or the Hopper kernel, which read V as is)
+    v_key_order = (
+        configs.use_v_key_order(family) and fp8 is not None and ops is None and not fused and ws is None
+    )
+    # from the shapes, before quantizing: our FP8 V rows hold n_k one-byte tokens, padded in key
+    # order (the extension's ops lay K/V out otherwise)
+    v_rows = layout.key_rows(n_k, v_key_order)
+    tma = configs.use_tma(family, cfg) and ops is None and tma_layout_ok(fp8 is not None, fused, v_rows)
     q_blk = cfg.q_blk(qk_quant_gran)
     # PDL pairs the attention launch with the quantization launch right before it (our Triton
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
     return _Plan(
-        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe
-    )
+        tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
+        v_key_order,
+    )  # fmt: skip
 
 
 def _on_input_device(fn: Any) -> Any:
@@ -393,9 +401,18 @@ def _execute(
     else:
         vd = layout.dense(v)
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl
+            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
+            v_key_order=plan.v_key_order,
+        )  # fmt: skip
+        kv = QuantizedKV(
+            kq,
+            ks,
+            plan.k_blk,
+            km,
+            vq if vq is not None else vd,
+            vs,
+            v_key_order=plan.v_key_order and vq is not None,
         )
-        kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vd, vs)
 
     if plan.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -594,6 +611,7 @@ def launch_plan(
         "in_kernel" if plan.fused else ("extension" if plan.ops is not None else "triton"),
         plan.pdl,
         plan.wgmma_pipe,
+        plan.v_key_order,
     )
 
 
@@ -607,13 +625,15 @@ def plan_record(
     quantization: str,
     pdl: bool = False,
     wgmma_pipe: bool = False,
+    v_key_order: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
     this very launch (with ``,tma`` where the K/V tiles come by TMA, ``,pipe`` where the wgmma
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
-    kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``)."""
+    kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -625,6 +645,7 @@ def plan_record(
         "quantization": quantization,
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
+        "v_key_order": v_key_order,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 

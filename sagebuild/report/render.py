@@ -67,6 +67,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
         parts.append("pdl")
     if plan.get("wgmma_pipe"):
         parts.append("wgmma-pipe")
+    if plan.get("v_key_order"):
+        parts.append("v-key-order")
     return " ".join(parts)
 
 
