@@ -476,15 +476,23 @@ def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool, metric: str
 
 
 def _kernel_only(
-    variant: str, q: Any, k: Any, v: Any, layout: str, causal: bool, config: Any = None
+    variant: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    layout: str,
+    causal: bool,
+    config: Any = None,
+    pv_accum: str = "fp32+fp32",
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
     """A callable that runs only the attention launch on inputs quantized beforehand, and its
     launch-plan record.
 
     Mirrors the steps of ``sagebuild.attention.api`` (K/V quantization outside the timed call;
     Q is quantized inside the attention launch, so it stays in) with the explicit function's
-    defaults: the portable kernel, two-level FP8 accumulation. ``config``: as the functions'
-    keyword (tuning runs).
+    defaults: the portable kernel, two-level FP8 accumulation unless ``pv_accum`` is "fp32"
+    (MMA-accumulated, as ``sageattn`` runs on Hopper). ``config``: as the functions' keyword
+    (tuning runs).
     """
     import torch
 
@@ -500,7 +508,7 @@ def _kernel_only(
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
     d = qh.shape[-1]
     scale = check_sm_scale(None, d)
-    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2], tma_layout=True)
+    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2], pv_accum, tma_layout=True)
     family = dispatch.family(arch)
     key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
     pipe = configs.use_wgmma_pipe(family, cfg)
@@ -530,6 +538,7 @@ def _kernel_only(
             fp8_max=fmax,
             tma=tma,
             wgmma_pipe=pipe,
+            pv_direct=pv_accum == "fp32",
         )
         return out
 
@@ -537,7 +546,7 @@ def _kernel_only(
     kernel = "portable_tma" if tma else "portable"
     return run, api.plan_record(
         variant,
-        "fp32+fp32",
+        pv_accum,
         kernel,
         cfg,
         cfg.k_blk,

@@ -11,8 +11,10 @@ Settings are interleaved round by round (the machines are noisy: a drift hits ev
 alike); each round times every setting with do_bench medians, the table gives the median over
 rounds, the ratio SDPA time / ours and the accuracy against fp32 attention on the same inputs.
 `--graph` times CUDA-graph replays of each call instead (``bench.graph_replay_us``: device time
-only, what a host-bound small call hides). Knobs must be read at call time (``configs``'
-environment variables are, and the attention plan key includes them).
+only, what a host-bound small call hides); `--kernel-only` times the attention launch alone on
+K/V quantized beforehand (``bench._kernel_only`` with ``sageattn``'s variant and accumulation).
+Knobs must be read at call time (``configs``' environment variables are, and the attention plan
+key includes them).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.functional import scaled_dot_product_attention as sdpa_fn
 
-from sagebuild.attention import api, sageattn
+from sagebuild import bench
+from sagebuild.attention import api, dispatch, sageattn
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import median_ms
 
@@ -65,6 +68,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (device time only)")
+    ap.add_argument(
+        "--kernel-only", action="store_true", help="the attention launch alone (K/V quantized beforehand)"
+    )
     args = ap.parse_args()
     name, _, values = args.knob.partition("=")
     settings = values.split(";")
@@ -84,9 +90,13 @@ def main() -> None:
             sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph))
             for s in settings:
                 _set(name, s)
-                out = sageattn(q, k, v, is_causal=causal)
-                acc.setdefault(s, accuracy(out, ref))
-                call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
+                if args.kernel_only:  # sageattn's variant and accumulation, its launch alone
+                    variant, accum = dispatch.choice_for_call(q.device, d, n)
+                    accum = accum or "fp32+fp32"
+                    call, _ = bench._kernel_only(variant, q, k, v, "HND", causal, pv_accum=accum)
+                else:
+                    call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
+                acc.setdefault(s, accuracy(call(), ref))
                 times[s].append(_ms(call, args.graph))
         _set(name, "")
         t_sdpa = statistics.median(sdpa)
