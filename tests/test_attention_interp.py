@@ -286,8 +286,9 @@ def _key_order_kernel(OUT, M: tl.constexpr, N: tl.constexpr):
 
 def test_p_in_wgmma_key_order_is_v_stored_order():
     """The kernel's reordering of P's columns (``layout.wgmma_key_order``) is the order the
-    quantization stores V's keys in (``layout.key_order``, whose inverse ``key_slot`` is): a
-    permutation within each group of 32 keys, the same for every row."""
+    quantization stores V's keys in (``layout.key_order``; the quantization applies the same
+    function to its block's rows): a permutation within each group of 32 keys, the same for
+    every row."""
     out = torch.empty(4, 128, dtype=torch.int32, device=DEV)
     _key_order_kernel[(1,)](out, 4, 128)
     order = layout.key_order(128)

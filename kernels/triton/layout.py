@@ -80,12 +80,6 @@ def key_rows(n: int, key_order: bool) -> int:
 
 
 @triton.jit
-def key_slot(c):
-    """The stored position of key c in wgmma key order: σ⁻¹(c) within its group of 32."""
-    return (c & -32) | (c & 16) | (((c >> 1) & 3) << 2) | (((c >> 3) & 1) << 1) | (c & 1)
-
-
-@triton.jit
 def wgmma_key_order(p):
     """P [M, N] with its columns in wgmma key order: column k of the result is column σ(k) of p
     (N a multiple of KEY_GROUP); a free register renaming after the Q·Kᵀ wgmma on Hopper."""

@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
-from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, key_slot
+from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
@@ -283,8 +283,9 @@ def _quant_blocks_kernel(
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
-    V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.key_slot``), the rows up to
-    the next multiple of ``layout.KEY_GROUP`` written as zeros.
+    V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
+    block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
+    multiple of ``layout.KEY_GROUP`` written as zeros.
 
     PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
     programmatic dependent) start once all of them have started; it waits for this grid's
@@ -341,14 +342,13 @@ def _quant_blocks_kernel(
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = v.to(tl.float32) * vinv[None, :]
         vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
-        if V_KEY_ORDER:  # rows past n (zeros: masked loads) fill the last group
-            slots = key_slot(rows)
+        if V_KEY_ORDER:  # row k of the block ← its key σ(k); rows past n (zeros) fill the last group
+            vq = tl.trans(wgmma_key_order(tl.trans(vq)))
             w_ok = rows < key_rows_of(n)
         else:
-            slots = rows
             w_ok = row_ok
         tl.store(
-            VQ + wbase + slots[:, None] * stride_wn + offs_d[None, :] * stride_wd,
+            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
             vq.to(VQ.dtype.element_ty),
             mask=w_ok[:, None],
         )
