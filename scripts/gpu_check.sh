@@ -74,7 +74,7 @@ if has pdl; then
     --shapes "${PDL_SHAPES:-1x16x1024x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128}" 2>&1 | tee "$OUT/pdl.txt" | tail -n 10
 fi
 if has keyorder; then
-  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k "key_order or tma or graphed or pdl or pipe or golden" 2>&1 \
+  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k "key_order or tma or graphed or pdl or pipe or golden or accuracy or bound" 2>&1 \
     | tee "$OUT/keyorder_tests.txt" | tail -n 5
   echo "key order tests: $(tail -n 1 "$OUT/keyorder_tests.txt")" >> "$summary"
   $PY scripts/ab_env.py "SAGEBUILD_V_KEY_ORDER=0;1" --graph --rounds 3 \
