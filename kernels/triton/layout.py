@@ -85,14 +85,15 @@ def wgmma_key_order(p):
     (N a multiple of KEY_GROUP); a free register renaming after the Q·Kᵀ wgmma on Hopper."""
     M: tl.constexpr = p.shape[0]
     N: tl.constexpr = p.shape[1]
-    x = tl.reshape(p, [M, N // 32, 2, 2, 4, 2])  # column bits (group, h, i1, t, i0)
+    x = tl.reshape(p, [M, N // KEY_GROUP_C, 2, 2, 4, 2])  # column bits (group, h, i1, t, i0)
     return tl.reshape(tl.permute(x, (0, 1, 2, 4, 3, 5)), [M, N])  # → (group, h, t, i1, i0)
 
 
 def key_order(n: int) -> torch.Tensor:
-    """σ over n keys (a multiple of KEY_GROUP) as an index: stored position k holds key σ[k]."""
-    k = torch.arange(n)
-    return (k & -32) | (k & 16) | (((k >> 1) & 1) << 3) | (((k >> 2) & 3) << 1) | (k & 1)
+    """σ over n keys (a multiple of KEY_GROUP) as an index: stored position k holds key σ[k]
+    (``wgmma_key_order``'s reshape and permute, on the host)."""
+    x = torch.arange(n).reshape(n // KEY_GROUP, 2, 2, 4, 2)
+    return x.permute(0, 1, 3, 2, 4).reshape(n)
 
 
 def empty_like_view(

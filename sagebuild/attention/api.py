@@ -411,7 +411,7 @@ def _execute(
             km,
             vq if vq is not None else vd,
             vs,
-            v_key_order=plan.v_key_order and vq is not None,
+            v_key_order=plan.v_key_order,  # only with FP8 V (the plan's condition)
         )
 
     if plan.nhd:
