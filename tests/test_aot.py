@@ -196,19 +196,21 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
         "@P0 FSEL R3, R3, -INF , P1",
         "LDL R4, [R1+0x8]",
         "SHFL.IDX PT, R5, R5, 0x1, 0x1f",
+        "LDGSTS.E.LTC128B [R6], desc[UR4][R8.64]",
         "QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24",
         "WARPGROUP.DEPBAR.LE gsb0, 0x0",
-        "@!P2 BRA 0x20",  # 0x80: inner back branch
+        "@!P2 BRA 0x20",  # 0x90: inner back branch
         "MUFU.EX2 R5, R5",
-        "BRA 0x10",  # 0xa0: outer back branch
+        "BRA 0x10",  # 0xb0: outer back branch
         "FADD R6, R6, R7",
-        "BRA 0xb0",  # a self loop without matrix work: ignored
+        "BRA 0xc0",  # a self loop without matrix work: ignored
         "EXIT",
         "SYNCS.PHASECHK.TRANS64 P0, [UR4], R0",  # a barrier-wait retry block after the exit
         "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
-    expected = {"instructions": 7, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1}
+    expected = {"instructions": 8, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1}
+    expected["async_copies"] = 1
     assert aot.sass_loops(sass) == [expected]
 
 
@@ -263,6 +265,24 @@ def test_v_key_order_drops_the_p_shuffles():
         assert shuffles >= 16 and on["loops"][0]["shuffles"] == 0, (off, on)
         assert on["loops"][0]["instructions"] <= off["loops"][0]["instructions"] - shuffles, (off, on)
         assert on["registers"] <= off["registers"] and on["loops"][0]["local"] == 0, on
+
+
+def test_ks_ahead_drops_the_scale_copy():
+    """K scales loaded a key tile ahead (``configs.use_ks_ahead``, on with the pipelined wgmma):
+    in the sm90 SASS of the 4K row (K/V by TMA, so the K scale is the loop's only pipelined
+    load) the asynchronous copy of the scale and its waits leave both key loops, which get
+    shorter at the same registers and without spills (docs/performance.md run 22); the split
+    head dim 96's row loses its copy too."""
+    cases = [(128, 4096, None), (96, 4096, None)]
+    off = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_KS_AHEAD="0")
+    on = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_KS_AHEAD="")
+    for before, after in zip(off, on):
+        assert before["config"] == after["config"] and after["config"].endswith("tma,pipe"), after
+        assert after["registers"] <= before["registers"], (before, after)
+        for lp_off, lp_on in zip(before["loops"], after["loops"]):
+            assert lp_off["async_copies"] >= 1 and lp_on["async_copies"] == 0, (before, after)
+            shorter = lp_on["instructions"] <= lp_off["instructions"] - 4
+            assert shorter and lp_on["local"] == 0, (before, after)
 
 
 def test_wgmma_pipe_unserialises_the_tma_row():
