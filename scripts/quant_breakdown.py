@@ -7,7 +7,7 @@ same statistics by ``quant.kv_stats`` (column statistics per part of the tokens,
 combining launch), the Triton quantization launch with the statistics given (also K alone), the
 whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor (read K and V once,
 write them quantized) at the device's measured copy rate passed with --copy-tbps.
-``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``) instead;
+``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``, warps included) instead;
 ``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
 launch) over ``quant.INLINE_*`` (rows per load, stages, warps) as CUDA-graph replays (device time only).
 """
@@ -78,15 +78,18 @@ def _stats_sweep(spec: str, copy_tbps: float) -> None:
     fp8 = torch.float8_e4m3fn
     ref = quant.kv_stats(kd, vd, d, True, fp8)
     floor = 4 * k.numel() / (copy_tbps * 1e12) * 1e6
-    defaults = {name: getattr(quant, name) for name in ("PART_CHUNK_ELEMS", "PART_STAGES", "PART_WAVES")}
+    knobs = ("PART_CHUNK_ELEMS", "PART_STAGES", "PART_WAVES", "PART_WARPS")
+    defaults = {name: getattr(quant, name) for name in knobs}
     try:
-        for chunk, stages, waves in itertools.product((2048, 4096, 8192), (1, 2, 3, 4), (4, 8)):
-            quant.PART_CHUNK_ELEMS, quant.PART_STAGES, quant.PART_WAVES = chunk, stages, waves
-            key = ("sweep", spec, chunk, stages, waves)
+        for combo in itertools.product((2048, 4096, 8192), (2, 3, 4), (4, 8), (4, 8)):
+            for name, value in zip(knobs, combo):
+                setattr(quant, name, value)
+            key = ("sweep", spec, *combo)
             km, va = quant.kv_stats(kd, vd, d, True, fp8, key)
             same = torch.equal(va, ref[1]) and torch.allclose(km, ref[0], atol=1e-5)
             t = _ms(lambda key=key: quant.kv_stats(kd, vd, d, True, fp8, key)) * 1e3
-            print(f"{spec} chunk={chunk} stages={stages} waves={waves}: {t:.1f} us "
+            chunk, stages, waves, warps = combo
+            print(f"{spec} chunk={chunk} stages={stages} waves={waves} warps={warps}: {t:.1f} us "
                   f"(floor {floor:.1f}){'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
     finally:
         for name, value in defaults.items():

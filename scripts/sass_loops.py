@@ -9,8 +9,9 @@ Each config is compiled ahead of time (``aot.sass_report``: Triton, then the bun
 per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's
 instructions, matrix instructions and the waits on them (``WARPGROUP.DEPBAR``: one per MMA
 when ptxas serialised the wgmma, which the last column names), exponentials (MUFU: scores per
-thread and tile, plus the rescale's), masked selects (FSEL), local-memory accesses and register
-shuffles (SHFL.IDX, PRMT: P into the P·V operand's layout). An empty config is the table's choice
+thread and tile, plus the rescale's), masked selects (FSEL), local-memory accesses, register
+shuffles (SHFL.IDX, PRMT: P into the P·V operand's layout) and asynchronous copies (LDGSTS: loads
+Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier). An empty config is the table's choice
 for the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with FP8 V in plain key order.
 """
 
@@ -33,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     print(
         "| config | TMA | registers | stack B | shared KB "
-        "| key loops: instructions/MMA/MMA waits/MUFU/FSEL/LDL+STL/SHFL+PRMT | wgmma serialised |"
+        "| key loops: instructions/MMA/MMA waits/MUFU/FSEL/LDL+STL/SHFL+PRMT/LDGSTS | wgmma serialised |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for cfg in args.configs.split(";"):
@@ -42,7 +43,7 @@ def main() -> None:
         )
         loops = "; ".join(
             f"{lp['instructions']}/{lp['mma']}/{lp['mma_waits']}/{lp['mufu']}/{lp['fsel']}/{lp['local']}"
-            f"/{lp['shuffles']}"
+            f"/{lp['shuffles']}/{lp['async_copies']}"
             for lp in r["loops"]
         )
         serial = (r["wgmma_serialized"] or "no")[:5]

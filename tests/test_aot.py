@@ -267,24 +267,6 @@ def test_v_key_order_drops_the_p_shuffles():
         assert on["registers"] <= off["registers"] and on["loops"][0]["local"] == 0, on
 
 
-def test_ks_ahead_drops_the_scale_copy():
-    """K scales loaded a key tile ahead (``configs.use_ks_ahead``, on with the pipelined wgmma):
-    in the sm90 SASS of the 4K row (K/V by TMA, so the K scale is the loop's only pipelined
-    load) the asynchronous copy of the scale and its waits leave both key loops, which get
-    shorter at the same registers and without spills (docs/performance.md run 22); the split
-    head dim 96's row loses its copy too."""
-    cases = [(128, 4096, None), (96, 4096, None)]
-    off = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_KS_AHEAD="0")
-    on = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_KS_AHEAD="")
-    for before, after in zip(off, on):
-        assert before["config"] == after["config"] and after["config"].endswith("tma,pipe"), after
-        assert after["registers"] <= before["registers"], (before, after)
-        for lp_off, lp_on in zip(before["loops"], after["loops"]):
-            assert lp_off["async_copies"] >= 1 and lp_on["async_copies"] == 0, (before, after)
-            shorter = lp_on["instructions"] <= lp_off["instructions"] - 4
-            assert shorter and lp_on["local"] == 0, (before, after)
-
-
 def test_wgmma_pipe_unserialises_the_tma_row():
     """The 4K row (128-key tiles by TMA at 168 registers): as Triton 3.6 compiles it, ptxas
     serialises every wgmma with SAGEBUILD_WGMMA_PIPE=0 (C7513: all eight of a key tile waited on

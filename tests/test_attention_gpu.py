@@ -458,49 +458,6 @@ def test_wgmma_pipe_gives_the_same_result(n, d, causal, monkeypatch):
 
 @pytest.mark.parametrize(
     ("n", "d", "causal"),
-    [(4096, 128, False), (4096, 128, True), (1000, 96, True), (8192, 64, False), (2048, 256, True)]
-    + [(1024, 64, False)],
-)
-def test_ks_ahead_gives_the_same_result(n, d, causal, monkeypatch):
-    """K scales loaded a key tile ahead (``SAGEBUILD_KS_AHEAD``, forced on for every config here:
-    the TMA rows, pointer tiles, split and ragged head dims, the 1K row) read the same floats, so
-    output and LSE are bit for bit those of Triton's pipelined scalar load, eagerly, recorded,
-    replayed, in a CUDA graph and packed (varlen: per-sequence key ranges, the last tile of each
-    re-reading its own scale)."""
-    from sagebuild.attention import GraphedAttention, api, sageattn_varlen
-    from sagebuild.attention.api import launch_plan
-
-    arch = dispatch.device_arch(torch.device("cuda"))
-    if dispatch.family(arch) not in configs.KS_AHEAD_CAPABLE:
-        pytest.skip(f"{arch}: the plain load is NVIDIA PTX")
-    q, k, v = _inputs(1, 8, n, d, seed=47, hk=2)
-    qp, kp, vp = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # [N, H, D]
-    cu = torch.tensor([0, n // 3, n], dtype=torch.int32, device="cuda")
-    m = n - n // 3
-
-    def calls():
-        return (
-            [sageattn(q, k, v, is_causal=causal, return_lse=True) for _ in range(3)],
-            GraphedAttention(q, k, v, is_causal=causal)(q, k, v),
-            sageattn_varlen(qp, kp, vp, cu, cu, m, m, is_causal=causal),
-        )
-
-    monkeypatch.setenv(configs.KS_AHEAD_ENV_VAR, "0")
-    api.clear_caches()
-    assert launch_plan(q, k, v, is_causal=causal)["ks_ahead"] is False
-    ref_eager, ref_graph, ref_packed = calls()
-    monkeypatch.setenv(configs.KS_AHEAD_ENV_VAR, "1")
-    api.clear_caches()
-    plan = launch_plan(q, k, v, is_causal=causal)
-    assert plan["ks_ahead"] is (plan["kernel"] != "hopper_ws" and plan["quantization"] != "in_kernel"), plan
-    eager, graph, packed = calls()
-    for (out, lse), (ref, ref_lse) in zip(eager, ref_eager):
-        assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
-    assert torch.equal(graph, ref_graph) and torch.equal(packed, ref_packed)
-
-
-@pytest.mark.parametrize(
-    ("n", "d", "causal"),
     [
         (4096, 128, False),
         (4096, 128, True),

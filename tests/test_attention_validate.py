@@ -283,21 +283,3 @@ def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
     assert configs.use_wgmma_pipe("Hopper", plain) and not configs.use_wgmma_pipe("CDNA3", plain)
     monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "off")
     assert not configs.use_wgmma_pipe("Hopper", piped)
-
-
-def test_ks_ahead_follows_the_pipelined_wgmma_unless_forced(monkeypatch):
-    """K scales a tile ahead (a PTX load: NVIDIA only) go with the pipelined wgmma by default;
-    SAGEBUILD_KS_AHEAD=1 turns them on for every config of an NVIDIA family, never on AMD; 0
-    turns them off everywhere."""
-    from sagebuild.kernels.triton import configs
-
-    plain, piped = configs.LaunchConfig(64, 64, 4, 3), configs.parse_config("64,128,4,2,168,tma,pipe")
-    monkeypatch.delenv(configs.KS_AHEAD_ENV_VAR, raising=False)
-    monkeypatch.delenv(configs.WGMMA_PIPE_ENV_VAR, raising=False)
-    assert configs.use_ks_ahead("Hopper", piped) and not configs.use_ks_ahead("Hopper", plain)
-    assert not configs.use_ks_ahead("Ampere", piped) and not configs.use_ks_ahead("CDNA3", piped)
-    monkeypatch.setenv(configs.KS_AHEAD_ENV_VAR, "1")
-    assert configs.use_ks_ahead("Hopper", plain) and configs.use_ks_ahead("Ampere", plain)
-    assert not configs.use_ks_ahead("CDNA3", plain) and not configs.use_ks_ahead("RDNA4", plain)
-    monkeypatch.setenv(configs.KS_AHEAD_ENV_VAR, "0")
-    assert not configs.use_ks_ahead("Hopper", piped)

@@ -89,29 +89,6 @@ def _wgmma_wait(x):
 
 
 @triton.jit
-def _load_f32_nc(ptr):
-    """One float from global memory by a plain non-coherent load (NVIDIA PTX), which Triton's
-    pipeliner leaves alone: its scalar loads become an asynchronous copy through shared memory
-    with a wait and a CTA barrier per key tile."""
-    return tl.inline_asm_elementwise(
-        "ld.global.nc.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.float32, is_pure=True, pack=1
-    )
-
-
-@triton.jit
-def _load_f32_nc_if(ptr, ok):
-    """``_load_f32_nc`` where ``ok`` (int32) is nonzero, else 0.0: an empty key range reads nothing."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.s32 p, $2, 0; mov.b32 $0, 0; @p ld.global.nc.b32 $0, [$1]; }",
-        "=r,l,r",
-        [ptr, ok],
-        dtype=tl.float32,
-        is_pure=True,
-        pack=1,
-    )
-
-
-@triton.jit
 def _attn_tiles(
     acc,
     acc2,
@@ -161,7 +138,6 @@ def _attn_tiles(
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    KS_AHEAD: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -182,9 +158,6 @@ def _attn_tiles(
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
     d2_ok = offs_d2 < HEAD_DIM
-    # KS_AHEAD (NVIDIA): the tile's K scale comes from a plain load issued one tile ahead
-    ks_ahead: tl.constexpr = KS_AHEAD and not KV_FUSED and KS_BLK % BLOCK_N == 0
-    ks_next = _load_f32_nc_if(KS + ks_base + lo // KS_BLK, tl.where(lo < hi, 1, 0)) if ks_ahead else 0.0
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         col_ok = cols < n_k
@@ -232,11 +205,7 @@ def _attn_tiles(
             # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
             # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
             if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
-                if ks_ahead:  # the last tile re-reads its own block instead of one past the end
-                    c = qs * ks_next
-                    ks_next = _load_f32_nc(KS + ks_base + tl.minimum(start_n + BLOCK_N, hi - 1) // KS_BLK)
-                else:
-                    c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+                c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
                 off = c * MAGIC_F
             else:
                 if MASKED:
@@ -352,7 +321,6 @@ def _attn_fwd_kernel(
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    KS_AHEAD: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -513,7 +481,6 @@ def _attn_fwd_kernel(
                 USE_TMA,
                 WGMMA_WAIT,
                 V_KEY_ORDER,
-                KS_AHEAD,
             )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -660,7 +627,6 @@ def attention_forward(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     q_from_memory: Optional[bool] = None,
-    ks_ahead: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -668,8 +634,6 @@ def attention_forward(
     (``q_from_memory``, where the output rows have room for it) and the P·V wgmma is waited on
     inside its iteration, so that ptxas pipelines the kernel's wgmma. ``q_from_memory`` alone
     (None: as ``wgmma_pipe``) runs the round trip anywhere (tests: the interpreter).
-
-    ``ks_ahead`` (NVIDIA, ``configs.use_ks_ahead``): the K scales by plain loads a key tile ahead.
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
 
@@ -724,7 +688,6 @@ def attention_forward(
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
             V_KEY_ORDER=pv_fp8 and kv.v_key_order,
-            KS_AHEAD=ks_ahead and not kv.fused,
         ),
     )
     if tma:

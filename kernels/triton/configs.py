@@ -157,21 +157,6 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
-# K scales by plain loads issued one key tile ahead (NVIDIA: a PTX load, which Triton's pipeliner
-# leaves alone) instead of Triton's pipelined scalar load, an asynchronous copy through shared
-# memory with its own wait and CTA barrier per tile. sm90 SASS (docs/performance.md, run 22):
-# 553 → 543 instructions per unmasked tile at the 4K/16K row, 620 → 607 at head dim 96's, 671 →
-# 666 at 192's. On by default with the pipelined wgmma (``use_wgmma_pipe``: where it was
-# measured); SAGEBUILD_KS_AHEAD=1 turns it on for every config of these families, 0 off.
-KS_AHEAD_CAPABLE = frozenset({"Hopper", "Blackwell", "Ada", "Ampere"})
-KS_AHEAD_ENV_VAR = "SAGEBUILD_KS_AHEAD"
-
-
-def use_ks_ahead(family: str, cfg: LaunchConfig) -> bool:
-    """Whether a launch with this config loads its K scales a tile ahead (plain NVIDIA loads)."""
-    return _switched(KS_AHEAD_ENV_VAR, family, KS_AHEAD_CAPABLE, use_wgmma_pipe(family, cfg))
-
-
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -539,8 +524,7 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
-    KS_AHEAD_ENV_VAR,
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]

@@ -145,7 +145,6 @@ def _source(
         "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
         "WGMMA_WAIT": pipe,
         "V_KEY_ORDER": fp8 and configs.use_v_key_order(row.family),
-        "KS_AHEAD": configs.use_ks_ahead(row.family, cfg),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -243,7 +242,7 @@ def sass_loops(sass: str) -> list[dict]:
     thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf), local-memory
     accesses (``LDL``/``STL``: spills), register shuffles (``SHFL.IDX``, ``PRMT``: P moved
     into the P·V operand's layout, ``configs.use_v_key_order``) and asynchronous global-to-shared
-    copies (``LDGSTS``: Triton's pipelined loads, ``configs.use_ks_ahead``), in listing order. A backward
+    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), in listing order. A backward
     branch whose span runs through the kernel's exit is not a loop: TMA kernels place their
     barrier-wait retry blocks after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)

@@ -170,7 +170,6 @@ class _Plan(NamedTuple):
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
     v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
-    ks_ahead: bool  # K scales by plain loads a key tile ahead (``configs.use_ks_ahead``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -272,10 +271,9 @@ def _make_plan(
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
-    ks_ahead = configs.use_ks_ahead(family, cfg) and ws is None and not fused  # fused: no K scale array
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order, ks_ahead,
+        v_key_order,
     )  # fmt: skip
 
 
@@ -453,7 +451,6 @@ def _execute(
         tma=plan.tma,
         pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
-        ks_ahead=plan.ks_ahead,
     )
     return (out, lse) if return_lse else out
 
@@ -615,7 +612,6 @@ def launch_plan(
         plan.pdl,
         plan.wgmma_pipe,
         plan.v_key_order,
-        plan.ks_ahead,
     )
 
 
@@ -630,7 +626,6 @@ def plan_record(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     v_key_order: bool = False,
-    ks_ahead: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
@@ -638,8 +633,7 @@ def plan_record(
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
-    wgmma key order (``SAGEBUILD_V_KEY_ORDER``); ``ks_ahead``: K scales by plain loads a key tile
-    ahead (``SAGEBUILD_KS_AHEAD``)."""
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -652,7 +646,6 @@ def plan_record(
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
         "v_key_order": v_key_order,
-        "ks_ahead": ks_ahead,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 
@@ -707,6 +700,5 @@ def sageattn_varlen(
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
         wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch), cfg),
-        ks_ahead=configs.use_ks_ahead(dispatch.family(arch), cfg),
     )
     return out
