@@ -11,8 +11,9 @@ instructions, matrix instructions and the waits on them (``WARPGROUP.DEPBAR``: o
 when ptxas serialised the wgmma, which the last column names), exponentials (MUFU: scores per
 thread and tile, plus the rescale's), masked selects (FSEL), local-memory accesses, register
 shuffles (SHFL.IDX, PRMT: P into the P·V operand's layout) and asynchronous copies (LDGSTS: loads
-Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier). An empty config is the table's choice
-for the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with FP8 V in plain key order.
+Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier). An
+empty config is the table's choice for the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with
+FP8 V in plain key order.
 """
 
 from __future__ import annotations
