@@ -82,13 +82,13 @@ def _stats_sweep(spec: str, copy_tbps: float) -> None:
     defaults = {name: getattr(quant, name) for name in knobs}
     try:
         for combo in itertools.product((2048, 4096, 8192), (2, 3, 4), (4, 8), (4, 8)):
+            chunk, stages, waves, warps = combo
             for name, value in zip(knobs, combo):
                 setattr(quant, name, value)
             key = ("sweep", spec, *combo)
             km, va = quant.kv_stats(kd, vd, d, True, fp8, key)
             same = torch.equal(va, ref[1]) and torch.allclose(km, ref[0], atol=1e-5)
             t = _ms(lambda key=key: quant.kv_stats(kd, vd, d, True, fp8, key)) * 1e3
-            chunk, stages, waves, warps = combo
             print(f"{spec} chunk={chunk} stages={stages} waves={waves} warps={warps}: {t:.1f} us "
                   f"(floor {floor:.1f}){'' if same else ' MISMATCH'}", flush=True)  # fmt: skip
     finally:

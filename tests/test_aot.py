@@ -209,8 +209,10 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
         "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
-    expected = {"instructions": 8, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1}
-    expected["async_copies"] = 1
+    expected = {
+        "instructions": 8, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1,
+        "async_copies": 1,
+    }  # fmt: skip
     assert aot.sass_loops(sass) == [expected]
 
 

@@ -234,6 +234,27 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _BACK_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+# The instruction classes ``sass_loops`` counts per key loop, by opcode (``sass_loops`` says why each).
+_LOOP_CLASSES = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        ("mma", r"[A-Z]*GMMA\b"),
+        ("mma_waits", r"WARPGROUP\.DEPBAR\b"),
+        ("mufu", r"MUFU\b"),
+        ("fsel", r"FSEL\b"),
+        ("local", r"(LDL|STL)\b"),
+        ("shuffles", r"(SHFL\.IDX|PRMT)\b"),
+        ("async_copies", r"LDGSTS\b"),
+    )
+)
+
+
+def _loop_counts(body: list[str]) -> dict[str, int]:
+    """A loop's instruction count and its count of each of ``_LOOP_CLASSES``."""
+    counts = {"instructions": len(body)}
+    for name, op in _LOOP_CLASSES:
+        counts[name] = sum(bool(op.match(t)) for t in body)
+    return counts
 
 
 def sass_loops(sass: str) -> list[dict]:
@@ -242,9 +263,9 @@ def sass_loops(sass: str) -> list[dict]:
     thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf), local-memory
     accesses (``LDL``/``STL``: spills), register shuffles (``SHFL.IDX``, ``PRMT``: P moved
     into the P·V operand's layout, ``configs.use_v_key_order``) and asynchronous global-to-shared
-    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), in listing order. A backward
-    branch whose span runs through the kernel's exit is not a loop: TMA kernels place their
-    barrier-wait retry blocks after the exit and branch back into the key loop from there."""
+    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), in listing order.
+    A backward branch whose span runs through the kernel's exit is not a loop: TMA kernels place
+    their barrier-wait retry blocks after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)
     ins = [
         (int(m.group(1), 16), re.sub(r"^@!?\w+\s+", "", m.group(2).strip()))
@@ -260,19 +281,7 @@ def sass_loops(sass: str) -> list[dict]:
             if not exits and any(re.match(r"[A-Z]*MMA\b", t) for t in body):
                 spans.append((index[int(m.group(1), 16)], i, body))
     inner = [sp for sp in spans if not any(o is not sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
-    return [
-        {
-            "instructions": len(body),
-            "mma": sum(bool(re.match(r"[A-Z]*GMMA\b", t)) for t in body),
-            "mma_waits": sum(bool(re.match(r"WARPGROUP\.DEPBAR\b", t)) for t in body),
-            "mufu": sum(bool(re.match(r"MUFU\b", t)) for t in body),
-            "fsel": sum(bool(re.match(r"FSEL\b", t)) for t in body),
-            "local": sum(bool(re.match(r"(LDL|STL)\b", t)) for t in body),
-            "shuffles": sum(bool(re.match(r"(SHFL\.IDX|PRMT)\b", t)) for t in body),
-            "async_copies": sum(bool(re.match(r"LDGSTS\b", t)) for t in body),
-        }
-        for _, _, body in sorted(inner)
-    ]
+    return [_loop_counts(body) for _, _, body in sorted(inner)]
 
 
 def sass_report(
