@@ -42,11 +42,8 @@ def main() -> None:
         r = aot.sass_report(
             args.variant, args.arch, args.head_dim, args.causal, args.keys, args.accum, cfg or None
         )
-        loops = "; ".join(
-            f"{lp['instructions']}/{lp['mma']}/{lp['mma_waits']}/{lp['mufu']}/{lp['fsel']}/{lp['local']}"
-            f"/{lp['shuffles']}/{lp['async_copies']}"
-            for lp in r["loops"]
-        )
+        # each loop's counts in aot._loop_counts' order: the instructions, then aot._LOOP_CLASSES
+        loops = "; ".join("/".join(str(n) for n in lp.values()) for lp in r["loops"])
         serial = (r["wgmma_serialized"] or "no")[:5]
         print(f"| {r['config']} | {r['tma']} | {r['registers']} | {r['stack_bytes']} | "
               f"{r['shared_bytes'] / 1024:.1f} | {loops} | {serial} |")  # fmt: skip

@@ -234,7 +234,8 @@ def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int 
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _BACK_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
-# The instruction classes ``sass_loops`` counts per key loop, by opcode (``sass_loops`` says why each).
+# The instruction classes ``sass_loops`` counts per key loop, by opcode (``sass_loops`` says why each),
+# in the order scripts/sass_loops.py prints them under its header.
 _LOOP_CLASSES = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
