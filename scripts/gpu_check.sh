@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [keyorder] [pipe] [stream] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [keyorder] [pipe] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
 #   (pdl: programmatic dependent launch (SAGEBUILD_PDL) off and on: its GPU tests, then timings)
 #   (pipe: the pipelined wgmma (SAGEBUILD_WGMMA_PIPE) off and on: its GPU tests, then device timings)
 #   (keyorder: FP8 V in wgmma key order (SAGEBUILD_V_KEY_ORDER) off and on: GPU tests, device timings)
-#   (stream: streamed K/V statistics (SAGEBUILD_KV_STREAM) off and on: GPU tests, device timings)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
 #   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
@@ -88,15 +87,6 @@ if has pipe; then
   $PY scripts/ab_env.py "SAGEBUILD_WGMMA_PIPE=0;1" --graph --rounds 5 \
     --shapes "${PIPE_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64,1x16x8192x256,1x16x1024x64}" \
     2>&1 | tee "$OUT/pipe.txt" | tail -n 16
-fi
-if has stream; then
-  $PY -m pytest -q -m gpu tests -p no:cacheprovider -k "streamed or pdl or graphed or key_order" 2>&1 \
-    | tee "$OUT/stream_tests.txt" | tail -n 5
-  echo "stream tests: $(tail -n 1 "$OUT/stream_tests.txt")" >> "$summary"
-  $PY -m pytest -q tests/test_replay.py -p no:cacheprovider -k stream 2>&1 | tail -n 2
-  $PY scripts/ab_env.py "SAGEBUILD_KV_STREAM=0;1" --graph --rounds 5 \
-    --shapes "${STREAM_SHAPES:-2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x8192x256,2x16x2048x128}" \
-    2>&1 | tee "$OUT/stream_ab.txt" | tail -n 14
 fi
 if has tune; then
   # shellcheck disable=SC2086

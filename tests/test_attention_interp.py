@@ -236,36 +236,27 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
 
 
 @pytest.mark.parametrize("key_order", [False, True])
-@pytest.mark.parametrize("stats", ["inline", "one_part", "parts", "stream", "stream_parts"])
+@pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])
 def test_quant_kernels_follow_the_contract(d, stats, key_order, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
-    with the statistics computed in the quantization launch (short keys), from one or several
-    parts of column statistics (the last part shorter), or streamed (``_kv_stream_stats_kernel``:
-    2 parts × 2 lanes; or 4 parts of 3 loads, the last part 6 rows, one lane walking both heads,
-    combined 2 parts per load); FP8 V in plain or in wgmma key order (``layout.key_order``: 150
-    keys stored in 160 rows, the padding zeros)."""
+    with the statistics computed in the quantization launch (short keys) or from one or several
+    parts of column statistics (the last part shorter); FP8 V in plain or in wgmma key order
+    (``layout.key_order``: 150 keys stored in 160 rows, the padding zeros)."""
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
     if stats == "parts":
         monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
-    if stats == "stream_parts":
-        monkeypatch.setattr(quant, "STREAM_CHUNK_ELEMS", 16 * 64)
-        monkeypatch.setattr(quant, "STREAM_SLOTS_PER_SM", 1)
-        monkeypatch.setattr(quant, "STREAM_PARTS_PAD", 2)
-    seen, grids = [], []
-    real, real_grid = quant.part_rows, quant.stream_grid
+    seen = []
+    real = quant.part_rows
     monkeypatch.setattr(quant, "part_rows", lambda *a: seen.append(real(*a)) or seen[-1])
-    monkeypatch.setattr(quant, "stream_grid", lambda *a: grids.append(real_grid(*a)) or grids[-1])
     _, k, v = _qkv(d=d, nk=150, seed=17)
     k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
     dp = configs.padded_head_dim(d)
     kq, ks, km, vq, vs = quant.quant_kv(
-        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK, v_key_order=key_order,
-        stream=stats.startswith("stream"),
-    )  # fmt: skip
-    # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows; streamed: (rows, parts, lanes, chunk)
-    assert seen == {"inline": [], "one_part": [192], "parts": [64]}.get(stats, [])
-    assert grids == {"stream": [(128, 2, 2, 128)], "stream_parts": [(48, 4, 1, 16)]}.get(stats, [])
+        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK, v_key_order=key_order
+    )
+    # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
+    assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
     kf, vf = k.cpu().float(), v.cpu().float()
     ref_km = kf.mean(dim=2)
     assert torch.allclose(km.cpu()[..., :d], ref_km, atol=1e-6)
@@ -283,47 +274,6 @@ def test_quant_kernels_follow_the_contract(d, stats, key_order, monkeypatch):
         assert rows == 160 and torch.equal(stored, padded[:, :, layout.key_order(rows)])
     else:
         assert torch.equal(vq.t.cpu()[..., :d].float(), ref_v)
-
-
-@pytest.mark.parametrize(("causal", "fn"), [(False, "qk_int8_pv_fp8"), (True, "qk_int8_pv_fp16")])
-def test_streamed_statistics_give_the_two_pass_attention(causal, fn, monkeypatch):
-    """SAGEBUILD_KV_STREAM=1: the statistics launch walks the heads (here 2 batches × 2 KV heads,
-    one lane) and the quantization waits per head; the attention and LSE match the two-pass
-    path's (K's mean may differ in its last bits: another summation order) and the golden model;
-    the plan records it; without FP8 V (FP16 P·V) only K's mean is streamed."""
-    from sagebuild.attention.api import launch_plan
-
-    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 0)
-    monkeypatch.setattr(quant, "STREAM_SLOTS_PER_SM", 1)  # 4 parts: one lane walks the 4 heads
-    q, k, v = _qkv(b=2, hq=4, hk=2, nq=40, nk=150, seed=5)
-    k = k + 4 * torch.randn(1, 1, 1, 64, generator=torch.Generator().manual_seed(1)).half()
-    outs = []
-    for knob in ("0", "1"):
-        monkeypatch.setenv(configs.KV_STREAM_ENV_VAR, knob)
-        outs.append(_run(fn, q, k, v, is_causal=causal, return_lse=True))
-        plan = launch_plan(q, k, v, variant=fn, is_causal=causal, quantization_backend="triton")
-        assert plan["kv_stream"] is (knob == "1"), plan
-    (o0, l0), (o1, l1) = outs
-    assert (o0.float() - o1.float()).abs().max() <= 2e-3
-    assert torch.allclose(l0, l1, atol=1e-4, rtol=1e-5)
-    _close(o1, golden_attention(q, k, v, fn, is_causal=causal, config=CFG))
-
-
-def test_a_ready_flag_never_raised_poisons_the_scales(monkeypatch):
-    """The quantization waiting for streamed statistics gives up after STREAM_SPIN_LIMIT polls of
-    a flag that stays down (a broken launch sequence) and writes NaN scales instead of hanging;
-    with the flags up the same launch quantizes normally."""
-    monkeypatch.setattr(quant, "STREAM_SPIN_LIMIT", 3)
-    _, k, v = _qkv(d=64, nk=150, seed=3)
-    kd, vd = layout.dense(k), layout.dense(v)
-    km = k.float().mean(dim=2)
-    va = v.float().abs().amax(dim=2)
-    for up in (0, 1):
-        ready = torch.full((2,), up, dtype=torch.int32)
-        kq, ks, vq, vs = quant.quant_blocks(kd, km, configs.K_BLK, 1.0, 64, v=vd, v_amax=va,
-                                            fp8_dtype=torch.float8_e4m3fn, ready=ready)  # fmt: skip
-        assert bool(torch.isnan(ks).all()) is (up == 0) and bool(torch.isnan(vs).all()) is (up == 0)
-        assert up == 0 or torch.isfinite(ks).all() and torch.isfinite(vs).all()
 
 
 @triton.jit

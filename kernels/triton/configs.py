@@ -118,21 +118,6 @@ def use_pdl(family: str, n_k: int) -> bool:
     return _switched(PDL_ENV_VAR, family, PDL_CAPABLE, 0 < n_k <= PDL_DEFAULT_MAX_KEYS)
 
 
-# Streamed K/V statistics (``quant.quant_kv(stream=True)``): one launch walks the heads in order
-# and the quantization launch runs beside it as its programmatic dependent, each program waiting
-# for its head's statistics, so it re-reads K and V from L2 and the combining launch is gone.
-# Needs programmatic dependent launch to overlap (without it the flags are already up and it is
-# the two-pass path with one launch less). SAGEBUILD_KV_STREAM=1/0 forces it on or off.
-KV_STREAM_CAPABLE = frozenset({"Hopper", "Blackwell", "interpreter"})
-KV_STREAM_ENV_VAR = "SAGEBUILD_KV_STREAM"
-
-
-def use_kv_stream(family: str) -> bool:
-    """Whether dense K/V statistics are streamed on this family (the API adds the call's
-    conditions: its own Triton quantization, statistics outside the quantization launch)."""
-    return _switched(KV_STREAM_ENV_VAR, family, KV_STREAM_CAPABLE, False)
-
-
 # Pipelined wgmma in the portable kernel (Hopper): ptxas serialises every wgmma of the kernel
 # (C7513: a non-wgmma instruction defines a wgmma input while one is in flight; C7512: not enough
 # registers for the pipeline) when the loop-invariant Q operand is reloaded into registers each
@@ -539,8 +524,7 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
-    KV_STREAM_ENV_VAR,
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]

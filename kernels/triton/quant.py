@@ -68,16 +68,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# Streamed statistics (``quant_kv(stream=True)``, Hopper/Blackwell: ``configs.use_kv_stream``): one
-# launch of STREAM_SLOTS_PER_SM programs per SM at most (one wave, all resident) walks the heads in
-# order, STREAM_CHUNK_ELEMS elements per load, and the quantization launch runs beside it as its
-# programmatic dependent, each program waiting for its own head's statistics: the quantization
-# re-reads K and V from L2 a few heads behind the statistics instead of from memory after them,
-# and the combining launch is gone (the head's last part combines).
-STREAM_CHUNK_ELEMS = 8192
-STREAM_SLOTS_PER_SM = 4
-STREAM_PARTS_PAD = 32
-STREAM_SPIN_LIMIT = 1 << 22  # polls of a ready flag (~1 µs each) before giving up: seconds
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -251,75 +241,6 @@ def _kv_finalize_kernel(
 
 
 @triton.jit
-def _kv_stream_stats_kernel(
-    K, V, KP, VP, KM, VA, CNT,
-    stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    H, N, BH, PART_ROWS, NPART, LANES,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, PARTS_PAD: tl.constexpr,
-    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PDL_TRIGGER: tl.constexpr,
-):  # fmt: skip
-    """Program (part j, lane l) of dense K/V: part j's column sums of K and amaxes of |V| for the
-    heads l, l + LANES, … in turn, so the whole grid walks the heads in order, LANES at a time.
-
-    Each part's results go to KP/VP, then the program arrives on the head's counter (CNT[bh],
-    release after a CTA barrier); the head's last arrival combines its NPART parts (part order
-    by a fixed tile reduction: deterministic), writes K's mean and V's amax and raises the head's
-    ready flag (CNT[BH + bh] = 1, release), which the quantization launch waits on
-    (``_quant_blocks_kernel``'s STREAM). PDL_TRIGGER: that launch may start at once."""
-    if PDL_TRIGGER:
-        gdc_launch_dependents()
-    j = tl.program_id(0)
-    lane = tl.program_id(1)
-    start = j * PART_ROWS
-    n = tl.minimum(PART_ROWS, N - start)
-    offs_c = tl.arange(0, CHUNK)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_p = tl.arange(0, PARTS_PAD)
-    d_ok = (offs_d < HEAD_DIM)[None, :]
-    for it in range(0, tl.cdiv(BH - lane, LANES)):
-        bh = lane + it * LANES
-        b = bh // H
-        h = bh % H
-        kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
-        vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
-        ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for r in range(0, n, CHUNK):  # one load per part at the usual sizes (PART_ROWS == CHUNK)
-            rows = r + offs_c
-            mask = (rows < n)[:, None] & d_ok
-            if SMOOTH_K:
-                k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
-                ksum += tl.sum(k.to(tl.float32), axis=0)
-            if V_FP8:
-                v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
-                vmax = tl.maximum(vmax, tl.max(tl.abs(v.to(tl.float32)), axis=0))
-        part = bh.to(tl.int64) * NPART * BLOCK_D
-        if SMOOTH_K:
-            tl.store(KP + part + j * BLOCK_D + offs_d, ksum)
-        if V_FP8:
-            tl.store(VP + part + j * BLOCK_D + offs_d, vmax)
-        tl.debug_barrier()  # every thread's part stored before the arrival's release
-        if tl.atomic_add(CNT + bh, 1, sem="acq_rel", scope="gpu") == NPART - 1:
-            ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
-            vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
-            for p0 in range(0, NPART, PARTS_PAD):
-                pp = p0 + offs_p
-                at = part + pp[:, None] * BLOCK_D + offs_d[None, :]
-                pm = (pp < NPART)[:, None]
-                if SMOOTH_K:
-                    ksum += tl.sum(tl.load(KP + at, mask=pm, other=0.0, cache_modifier=".cg"), axis=0)
-                if V_FP8:
-                    vp = tl.load(VP + at, mask=pm, other=0.0, cache_modifier=".cg")
-                    vmax = tl.maximum(vmax, tl.max(vp, axis=0))
-            if SMOOTH_K:
-                tl.store(KM + bh.to(tl.int64) * BLOCK_D + offs_d, column_mean(ksum, N))
-            if V_FP8:
-                tl.store(VA + bh.to(tl.int64) * BLOCK_D + offs_d, vmax)
-            tl.debug_barrier()  # the head's statistics stored before the flag's release
-            tl.atomic_xchg(CNT + BH + bh, 1, sem="release", scope="gpu")
-
-
-@triton.jit
 def _quant_blocks_kernel(
     X,
     KM,
@@ -330,7 +251,6 @@ def _quant_blocks_kernel(
     VSO,
     VQ,
     CU,
-    READY,
     stride_xb,
     stride_xh,
     stride_xn,
@@ -348,7 +268,6 @@ def _quant_blocks_kernel(
     N,
     NBLK,
     scale_mul,
-    SPIN_LIMIT,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLK: tl.constexpr,
@@ -361,7 +280,6 @@ def _quant_blocks_kernel(
     STATS_STAGES: tl.constexpr,
     PDL_TRIGGER: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    STREAM: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
@@ -376,25 +294,11 @@ def _quant_blocks_kernel(
     INLINE_STATS (short dense sequences): every program computes its head's K mean and V amax
     itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
     and the first block's program writes the mean to KM: no reduction launches at all.
-
-    STREAM: KM/VA come from ``_kv_stream_stats_kernel``, which may still be running (this launch
-    is its programmatic dependent): the program first waits for its head's ready flag
-    (READY[bh], acquire). A flag still down after SPIN_LIMIT polls (``STREAM_SPIN_LIMIT``: a
-    broken launch sequence, never a slow one) turns the block's scales into NaN instead of
-    hanging the GPU, so the result fails every finiteness check.
     """
     if PDL_TRIGGER:
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    stale = False
-    if STREAM:
-        ready = tl.atomic_add(READY + pid_bh, 0, sem="acquire", scope="gpu")
-        polls = 0
-        while (ready == 0) & (polls < SPIN_LIMIT):
-            ready = tl.atomic_add(READY + pid_bh, 0, sem="acquire", scope="gpu")
-            polls += 1
-        stale = ready == 0
     b = pid_bh // H
     h = pid_bh % H
     xbase, n = seq_base(CU, b, N, stride_xb, stride_xn, IS_VARLEN)
@@ -418,12 +322,10 @@ def _quant_blocks_kernel(
             km = column_mean(ksum, n)
             if pid_n == 0:
                 tl.store(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, km)
-        else:  # .cg: from L2, where another program of a running launch wrote it (STREAM)
-            km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, cache_modifier=".cg")
+        else:
+            km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
     step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
-    if STREAM:
-        step = tl.where(stale, float("nan"), step)
     xq = to_int8(x * inv)
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
@@ -434,10 +336,8 @@ def _quant_blocks_kernel(
         if INLINE_STATS:  # noqa: SIM108 (vmax exists only then: keep the branches)
             va = vmax
         else:
-            va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d, cache_modifier=".cg")
+            va = tl.load(VA + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         vs, vinv = scale_and_inverse(va, FP8_MAX)
-        if STREAM:
-            vs = tl.where(stale, float("nan"), vs)
         if pid_n == 0:
             tl.store(VSO + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
         vq = v.to(tl.float32) * vinv[None, :]
@@ -465,13 +365,6 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _sms(device: torch.device) -> int:
-    """The device's SM count; a few for Triton's CPU interpreter (tests: a few parts)."""
-    if device.type != "cuda":
-        return 4
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def chunk_rows(head_dim_pad: int) -> int:
     """Rows per load of the statistics launch: PART_CHUNK_ELEMS elements, at least 16 rows."""
     return max(16, PART_CHUNK_ELEMS // head_dim_pad)
@@ -480,7 +373,11 @@ def chunk_rows(head_dim_pad: int) -> int:
 def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> int:
     """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
     PART_MIN_ROWS tokens, a multiple of ``chunk_rows``."""
-    count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * _sms(device), heads)))
+    if device.type == "cuda":
+        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    else:
+        sms = 4  # Triton's CPU interpreter (tests): a few parts
+    count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * sms, heads)))
     chunk = chunk_rows(head_dim_pad)
     return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
 
@@ -524,59 +421,6 @@ def _dense_stats(
         key=launch_key,
     )
     return (stats[0] if smooth_k else None), (stats[1] if v is not None else None)
-
-
-def stream_grid(n: int, heads: int, head_dim_pad: int, sms: int) -> tuple[int, int, int, int]:
-    """(rows per part, parts, lanes, rows per load) of ``_kv_stream_stats_kernel`` for dense K/V
-    of ``heads`` batch·KV heads of n tokens: at most STREAM_SLOTS_PER_SM programs per SM (one
-    wave), as many heads in flight (lanes) as leave each head ≥ that many parts of one load."""
-    chunk = max(16, STREAM_CHUNK_ELEMS // head_dim_pad)
-    chunks = launcher.cdiv(n, chunk)
-    slots = STREAM_SLOTS_PER_SM * sms
-    lanes = max(1, min(heads, slots // chunks))
-    parts = min(chunks, max(1, slots // lanes))
-    rows = launcher.cdiv(launcher.cdiv(n, parts), chunk) * chunk
-    return rows, launcher.cdiv(n, rows), lanes, chunk
-
-
-def _stream_stats(
-    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, launch_key: Optional[tuple],
-    pdl_trigger: bool,
-) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], torch.Tensor, tuple]:
-    """Launch ``_kv_stream_stats_kernel``: (km or None, V's amax or None, the ready flags for the
-    quantization launch, the buffers that must outlive its launch). The flags and arrival
-    counters are zeroed per call (one memset), so no state survives a call."""
-    dev = k.t.device
-    bh = k.batch * k.heads
-    rows, nparts, lanes, chunk = stream_grid(k.max_len, bh, head_dim_pad, _sms(dev))
-    parts = torch.empty((2 if smooth_k and v is not None else 1, bh, nparts, head_dim_pad),
-                        dtype=torch.float32, device=dev)  # fmt: skip
-    stats = torch.empty((2, k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev)
-    counters = torch.zeros(2 * bh, dtype=torch.int32, device=dev)  # arrivals, then ready flags
-    vv = v if v is not None else k
-    launcher.launch(
-        _kv_stream_stats_kernel,
-        (nparts, lanes),
-        (k.t, vv.t, parts[0], parts[-1], stats[0], stats[1], counters, *k.strides(), *vv.strides(),
-         k.heads, k.max_len, bh, rows, nparts, lanes),  # fmt: skip
-        dict(
-            HEAD_DIM=k.head_dim,
-            BLOCK_D=head_dim_pad,
-            CHUNK=chunk,
-            PARTS_PAD=STREAM_PARTS_PAD,
-            SMOOTH_K=smooth_k,
-            V_FP8=v is not None,
-            PDL_TRIGGER=pdl_trigger,
-        ),
-        num_warps=PART_WARPS,
-        key=launch_key,
-    )
-    return (
-        stats[0] if smooth_k else None,
-        stats[1] if v is not None else None,
-        counters[bh:],
-        (parts, stats, counters),
-    )
 
 
 def kv_stats(
@@ -640,15 +484,10 @@ def quant_blocks(
     inline_stats: bool = False,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    ready: Optional[torch.Tensor] = None,
-    pdl_dependent: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
     ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
-    ``ready`` (int32 [B·H]): km/v_amax are being written by ``_kv_stream_stats_kernel``; each
-    program waits for its head's flag. ``pdl_dependent``: this launch is that launch's
-    programmatic dependent (it may start before the statistics end).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
 
     ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
@@ -677,10 +516,9 @@ def quant_blocks(
     )
     vv, ww = (v, vq) if want_v else (x, xq)
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
-    knobs = (inline_stats, pdl_trigger, v_key_order, ready is not None)
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        None if launch_key is None else (launch_key, *knobs),
+        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -694,7 +532,6 @@ def quant_blocks(
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
-            STREAM=ready is not None,
         ),
     )
     launcher.launch(
@@ -710,7 +547,6 @@ def quant_blocks(
             vs if want_v else xs,
             ww.t,
             x.cu,
-            ready if ready is not None else xs,
             *x.strides(),
             *xq.strides(),
             *vv.strides(),
@@ -720,12 +556,10 @@ def quant_blocks(
             x.max_len,
             nblk,
             float(scale_mul),
-            STREAM_SPIN_LIMIT,
         ),
         consts,
         num_warps=INLINE_WARPS if inline_stats else 4,
         key=launch_key,
-        **({"launch_pdl": True} if pdl_dependent else {}),
     )
     return xq, xs, vq, vs
 
@@ -740,15 +574,10 @@ def quant_kv(
     launch_key: Optional[tuple] = None,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    stream: bool = False,
-    stream_pdl: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
     ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``);
-    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``); ``stream`` (dense
-    inputs past the inline limit, ``configs.use_kv_stream``): the statistics by
-    ``_kv_stream_stats_kernel``, the quantization waiting per head, and with ``stream_pdl`` (a GPU
-    with programmatic dependent launch) running beside them.
+    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
     INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
@@ -763,18 +592,6 @@ def quant_kv(
             else None
         )
         va = None
-    elif stream and not k.is_varlen and (smooth_k or fp8_dtype is not None):
-        km, va, ready, keep = _stream_stats(
-            k, v if fp8_dtype is not None else None, head_dim_pad, smooth_k, launch_key, stream_pdl
-        )
-        # allocated and launched while `keep` holds the statistics' buffers: with the launches
-        # overlapping, the allocator must not hand those to this launch's outputs
-        kq, ks, vq, vs = quant_blocks(
-            k, km, blk, 1.0, head_dim_pad, v=v, v_amax=va, fp8_dtype=fp8_dtype, launch_key=launch_key,
-            pdl_trigger=pdl_trigger, v_key_order=v_key_order, ready=ready, pdl_dependent=stream_pdl,
-        )  # fmt: skip
-        del keep
-        return kq, ks, km, vq, vs
     else:
         km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key)
     kq, ks, vq, vs = quant_blocks(

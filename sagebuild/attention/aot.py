@@ -337,8 +337,7 @@ def _serialized_note(report: Optional[str]) -> Optional[str]:
 
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
     """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
-    launch, the streamed statistics, the INT8 + FP8 block quantization, waiting for the streamed
-    statistics where the family streams them: ``configs.use_kv_stream``) for ``arch`` without a GPU.
+    launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
@@ -364,21 +363,13 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             dict(BLOCK_D=head_dim, **both),
             {"KP": "*fp32", "VP": "*fp32", "KM": "*fp32", "VA": "*fp32"},
         ),
-        "kv_stream_stats": (
-            quant._kv_stream_stats_kernel,
-            dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CHUNK=quant.STREAM_CHUNK_ELEMS // head_dim,
-                 PARTS_PAD=quant.STREAM_PARTS_PAD, **both, PDL_TRIGGER=configs.use_pdl(row.family, 0)),
-            {"K": "*fp16", "V": "*fp16", "KP": "*fp32", "VP": "*fp32", "KM": "*fp32", "VA": "*fp32",
-             "CNT": "*i32"},
-        ),
         "quant_blocks": (
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
-                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family, 0),
-                 V_KEY_ORDER=False, STREAM=configs.use_kv_stream(row.family)),
+                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family, 0)),
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
-             "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32", "READY": "*i32"},
+             "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),
     }  # fmt: skip
     out: dict[str, dict] = {}

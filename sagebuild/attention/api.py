@@ -170,7 +170,6 @@ class _Plan(NamedTuple):
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
     v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
-    kv_stream: bool  # K/V statistics streamed beside the quantization (``configs.use_kv_stream``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -272,11 +271,9 @@ def _make_plan(
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
-    # streamed statistics: our Triton quantization with its statistics outside the launch
-    kv_stream = configs.use_kv_stream(family) and ops is None and not fused and ws is None
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order, kv_stream,
+        v_key_order,
     )  # fmt: skip
 
 
@@ -405,8 +402,7 @@ def _execute(
         vd = layout.dense(v)
         kq, ks, km, vq, vs = quant.quant_kv(
             layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
-            v_key_order=plan.v_key_order, stream=plan.kv_stream,
-            stream_pdl=plan.kv_stream and q.device.type == "cuda",  # KV_STREAM_CAPABLE's GPUs have PDL
+            v_key_order=plan.v_key_order,
         )  # fmt: skip
         kv = QuantizedKV(
             kq,
@@ -616,7 +612,6 @@ def launch_plan(
         plan.pdl,
         plan.wgmma_pipe,
         plan.v_key_order,
-        plan.kv_stream,
     )
 
 
@@ -631,7 +626,6 @@ def plan_record(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     v_key_order: bool = False,
-    kv_stream: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
@@ -639,8 +633,7 @@ def plan_record(
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
-    wgmma key order (``SAGEBUILD_V_KEY_ORDER``); ``kv_stream``: K/V statistics streamed beside the
-    quantization (``SAGEBUILD_KV_STREAM``)."""
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -653,7 +646,6 @@ def plan_record(
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
         "v_key_order": v_key_order,
-        "kv_stream": kv_stream,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 

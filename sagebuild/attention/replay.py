@@ -8,8 +8,7 @@ launches touch is classified as one of the call's inputs (q, k, v) or a buffer a
 the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
 the same buffers and issue the same launches with the new tensors, nothing else.
 
-Replayable only if the recorded call did nothing on tensors but allocate (``zeros`` included:
-replayed as a zeroed allocation) and take views (a
+Replayable only if the recorded call did nothing on tensors but allocate and take views (a
 ``TorchDispatchMode`` watches every aten op outside the launches): any other op (a copy, the
 extension's custom ops, a reduction) would be skipped by a replay, so such calls never get one.
 Decisions in the recorded path must depend only on what the plan key fixes (shapes, strides,
@@ -28,26 +27,19 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from sagebuild.kernels.triton import launcher
 
 _ALLOCATIONS = frozenset({"empty", "empty_strided"})
-_ZEROED = "zeros"  # an allocation whose contents matter: replayed zeroed
 
 
 class _Watch(TorchDispatchMode):
-    """Notes every aten op that is neither an allocation nor a view, and the storages allocated
-    by ``zeros``."""
+    """Notes every aten op that is neither an allocation nor a view."""
 
     def __init__(self) -> None:
         super().__init__()
         self.foreign: list[str] = []
-        self.zeroed: set[int] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = func.overloadpacket.__name__
-        out = func(*args, **(kwargs or {}))
-        if name == _ZEROED:
-            self.zeroed.add(out.untyped_storage().data_ptr())
-        elif not (func.is_view or name in _ALLOCATIONS):
+        if not (func.is_view or func.overloadpacket.__name__ in _ALLOCATIONS):
             self.foreign.append(str(func))
-        return out
+        return func(*args, **(kwargs or {}))
 
 
 def _view_spec(t: torch.Tensor) -> tuple:
@@ -64,8 +56,8 @@ class Replay:
     def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any, views: int) -> None:
         self.device = device
         self.index = device.index if device.type == "cuda" else None  # for the current stream
-        # [((view id, spec) allocated as is, [(view id, spec) taken from it ...], zeroed)]; a
-        # negative id: a flat allocation no argument uses whole
+        # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
+        # a flat allocation no argument uses whole
         self.groups = groups
         # (fn, grid, args as a list with None for tensors and tensor descriptors, [(position,
         # tensor index)] for tensors, [(position, tensor index, (shape, strides, block shape,
@@ -77,10 +69,8 @@ class Replay:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         vals = [q, k, v, *self.blank]
-        for (pid, (dtype, size, stride, _)), others, zeroed in self.groups:
+        for (pid, (dtype, size, stride, _)), others in self.groups:
             base = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
-            if zeroed:
-                base.zero_()
             if pid >= 0:
                 vals[_INPUTS + pid] = base
             for vid, (_, vsize, vstride, voff) in others:
@@ -164,8 +154,7 @@ class Recorder:
             return None
         out_ids = tuple(_INPUTS + view_id(t) for t in outs)
         plan = []
-        for storage, members in groups.items():
-            zeroed = storage in self._watch.zeroed
+        for members in groups.values():
             if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
                 return None  # a buffer the call did not allocate (it would be replaced)
             dtype = members[0][1][0]
@@ -175,10 +164,10 @@ class Recorder:
             primary = next((m for m in members if _spans(m[2], nbytes)), None)
             if primary is None:  # only parts of the allocation are used: allocate it flat
                 flat = (dtype, (nbytes // members[0][2].element_size(),), (1,), 0)
-                plan.append(((-1 - len(plan), flat), [(vid, spec) for vid, spec, _ in members], zeroed))
+                plan.append(((-1 - len(plan), flat), [(vid, spec) for vid, spec, _ in members]))
             else:
                 rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
-                plan.append(((primary[0], primary[1]), rest, zeroed))
+                plan.append(((primary[0], primary[1]), rest))
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
         return Replay(dev, plan, launches, outputs, len(spec_ids))
 
