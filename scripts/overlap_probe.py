@@ -40,7 +40,8 @@ def _parse(spec: str) -> tuple[int, int, int, int, bool]:
 
 
 class Chunked:
-    """``sageattn``'s launches for FP8 P·V (the table's plan), per chunk of heads."""
+    """``sageattn``'s launches for FP8 P·V (the table's plan: tiles, TMA, FP8 V in key order,
+    pipelined wgmma; not PDL), per chunk of heads."""
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, chunks: int) -> None:
         self.q, self.k, self.v, self.causal = q, k, v, causal
@@ -55,9 +56,10 @@ class Chunked:
     def _quant(self, h0: int, h1: int) -> QuantizedKV:
         p = self.plan
         kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(self.k[:, h0:h1]), layout.dense(self.v[:, h0:h1]), p.dp, True, p.fp8, p.k_blk
-        )
-        return QuantizedKV(kq, ks, p.k_blk, km, vq, vs)
+            layout.dense(self.k[:, h0:h1]), layout.dense(self.v[:, h0:h1]), p.dp, True, p.fp8, p.k_blk,
+            v_key_order=p.v_key_order,
+        )  # fmt: skip
+        return QuantizedKV(kq, ks, p.k_blk, km, vq, vs, v_key_order=p.v_key_order)
 
     def _attn(self, out: torch.Tensor, h0: int, h1: int, kv: QuantizedKV) -> None:
         p = self.plan
@@ -75,6 +77,7 @@ class Chunked:
             fp8_dtype=p.fp8,
             pv_direct=True,
             tma=p.tma,
+            wgmma_pipe=p.wgmma_pipe,
         )
 
     def sequential(self) -> torch.Tensor:
