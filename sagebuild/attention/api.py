@@ -388,38 +388,61 @@ def _execute(
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if plan.copies:
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
-    fp8, dp, cfg = plan.fp8, plan.dp, plan.cfg
-
-    qv = layout.dense(q)
-    if plan.ops is not None:
-        kv = _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8, plan.k_blk)
-    elif plan.fused:
-        kd, vd = layout.dense(k), layout.dense(v)
-        km, va = quant.kv_stats(kd, vd, dp, smooth_k, fp8)
-        stub = km if km is not None else va if va is not None else torch.empty(1, device=q.device)
-        kv = QuantizedKV(kd, stub, plan.k_blk, km, vd, va, fused=True)
-    else:
-        vd = layout.dense(v)
-        kq, ks, km, vq, vs = quant.quant_kv(
-            layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
-            v_key_order=plan.v_key_order,
-        )  # fmt: skip
-        kv = QuantizedKV(
-            kq,
-            ks,
-            plan.k_blk,
-            km,
-            vq if vq is not None else vd,
-            vs,
-            v_key_order=plan.v_key_order,  # only with FP8 V (the plan's condition)
-        )
-
+    kv = quantize_kv(plan, key, k, v, smooth_k)
     if plan.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
         out_hnd = out.transpose(1, 2)
     else:
         out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if return_lse else None
+    launch_attention(plan, key, q, kv, out_hnd, lse, is_causal, pv_accum)
+    return (out, lse) if return_lse else out
+
+
+def quantize_kv(
+    plan: _Plan, key: Optional[tuple], k: torch.Tensor, v: torch.Tensor, smooth_k: bool
+) -> QuantizedKV:
+    """K/V ([B, H, N, D] views) as the plan's attention kernel reads them: quantized by the
+    extension's ops or our Triton launches, or only their statistics for the in-kernel path.
+    ``key``: the launcher key (``_plan_key``), None for Triton's binder (``scripts/overlap_probe.py``)."""
+    fp8, dp = plan.fp8, plan.dp
+    if plan.ops is not None:
+        return _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8, plan.k_blk)
+    if plan.fused:
+        kd, vd = layout.dense(k), layout.dense(v)
+        km, va = quant.kv_stats(kd, vd, dp, smooth_k, fp8)
+        stub = km if km is not None else va if va is not None else torch.empty(1, device=k.device)
+        return QuantizedKV(kd, stub, plan.k_blk, km, vd, va, fused=True)
+    vd = layout.dense(v)
+    kq, ks, km, vq, vs = quant.quant_kv(
+        layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
+        v_key_order=plan.v_key_order,
+    )  # fmt: skip
+    return QuantizedKV(
+        kq,
+        ks,
+        plan.k_blk,
+        km,
+        vq if vq is not None else vd,
+        vs,
+        v_key_order=plan.v_key_order,  # only with FP8 V (the plan's condition)
+    )
+
+
+def launch_attention(
+    plan: _Plan,
+    key: Optional[tuple],
+    q: torch.Tensor,
+    kv: QuantizedKV,
+    out_hnd: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    is_causal: bool,
+    pv_accum: str,
+) -> None:
+    """The plan's attention launch on Q ([B, H, N, D] view) and ``quantize_kv``'s K/V: writes
+    ``out_hnd`` (and ``lse`` [B, H, N] contiguous, when given)."""
+    fp8, dp = plan.fp8, plan.dp
+    qv = layout.dense(q)
     if plan.ws is not None and attn_hopper.buffers_fit(kv):
         attn_hopper.attention_forward_hopper(
             qv,
@@ -432,12 +455,12 @@ def _execute(
             q_blk=plan.ws[1],
             fp8_max=quant.fp8_max(fp8),
         )
-        return out
+        return
     attention_forward(
         qv,
         kv,
         layout.dense(out_hnd),
-        cfg,
+        plan.cfg,
         head_dim_pad=dp,
         sm_scale=plan.scale,
         causal=bool(is_causal),
@@ -452,7 +475,6 @@ def _execute(
         pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
     )
-    return (out, lse) if return_lse else out
 
 
 def sageattn_qk_int8_pv_fp16_triton(
