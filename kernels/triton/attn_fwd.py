@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher, layout
 from .configs import K_BLK, LaunchConfig
@@ -321,10 +321,7 @@ def _attn_fwd_kernel(
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    PDL_TRIGGER: tl.constexpr = False,
 ):
-    if PDL_TRIGGER:  # a chunked call: the next chunk's K/V statistics may start beside this grid
-        gdc_launch_dependents()
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -630,7 +627,6 @@ def attention_forward(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     q_from_memory: Optional[bool] = None,
-    pdl_trigger: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -647,8 +643,6 @@ def attention_forward(
     ``pdl``: launched as a programmatic dependent of the K/V quantization launch just issued
     (``configs.use_pdl``): the kernel loads and quantizes its Q tile while that launch finishes,
     then waits for it. Q must not be written by that launch (it is the caller's).
-    ``pdl_trigger``: the next launch (a chunked call's next K/V statistics) may start as soon as
-    every program of this one has started.
 
     ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
     per-signature plan key, which fixes the head dims, config, flags and FP8 type).
@@ -694,7 +688,6 @@ def attention_forward(
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
             V_KEY_ORDER=pv_fp8 and kv.v_key_order,
-            PDL_TRIGGER=pdl_trigger,
         ),
     )
     if tma:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
 from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
@@ -68,9 +68,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# The combining launch and the quantization launch as programmatic dependents of the launch
-# before each (the quantization's K block loaded before its wait): an experiment, off.
-PREP_PDL = False
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -197,16 +194,9 @@ def _kv_partials_kernel(
     H, N, PART_ROWS, NPART,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
     SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr,
-    PDL_TRIGGER: tl.constexpr = False,
 ):  # fmt: skip
     """One program per (PART_ROWS tokens, batch·KV head) of dense K/V: the part's column sums of
-    K and column amaxes of |V|.
-
-    PDL_TRIGGER (a chunked call's later chunks, ``CHUNK_ENV_VAR``): launched as a programmatic
-    dependent of the previous chunk's attention launch, which it does not read (no wait), and
-    lets the combining launch start early."""
-    if PDL_TRIGGER:
-        gdc_launch_dependents()
+    K and column amaxes of |V|."""
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -230,13 +220,9 @@ def _kv_partials_kernel(
 def _kv_finalize_kernel(
     KP, VP, KM, VA, N, NPART,
     BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One program per batch·KV head: K's mean and V's amax from the NPART parts, in part order
-    (deterministic, unlike float atomics). PDL: a programmatic dependent of the parts' launch."""
-    if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+    (deterministic, unlike float atomics)."""
     pid_bh = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
@@ -294,7 +280,6 @@ def _quant_blocks_kernel(
     STATS_STAGES: tl.constexpr,
     PDL_TRIGGER: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    PDL_WAIT: tl.constexpr = False,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
@@ -305,9 +290,6 @@ def _quant_blocks_kernel(
     PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
     programmatic dependent) start once all of them have started; it waits for this grid's
     results before reading them (``attn_fwd``'s PDL).
-
-    PDL_WAIT (a chunked call's later chunks): launched as a programmatic dependent of the
-    combining launch; K's block is loaded before waiting for the statistics.
 
     INLINE_STATS (short dense sequences): every program computes its head's K mean and V amax
     itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
@@ -330,8 +312,6 @@ def _quant_blocks_kernel(
     x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
-    if PDL_WAIT:
-        gdc_wait()
     if INLINE_STATS:
         ksum, vmax = _column_stats(
             X, V, xbase, vbase, n, stride_xn, stride_vn, offs_d,
@@ -403,19 +383,10 @@ def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> in
 
 
 def _dense_stats(
-    k: SeqView,
-    v: Optional[SeqView],
-    head_dim_pad: int,
-    smooth_k: bool,
-    launch_key: Optional[tuple],
-    after_attention: bool = False,
-    pdl: bool = False,
+    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, launch_key: Optional[tuple]
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """K's mean and V's amax of dense inputs: column statistics per part of the tokens (K and V
-    read once, side by side), then one small launch combining each head's parts.
-    ``after_attention``: the parts' launch is a programmatic dependent of the previous chunk's
-    attention launch; ``pdl``: the combining launch (and the quantization launch after it) are
-    programmatic dependents of the launch before them (``quant_kv``)."""
+    read once, side by side), then one small launch combining each head's parts."""
     if not smooth_k and v is None:
         return None, None
     rows = part_rows(k.max_len, k.batch * k.heads, k.t.device, head_dim_pad)
@@ -437,27 +408,19 @@ def _dense_stats(
             CHUNK=chunk_rows(head_dim_pad),
             **consts,
             PART_STAGES=PART_STAGES,
-            PDL_TRIGGER=pdl,
         ),
         num_warps=PART_WARPS,
         key=launch_key,
-        **_pdl_option(after_attention),
     )
     launcher.launch(
         _kv_finalize_kernel,
         (k.batch * k.heads,),
         (kp, vp, stats[0], stats[1], k.max_len, count),
-        dict(BLOCK_D=head_dim_pad, **consts, PDL=pdl),
+        dict(BLOCK_D=head_dim_pad, **consts),
         num_warps=1,
         key=launch_key,
-        **_pdl_option(pdl),
     )
     return (stats[0] if smooth_k else None), (stats[1] if v is not None else None)
-
-
-def _pdl_option(on: bool) -> dict[str, Any]:
-    """Triton's launch option for a programmatic dependent launch (none when off)."""
-    return {"launch_pdl": True} if on else {}
 
 
 def kv_stats(
@@ -467,8 +430,6 @@ def kv_stats(
     smooth_k: bool,
     fp8_dtype: Optional[torch.dtype],
     launch_key: Optional[tuple] = None,
-    after_attention: bool = False,
-    pdl: bool = False,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None).
 
@@ -480,8 +441,7 @@ def kv_stats(
     if not smooth_k and not want_v:
         return None, None
     if not k.is_varlen:
-        vv = v if want_v else None
-        return _dense_stats(k, vv, head_dim_pad, smooth_k, launch_key, after_attention, pdl)
+        return _dense_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key)
     dev = k.t.device
     km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if smooth_k else None
     vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
@@ -524,13 +484,11 @@ def quant_blocks(
     inline_stats: bool = False,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    pdl_wait: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
     ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
-    ``pdl_wait``: launched as a programmatic dependent of the statistics' combining launch.
 
     ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
     km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
@@ -560,7 +518,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats, pdl_trigger, v_key_order, pdl_wait) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -574,7 +532,6 @@ def quant_blocks(
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
-            PDL_WAIT=pdl_wait,
         ),
     )
     launcher.launch(
@@ -603,7 +560,6 @@ def quant_blocks(
         consts,
         num_warps=INLINE_WARPS if inline_stats else 4,
         key=launch_key,
-        **_pdl_option(pdl_wait),
     )
     return xq, xs, vq, vs
 
@@ -618,13 +574,10 @@ def quant_kv(
     launch_key: Optional[tuple] = None,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    chained: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
     ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``);
     ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
-    ``chained`` (dense, statistics by ``kv_stats``): every launch is a programmatic dependent of
-    the one before, the first of the previous chunk's attention launch (``api``'s chunked call).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
     INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
@@ -632,9 +585,6 @@ def quant_kv(
     or None).
     """
     inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
-    if chained and (inline or k.is_varlen or not smooth_k or fp8_dtype is None):
-        raise ValueError("chained needs dense K/V above INLINE_STATS_MAX_ELEMENTS, smoothed K and FP8 V")
-    pdl = chained or (PREP_PDL and not inline and not k.is_varlen)
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
@@ -643,7 +593,7 @@ def quant_kv(
         )
         va = None
     else:
-        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key, chained, pdl)
+        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key)
     kq, ks, vq, vs = quant_blocks(
         k,
         km,
@@ -657,6 +607,5 @@ def quant_kv(
         inline_stats=inline,
         pdl_trigger=pdl_trigger,
         v_key_order=v_key_order,
-        pdl_wait=pdl,
     )
     return kq, ks, km, vq, vs

@@ -400,19 +400,11 @@ def _execute(
 
 
 def quantize_kv(
-    plan: _Plan,
-    key: Optional[tuple],
-    k: torch.Tensor,
-    v: torch.Tensor,
-    smooth_k: bool,
-    pdl: Optional[bool] = None,
-    chained: bool = False,
+    plan: _Plan, key: Optional[tuple], k: torch.Tensor, v: torch.Tensor, smooth_k: bool
 ) -> QuantizedKV:
     """K/V ([B, H, N, D] views) as the plan's attention kernel reads them: quantized by the
     extension's ops or our Triton launches, or only their statistics for the in-kernel path.
-    ``key``: the launcher key (``_plan_key``), None for Triton's binder (``scripts/overlap_probe.py``).
-    ``pdl``: the attention launch follows as a programmatic dependent (None: the plan's choice);
-    ``chained``: these launches follow the previous chunk's attention launch the same way."""
+    ``key``: the launcher key (``_plan_key``), None for Triton's binder (``scripts/overlap_probe.py``)."""
     fp8, dp = plan.fp8, plan.dp
     if plan.ops is not None:
         return _quantize_kv_with_ext(plan.ops, k, v, dp, smooth_k, fp8, plan.k_blk)
@@ -423,8 +415,8 @@ def quantize_kv(
         return QuantizedKV(kd, stub, plan.k_blk, km, vd, va, fused=True)
     vd = layout.dense(v)
     kq, ks, km, vq, vs = quant.quant_kv(
-        layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key,
-        pdl_trigger=plan.pdl if pdl is None else pdl, v_key_order=plan.v_key_order, chained=chained,
+        layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
+        v_key_order=plan.v_key_order,
     )  # fmt: skip
     return QuantizedKV(
         kq,
@@ -446,12 +438,9 @@ def launch_attention(
     lse: Optional[torch.Tensor],
     is_causal: bool,
     pv_accum: str,
-    pdl: Optional[bool] = None,
-    pdl_trigger: bool = False,
 ) -> None:
     """The plan's attention launch on Q ([B, H, N, D] view) and ``quantize_kv``'s K/V: writes
-    ``out_hnd`` (and ``lse`` [B, H, N] contiguous, when given). ``pdl``: as ``quantize_kv``'s;
-    ``pdl_trigger``: the next chunk's launches may start beside this one."""
+    ``out_hnd`` (and ``lse`` [B, H, N] contiguous, when given)."""
     fp8, dp = plan.fp8, plan.dp
     qv = layout.dense(q)
     if plan.ws is not None and attn_hopper.buffers_fit(kv):
@@ -483,9 +472,8 @@ def launch_attention(
         launch_key=key,
         pv_direct=pv_accum == "fp32",
         tma=plan.tma,
-        pdl=plan.pdl if pdl is None else pdl,
+        pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
-        pdl_trigger=pdl_trigger,
     )
 
 
