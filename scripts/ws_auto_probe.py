@@ -26,7 +26,14 @@ import triton
 import triton.language as tl
 from sagebuild.kernels.triton import configs, quant
 from sagebuild.kernels.triton import layout as lay
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, tma_eligible
+from sagebuild.kernels.triton.attn_fwd import (
+    MAGIC_F,
+    MAGIC_I,
+    QuantizedKV,
+    QuantizedQ,
+    attention_forward,
+    tma_eligible,
+)
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from sagebuild import bench
@@ -34,6 +41,7 @@ from sagebuild.attention import api, dispatch
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.validate import check_sm_scale
 
+P_SHIFT = math.log2(quant.fp8_max(torch.float8_e4m3fn))  # P scaled to FP8's range, as attn_fwd
 CONFIGS = [  # (BLOCK_M, warps, stages, warp_specialize)
     (64, 4, 2, True), (128, 4, 2, True), (128, 8, 2, True), (64, 4, 3, True), (128, 4, 3, True),
     (128, 8, 2, False), (64, 4, 2, False),
@@ -58,10 +66,10 @@ def ws_attn(q_desc, QS, KS, k_desc, v_desc, VS, Out, N, QS_NBLK, KS_NBLK, stride
     v_row0 = (bh * D).to(tl.int32)
     for start_n in tl.range(0, N, BN, num_stages=STAGES, warp_specialize=WS):
         kt = k_desc.load([k_row0 + start_n, 0])
-        si = tl.dot(q, tl.trans(kt)) + 0x4B400000
+        si = tl.dot(q, tl.trans(kt)) + MAGIC_I
         s = si.to(tl.float32, bitcast=True)
         c = qs * tl.load(KS + bh * KS_NBLK + start_n // BN)
-        off = c * 12582912.0
+        off = c * MAGIC_F
         m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
         p = tl.math.exp2(s * c[:, None] - (m_new + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_new)
@@ -78,25 +86,28 @@ def compile_only() -> None:
     """Each config compiled for sm90 without a GPU: warps after specialisation, registers, or the error."""
     from triton.backends.compiler import GPUTarget
 
+    from sagebuild import archs
     from sagebuild.attention import aot
+
+    target = GPUTarget(*archs.get("sm90").triton_target)
 
     for bm, warps, stages, ws in CONFIGS:
         sig = {"q_desc": f"tensordesc<i8[{bm},128]>", "QS": "*fp32", "KS": "*fp32",
                "k_desc": "tensordesc<i8[128,128]>", "v_desc": "tensordesc<fp8e4nv[128,128]>", "VS": "*fp32",
                "Out": "*fp16", "N": "i32", "QS_NBLK": "i32", "KS_NBLK": "i32", "stride_o": "i32"}  # fmt: skip
-        consts = dict(BM=bm, BN=128, D=128, Q_BLK=16, P_SHIFT=math.log2(448.0), WS=ws, STAGES=stages)
+        consts = dict(BM=bm, BN=128, D=128, Q_BLK=16, P_SHIFT=P_SHIFT, WS=ws, STAGES=stages)
         sig.update({name: "constexpr" for name in consts})
         name = f"ws={ws} BM={bm} warps={warps} stages={stages}"
         try:
             kernel = triton.compile(
                 triton.compiler.ASTSource(ws_attn, sig, constexprs=consts),
-                target=GPUTarget("cuda", 90, 32),
+                target=target,
                 options={"num_warps": warps},
             )
         except Exception as e:  # noqa: BLE001 (Triton raises RuntimeError or its own errors)
             print(f"{name}: does not compile ({type(e).__name__})")
             continue
-        report = aot.ptxas_verbose(kernel.asm["ptx"], 90).splitlines()
+        report = aot.ptxas_verbose(kernel.asm["ptx"], target.arch).splitlines()
         regs = [ln.strip() for ln in report if "registers" in ln]
         print(f"{name}: {kernel.metadata.num_warps} warps, {kernel.metadata.shared} B shared, {regs[:1]}")
 
@@ -104,6 +115,8 @@ def compile_only() -> None:
 def _shape(spec: str) -> None:
     """One shape on the GPU: ours (Q given), then each config, timed by CUDA-graph replay."""
     b, h, n, d = (int(x) for x in spec.split("x"))
+    if d != 128 or n % 128:
+        raise SystemExit(f"{spec}: the probe's loop takes head dim 128 and whole 128-key tiles")
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
     arch = dispatch.device_arch(q.device)
     fp8 = dispatch.fp8_dtype(arch)
@@ -136,7 +149,7 @@ def _shape(spec: str) -> None:
         out = torch.empty_like(q)
         qd = TensorDescriptor(qi.t.reshape(b * h * n, dp), [b * h * n, dp], [dp, 1], [bm, dp])
         args = (qd, qsc, ks, kd, vd, vs, out, n, qsc.shape[-1], ks.shape[-1], d)
-        consts = dict(BM=bm, BN=128, D=dp, Q_BLK=q_blk, P_SHIFT=math.log2(448.0), WS=ws, STAGES=stages)
+        consts = dict(BM=bm, BN=128, D=dp, Q_BLK=q_blk, P_SHIFT=P_SHIFT, WS=ws, STAGES=stages)
         name = f"  ws={ws} BM={bm} warps={warps} stages={stages}"
         grid = (n // bm, b * h)
 
