@@ -236,21 +236,14 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
 
 
 @pytest.mark.parametrize("key_order", [False, True])
-@pytest.mark.parametrize("stats", ["inline", "one_part", "parts", "v_slabs"])
+@pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])
 def test_quant_kernels_follow_the_contract(d, stats, key_order, monkeypatch):
     """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
     with the statistics computed in the quantization launch (short keys) or from one or several
-    parts of column statistics (the last part shorter), V either in the same launches or by
-    channel slabs (``quant_v_slabs``, K's statistics then from one part); FP8 V in plain or in
-    wgmma key order (``layout.key_order``: 150 keys stored in 160 rows, the padding zeros)."""
+    parts of column statistics (the last part shorter); FP8 V in plain or in wgmma key order
+    (``layout.key_order``: 150 keys stored in 160 rows, the padding zeros)."""
     monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
-    monkeypatch.setattr(quant, "V_SLAB_KEYS", 256 if stats == "v_slabs" else 0)
-    slabs = []
-    real_slabs = quant.quant_v_slabs
-    monkeypatch.setattr(
-        quant, "quant_v_slabs", lambda *a, **kw: slabs.append(a[0].max_len) or real_slabs(*a, **kw)
-    )
     if stats == "parts":
         monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
     seen = []
@@ -263,8 +256,7 @@ def test_quant_kernels_follow_the_contract(d, stats, key_order, monkeypatch):
         layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK, v_key_order=key_order
     )
     # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
-    assert seen == {"inline": [], "one_part": [192], "parts": [64], "v_slabs": [192]}[stats]
-    assert slabs == ([150] if stats == "v_slabs" else [])
+    assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
     kf, vf = k.cpu().float(), v.cpu().float()
     ref_km = kf.mean(dim=2)
     assert torch.allclose(km.cpu()[..., :d], ref_km, atol=1e-6)

@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
-from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows, key_rows_of, wgmma_key_order
+from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
 
 EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
@@ -68,12 +68,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# Dense FP8 V with at most V_SLAB_KEYS keys: one program per V_SLAB channels of a head holds all
-# its tokens in registers (V_SLAB_WARPS warps), takes their amax and writes their FP8 codes, so
-# V is read once instead of by both the statistics and the quantization launch (0 = off).
-V_SLAB_KEYS = 4096
-V_SLAB = 8
-V_SLAB_WARPS = 16
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -360,44 +354,6 @@ def _quant_blocks_kernel(
         )
 
 
-@triton.jit
-def _v_slab_kernel(
-    V, VS, VQ,
-    stride_vb, stride_vh, stride_vn, stride_wb, stride_wh, stride_wd,
-    H, N,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SLAB: tl.constexpr, NP: tl.constexpr,
-    FP8_MAX: tl.constexpr, V_KEY_ORDER: tl.constexpr,
-):  # fmt: skip
-    """One program per (SLAB channels, batch·KV head) of dense V with at most NP keys: the
-    channels' amax over all tokens and their FP8 codes from one read of V (the slab stays in
-    registers), instead of the statistics launch's read plus the quantization launch's."""
-    pid_d = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    offs_d = pid_d * SLAB + tl.arange(0, SLAB)
-    offs_n = tl.arange(0, NP)
-    vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-    mask = (offs_d < HEAD_DIM)[:, None] & (offs_n < N)[None, :]
-    v = tl.load(V + vbase + offs_d[:, None] + offs_n[None, :] * stride_vn, mask=mask, other=0.0)
-    va = tl.max(tl.abs(v), axis=1).to(tl.float32)  # exact in the input's precision
-    vs, vinv = scale_and_inverse(va, FP8_MAX)
-    tl.store(VS + pid_bh.to(tl.int64) * BLOCK_D + offs_d, vs)
-    vq = v.to(tl.float32) * vinv[:, None]
-    vq = tl.minimum(tl.maximum(vq, -FP8_MAX), FP8_MAX)
-    if V_KEY_ORDER:
-        vq = wgmma_key_order(vq)
-        w_ok = offs_n < key_rows_of(N)
-    else:
-        w_ok = offs_n < N
-    wbase = b.to(tl.int64) * stride_wb + h.to(tl.int64) * stride_wh
-    tl.store(
-        VQ + wbase + offs_d[:, None] * stride_wd + offs_n[None, :],
-        vq.to(VQ.dtype.element_ty),
-        mask=w_ok[None, :],
-    )
-
-
 def fp8_max(dtype: torch.dtype) -> float:
     """Largest finite value of an fp8 dtype (448 for e4m3fn, 240 for the fnuz variant)."""
     return float(torch.finfo(dtype).max)
@@ -562,7 +518,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats, pdl_trigger, v_key_order, want_v) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -608,36 +564,6 @@ def quant_blocks(
     return xq, xs, vq, vs
 
 
-def _v_by_slabs(k: SeqView) -> bool:
-    """Whether dense V is quantized by ``quant_v_slabs`` (its keys fit one program's registers)."""
-    return not k.is_varlen and k.max_len <= V_SLAB_KEYS
-
-
-def quant_v_slabs(
-    v: SeqView,
-    head_dim_pad: int,
-    fp8_dtype: torch.dtype,
-    launch_key: Optional[tuple] = None,
-    v_key_order: bool = False,
-) -> tuple[SeqView, torch.Tensor]:
-    """Dense V to FP8 per channel in one launch and one read of V (``_v_slab_kernel``): (v_fp8
-    view, channel-major as ``quant_blocks`` writes it, v_scale float32 [B, H, Dp])."""
-    vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True, key_order=v_key_order)
-    vs = torch.empty((v.batch, v.heads, head_dim_pad), dtype=torch.float32, device=v.t.device)
-    np_ = triton.next_power_of_2(max(key_rows(v.max_len, v_key_order), KEY_GROUP))
-    slab = min(V_SLAB, head_dim_pad)
-    launcher.launch(
-        _v_slab_kernel,
-        (launcher.cdiv(head_dim_pad, slab), v.batch * v.heads),
-        (v.t, vs, vq.t, *v.strides(), vq.stride_b, vq.stride_h, vq.stride_d, v.heads, v.max_len),
-        dict(HEAD_DIM=v.head_dim, BLOCK_D=head_dim_pad, SLAB=slab, NP=np_,
-             FP8_MAX=fp8_max(fp8_dtype), V_KEY_ORDER=v_key_order),
-        num_warps=V_SLAB_WARPS,
-        key=launch_key,
-    )  # fmt: skip
-    return vq, vs
-
-
 def quant_kv(
     k: SeqView,
     v: SeqView,
@@ -659,13 +585,6 @@ def quant_kv(
     or None).
     """
     inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
-    if not inline and fp8_dtype is not None and _v_by_slabs(k):
-        vq, vs = quant_v_slabs(v, head_dim_pad, fp8_dtype, launch_key, v_key_order)
-        km, _ = kv_stats(k, None, head_dim_pad, smooth_k, None, launch_key)
-        kq, ks, _, _ = quant_blocks(
-            k, km, blk, 1.0, head_dim_pad, launch_key=launch_key, pdl_trigger=pdl_trigger
-        )
-        return kq, ks, km, vq, vs
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
