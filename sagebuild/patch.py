@@ -51,6 +51,10 @@ _ACCEL_DTYPES = ("float16", "bfloat16")
 # What a device can take, and the pure decision "accelerate or pass through".
 
 
+def _no_speed_rule(head_dim: int, causal: bool) -> int | None:
+    return None
+
+
 @dataclass(frozen=True)
 class DeviceSupport:
     """What the quantized kernels can do on one device (from the attention dispatch)."""
@@ -58,6 +62,8 @@ class DeviceSupport:
     arch: str
     variant: str
     head_dim_ok: Callable[[int], bool]
+    # (head dim, causal) -> the query/key length from which our kernels beat SDPA here, or None
+    min_len: Callable[[int, bool], int | None] = _no_speed_rule
 
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
@@ -138,6 +144,9 @@ def decide(
         return support
     if not support.head_dim_ok(d):
         return f"head dim {d} not supported on {support.arch}"
+    need = support.min_len(d, bool(is_causal))
+    if need and min(lq, lk) < need:
+        return f"shorter than {need} tokens on {support.arch} (SDPA measured faster there)"
     return support
 
 
@@ -177,7 +186,24 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
             return False
         return True
 
-    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok)
+    family = dispatch.family(arch)
+
+    def min_len(d: int, causal: bool) -> int | None:
+        from sagebuild.kernels.triton import configs
+
+        dp = configs.padded_head_dim(d) or d
+        try:
+            return configs.sdpa_crossover(family, dp, causal)
+        except ValueError as err:  # a mistyped override must not break the model: say so once
+            with _stats_lock:
+                first = configs.SDPA_CROSSOVER_ENV_VAR not in _warned
+                _warned.add(configs.SDPA_CROSSOVER_ENV_VAR)
+            if first:
+                msg = f"sagebuild.patch_sdpa: {err}; using the measured lengths"
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            return configs.sdpa_crossover(family, dp, causal, use_env=False)
+
+    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok, min_len=min_len)
 
 
 def _dispatch_kernel(q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport) -> Any:

@@ -102,6 +102,6 @@ if has accept; then
   cp "$OUT/accept/report.md" "$OUT/accept_report.md" 2>/dev/null
 fi
 if has example; then
-  $PY examples/hf_llama_patch.py --device cuda --dtype float16 --layers 8 --seq 2048 --new-tokens 32 2>&1 | tee "$OUT/example.txt" | tail -n 15
+  $PY examples/hf_llama_patch.py --device cuda --dtype float16 --layers 8 --seq 6144 --new-tokens 32 2>&1 | tee "$OUT/example.txt" | tail -n 15
 fi
 echo; echo "==== summary ===="; cat "$summary"

@@ -226,6 +226,93 @@ def test_decide(case, expected):
         assert isinstance(verdict, str) and expected in verdict, verdict
 
 
+def _support_from(min_len):
+    return lambda dev: patch.DeviceSupport("fakearch", "fp16", lambda d: d <= 128, min_len)
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal", "expected"),
+    [
+        (4096, 4096, False, None),
+        (4095, 4095, False, "shorter than 4096 tokens on fakearch (SDPA measured faster there)"),
+        (5120, 5120, True, None),
+        (4096, 4096, True, "shorter than 5120 tokens"),
+        (4096, 2048, False, "shorter than 4096 tokens"),  # the shorter of q and kv decides
+        (2048, 8192, False, "shorter than 4096 tokens"),
+        (1, 8192, False, "q_len 1 < 16 (decode"),  # the decode rule still comes first
+    ],
+)
+def test_decide_routes_short_calls_to_sdpa_by_the_measured_length(lq, lk, causal, expected):
+    """A device's speed rule (``DeviceSupport.min_len``: head dim, causal → tokens) sends calls
+    shorter than it to SDPA with one stable reason per threshold; None or 0 is no rule."""
+    seen = []
+
+    def min_len(d, c):
+        seen.append((d, c))
+        return 5120 if c else 4096
+
+    q = _meta(1, 2, lq, 128)
+    kv = _meta(1, 2, lk, 128)
+    verdict = _decide(q, kv, kv, is_causal=causal, support=_support_from(min_len))
+    if expected is None:
+        assert isinstance(verdict, patch.DeviceSupport), verdict
+    else:
+        assert verdict == expected if expected.endswith(")") else expected in verdict, verdict
+    if lq >= patch.MIN_Q_LEN:
+        assert seen == [(128, causal)]
+    for no_rule in (lambda d, c: None, lambda d, c: 0):
+        assert isinstance(_decide(_meta(1, 2, 64, 128), support=_support_from(no_rule)), patch.DeviceSupport)
+
+
+def test_sdpa_crossover_table_and_override(monkeypatch):
+    """The measured lengths (``configs._SDPA_CROSSOVER``): Hopper by head dim and causality, no
+    rule for a family without a row; ``SAGEBUILD_PATCH_MIN_LEN`` replaces every row, and a value
+    that is not a number is refused by name."""
+    from sagebuild.kernels.triton import configs
+
+    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
+    got = {(dp, c): configs.sdpa_crossover("Hopper", dp, c) for dp in (64, 128, 256) for c in (False, True)}
+    assert got == {(64, False): 8192, (64, True): 8192, (128, False): 4096, (128, True): 5120,
+                   (256, False): 4096, (256, True): 4096}
+    assert configs.sdpa_crossover("RDNA4", 128, False) is None
+    assert configs.sdpa_crossover("interpreter", 64, True) is None
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
+    assert configs.sdpa_crossover("Hopper", 128, False) == 0
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "1024")
+    assert configs.sdpa_crossover("RDNA4", 128, True) == 1024
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "4k")
+    with pytest.raises(ValueError, match="SAGEBUILD_PATCH_MIN_LEN='4k'"):
+        configs.sdpa_crossover("Hopper", 128, False)
+    assert configs.sdpa_crossover("Hopper", 128, False, use_env=False) == 4096
+
+
+def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
+    """The real backend's support for an sm90 device (the dispatch answers as on an H200) takes
+    the Hopper row, pads the head dim as the kernels do, and turns a mistyped override into one
+    warning and the measured lengths (a model must not break on it)."""
+    from sagebuild.attention import dispatch
+
+    monkeypatch.setattr(dispatch, "device_arch", lambda dev: "sm90")
+    monkeypatch.setattr(dispatch, "variant_for_device", lambda dev: "qk_int8_pv_fp8")
+    monkeypatch.delenv("SAGEBUILD_PATCH_MIN_LEN", raising=False)
+    patch._dispatch_support_cached.cache_clear()
+    try:
+        support = patch._dispatch_support(torch.device("cuda", 0))
+        assert isinstance(support, patch.DeviceSupport) and support.arch == "sm90"
+        assert [support.min_len(d, False) for d in (40, 64, 96, 128, 200)] == [8192, 8192, 4096, 4096, 4096]
+        assert support.min_len(128, True) == 5120
+        monkeypatch.setenv("SAGEBUILD_PATCH_MIN_LEN", "lots")
+        patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
+        with pytest.warns(RuntimeWarning, match="SAGEBUILD_PATCH_MIN_LEN='lots'.*measured lengths"):
+            assert support.min_len(128, False) == 4096
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert support.min_len(64, True) == 8192  # said once
+    finally:
+        patch._dispatch_support_cached.cache_clear()
+        patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
+
+
 class _Sub(torch.Tensor):
     pass
 
@@ -479,7 +566,8 @@ def test_real_kernels_through_patch(monkeypatch):
         (torch.float16, 8, 8, 200, 80, False),
     ],
 )
-def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal):
+def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal, monkeypatch):
+    monkeypatch.setenv("SAGEBUILD_PATCH_MIN_LEN", "0")  # these short calls would go to SDPA on Hopper
     q, k, v = _qkv(b=2, hq=hq, hk=hk, lq=n, d=d, dtype=dtype, device="cuda", seed=3)
     gqa = hq != hk
     want = ORIG(q, k, v, is_causal=causal, enable_gqa=gqa)
@@ -494,3 +582,34 @@ def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal):
     cos = F.cosine_similarity(got.float().flatten(), want.float().flatten(), dim=0).item()
     assert cos > 0.998, cos
     assert torch.equal(fp32, ORIG(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
+    """On a device whose family has a measured crossover (Hopper), a call one token short of it
+    goes to SDPA unchanged with the speed reason, and one at it is accelerated; families without
+    a row accelerate both."""
+    from sagebuild.kernels.triton import configs
+
+    from sagebuild.attention import dispatch
+
+    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
+    patch._dispatch_support_cached.cache_clear()
+    family = dispatch.family(dispatch.device_arch(torch.device("cuda")))
+    need = configs.sdpa_crossover(family, 128, False)
+    n = need or 4096
+    q, k, v = _qkv(b=1, hq=2, lq=n, d=128, device="cuda", seed=4)
+    with patch.patch_sdpa():
+        short = F.scaled_dot_product_attention(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:])
+        full = F.scaled_dot_product_attention(q, k, v)
+    stats = patch.patch_stats()
+    if need:
+        assert stats.accelerated == 1 and stats.passed_through == 1, stats.to_dict()
+        arch = dispatch.device_arch(torch.device("cuda"))
+        assert stats.reasons == {f"shorter than {need} tokens on {arch} (SDPA measured faster there)": 1}
+        assert torch.equal(short, ORIG(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:]))
+    else:
+        assert stats.accelerated == 2, stats.to_dict()
+    cos = F.cosine_similarity(full.float().flatten(), ORIG(q, k, v).float().flatten(), dim=0).item()
+    assert cos > 0.998, cos

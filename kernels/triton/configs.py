@@ -336,6 +336,44 @@ _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
 ]
 
 
+# ``sagebuild.patch_sdpa``'s speed routing: (family, largest padded head dim or "*", causal or
+# "*") -> the shortest query and key length from which a patched call (host time included) is at
+# least as fast as SDPA's default backend; shorter calls go to SDPA. First match wins; a family
+# without a row is routed by the patch's faithfulness rules alone. Measured on an H200
+# (docs/performance.md, run 26: eager calls through the patch against cuDNN, B·H 16 to 64,
+# sustained at the 700 W limit, where long jobs run): head dim 128 at 4096 keys 1.07–1.22×
+# (3072: 0.80–1.01×), causal at 5120 1.08–1.19× (4096: 0.72–1.11×); head dim 64 at 8192 keys
+# 1.05–1.20× (6144: 0.93–1.04×); head dim 256 at 4096 keys 1.06–1.14× (2048: 0.43–0.82×).
+# Cold calls (the GPU below its power limit) favour cuDNN: there these lengths measured
+# 0.58–1.03× and the crossover lies near 8K keys.
+_SDPA_CROSSOVER: list[tuple[str, Union[int, str], Union[bool, str], int]] = [
+    ("Hopper", 64, "*", 8192),
+    ("Hopper", 128, False, 4096),
+    ("Hopper", 128, True, 5120),
+    ("Hopper", "*", "*", 4096),
+]
+SDPA_CROSSOVER_ENV_VAR = "SAGEBUILD_PATCH_MIN_LEN"
+
+
+def sdpa_crossover(family: str, head_dim_pad: int, causal: bool, use_env: bool = True) -> int | None:
+    """The query/key length from which ``patch_sdpa`` sends a call to our kernels on this family
+    (``SAGEBUILD_PATCH_MIN_LEN`` overrides every row, 0 sends every length; ValueError when it is
+    not a number), or None: no row."""
+    env = os.environ.get(SDPA_CROSSOVER_ENV_VAR) if use_env else None
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            raise ValueError(
+                f"{SDPA_CROSSOVER_ENV_VAR}={env!r}: expected a whole number of tokens (0 sends every "
+                "length to the quantized kernels)"
+            ) from None
+    for fam, hd, cau, min_len in _SDPA_CROSSOVER:
+        if fam == family and (hd == "*" or head_dim_pad <= hd) and cau in ("*", causal):
+            return min_len
+    return None
+
+
 # Hopper's warp-specialised Gluon kernel (``attn_hopper.py``): (family, padded head dim, P·V
 # variant, causal, routed from this many keys or None: only when forced) -> config (BLOCK_M,
 # BLOCK_N, compute warps, K/V ring slots, maxnreg). A call it cannot take (LSE, varlen, keys not
