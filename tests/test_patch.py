@@ -613,3 +613,18 @@ def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
         assert stats.accelerated == 2, stats.to_dict()
     cos = F.cosine_similarity(full.float().flatten(), ORIG(q, k, v).float().flatten(), dim=0).item()
     assert cos > 0.998, cos
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_patch_crossover_script_refuses_clearly_without_a_gpu():
+    """``scripts/patch_crossover.py`` (the crossover table's measurement) names a malformed
+    argument, and on a CPU says it needs a GPU instead of timing pass-through calls."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "patch_crossover.py"
+    bad = subprocess.run([sys.executable, str(script), "--dims", "128:4k"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "--dims '128:4k': expected HEAD_DIM:LEN" in bad.stderr
+    cpu = subprocess.run([sys.executable, str(script), "--dims", "128:4096"], capture_output=True, text=True)
+    assert cpu.returncode == 2 and "needs a CUDA or ROCm GPU" in cpu.stdout
