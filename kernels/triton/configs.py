@@ -157,6 +157,25 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
+# The softmax's row sums by one more wgmma (FP8 P times a [BLOCK_N, 16] tile of ones that the K
+# quantization launch writes in front of K's scales, ``quant.ONES_FLOATS``; loaded once, Triton
+# keeps it in shared memory) instead of 64 FADD per 64×128 tile; l is then the sum of the same
+# FP8 P the P·V multiplies. sm90 SASS of the 4K/16K row (docs/performance.md, run 26): 553 → 496
+# instructions per unmasked tile, 724 → 665 masked, 168 registers, no spill in the loop; but the
+# ones tile's 2 KB of shared memory leave the row 36 bytes over three CTAs per SM (228 KB, 1 KB
+# reserved per CTA), so two run per SM. Not measured on a GPU yet: opt-in (SAGEBUILD_ROWSUM_MMA=1)
+# for the MMA-accumulated FP8 P·V (``pv_accum_dtype="fp32"``) on K/V quantized by our Triton
+# launches. Accuracy in the interpreter: as good as the FP32 sums (run 26).
+ROWSUM_MMA_CAPABLE = frozenset({"Hopper", "interpreter"})
+ROWSUM_MMA_ENV_VAR = "SAGEBUILD_ROWSUM_MMA"
+
+
+def use_rowsum_mma(family: str) -> bool:
+    """Whether the row sums come from the MMA on this family (off unless SAGEBUILD_ROWSUM_MMA=1;
+    the API adds the call's conditions)."""
+    return _switched(ROWSUM_MMA_ENV_VAR, family, ROWSUM_MMA_CAPABLE, False)
+
+
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -562,7 +581,8 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
+    ROWSUM_MMA_ENV_VAR,
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]
