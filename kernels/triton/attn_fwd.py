@@ -44,7 +44,6 @@ MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
 MAGIC_I: tl.constexpr = tl.constexpr(0x4B400000)
 
 
-
 @triton.jit
 def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.constexpr):
     """A [BLOCK_N, D] tile: key rows past the end and (D_MASKED) channels past the head dim read
@@ -410,7 +409,11 @@ def _attn_fwd_kernel(
                 q = tl.load(scratch + offs_d[None, :], mask=row_ok[:, None], other=0)
                 if SPLIT_D:
                     q2 = tl.load(scratch + offs_d2[None, :], mask=row_ok[:, None], other=0)
-        if ROWSUM_MMA:  # FP8 ones [BLOCK_N, 16] in front of K's scales (``quant.ONES_FLOATS``)
+
+        if PDL:  # launched before the K/V quantization finished: its results are read from here on
+            gdc_wait()
+        if ROWSUM_MMA:  # FP8 ones [BLOCK_N, 16] in front of K's scales (``quant.ONES_FLOATS``),
+            # written by the quantization launch: read after PDL's wait
             offs_r = tl.arange(0, BLOCK_N)
             ones_ptr = (KS - ONES_FLOATS_C).to(tl.pointer_type(V.dtype.element_ty))
             ones = tl.load(ones_ptr + offs_r[:, None] * 16 + tl.arange(0, 16)[None, :])
@@ -418,9 +421,6 @@ def _attn_fwd_kernel(
         else:
             ones = tl.zeros([16, 16], dtype=tl.float32)
             lsum = tl.zeros([16, 16], dtype=tl.float32)
-
-        if PDL:  # launched before the K/V quantization finished: its results are read from here on
-            gdc_wait()
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
