@@ -251,7 +251,11 @@ def _attn_tiles(
             if V_KEY_ORDER:
                 p8 = wgmma_key_order(p8)
             acc = tl.dot(p8, v, acc * alpha[:, None])
-            lsum = tl.dot(p8, ones, lsum * alpha[:, None])
+            # l from the MMA: P's two key halves against one [BLOCK_N / 2, 16] ones tile (half the
+            # shared memory of a [BLOCK_N, 16] one; the halves are whole k32 operand chunks)
+            pa, pb = tl.split(tl.permute(tl.reshape(p8, [p8.shape[0], 2, p8.shape[1] // 2]), (0, 2, 1)))
+            lsum = tl.dot(pa, ones, lsum * alpha[:, None])
+            lsum = tl.dot(pb, ones, lsum)
         else:
             acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
         if SPLIT_D:
@@ -412,9 +416,9 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
-        if ROWSUM_MMA:  # FP8 ones [BLOCK_N, 16] in front of K's scales (``quant.ONES_FLOATS``),
+        if ROWSUM_MMA:  # FP8 ones [BLOCK_N / 2, 16] in front of K's scales (``quant.ONES_FLOATS``),
             # written by the quantization launch: read after PDL's wait
-            offs_r = tl.arange(0, BLOCK_N)
+            offs_r = tl.arange(0, BLOCK_N // 2)
             ones_ptr = (KS - ONES_FLOATS_C).to(tl.pointer_type(V.dtype.element_ty))
             ones = tl.load(ones_ptr + offs_r[:, None] * 16 + tl.arange(0, 16)[None, :])
             lsum = tl.zeros([BLOCK_M, 16], dtype=tl.float32)

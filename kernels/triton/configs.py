@@ -157,13 +157,13 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
-# The softmax's row sums by one more wgmma (FP8 P times a [BLOCK_N, 16] tile of ones that the K
-# quantization launch writes in front of K's scales, ``quant.ONES_FLOATS``; loaded once, Triton
+# The softmax's row sums by wgmma: FP8 P's two key halves times a [64, 16] tile of ones that the
+# K quantization launch writes in front of K's scales (``quant.ONES_FLOATS``; loaded once, Triton
 # keeps it in shared memory) instead of 64 FADD per 64×128 tile; l is then the sum of the same
 # FP8 P the P·V multiplies. sm90 SASS of the 4K/16K row (docs/performance.md, run 26): 553 → 496
-# instructions per unmasked tile, 724 → 665 masked, 168 registers, no spill in the loop; but the
-# ones tile's 2 KB of shared memory leave the row 36 bytes over three CTAs per SM (228 KB, 1 KB
-# reserved per CTA), so two run per SM. Not measured on a GPU yet: opt-in (SAGEBUILD_ROWSUM_MMA=1)
+# instructions per unmasked tile, 724 → 665 masked, 168 registers, no spill in the loop, one MMA
+# wait more per tile, 74.0 KB of shared memory (three CTAs per SM still fit; a [128, 16] tile
+# would have been 36 bytes too many). Not measured on a GPU yet: opt-in (SAGEBUILD_ROWSUM_MMA=1)
 # for the MMA-accumulated FP8 P·V (``pv_accum_dtype="fp32"``) on K/V quantized by our Triton
 # launches. Accuracy in the interpreter: as good as the FP32 sums (run 26).
 ROWSUM_MMA_CAPABLE = frozenset({"Hopper", "interpreter"})

@@ -68,10 +68,11 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# ``configs.use_rowsum_mma``: the FP8 ones tile ([128, 16]: 2048 bytes) the attention kernel's
-# row-sum wgmma reads lives in this many float32 slots in front of K's scales (one buffer, so a
-# recorded call re-allocates and re-fills it like any other: ``attention.replay``).
-ONES_FLOATS = 512
+# ``configs.use_rowsum_mma``: the FP8 ones tile ([64, 16]: 1024 bytes, for key tiles up to 128)
+# the attention kernel's row-sum wgmma reads lives in this many float32 slots in front of K's
+# scales (one buffer, so a recorded call re-allocates and re-fills it like any other:
+# ``attention.replay``).
+ONES_FLOATS = 256
 ONES_FLOATS_C: tl.constexpr = tl.constexpr(ONES_FLOATS)
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
