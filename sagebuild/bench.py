@@ -512,9 +512,7 @@ def _kernel_only(
     family = dispatch.family(arch)
     key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
     pipe = configs.use_wgmma_pipe(family, cfg)
-    rowsum = (
-        configs.use_rowsum_mma(family) and fp8 is not None and pv_accum == "fp32" and cfg.block_n <= 128
-    )  # as sageattn's plan decides
+    rowsum = configs.use_rowsum_mma(family, cfg, fp8 is not None and pv_accum == "fp32")  # as the plan
     kq, ks, km, vq, vs = quant.quant_kv(
         lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order, ones_prefix=rowsum
     )

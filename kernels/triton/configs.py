@@ -170,10 +170,12 @@ ROWSUM_MMA_CAPABLE = frozenset({"Hopper", "interpreter"})
 ROWSUM_MMA_ENV_VAR = "SAGEBUILD_ROWSUM_MMA"
 
 
-def use_rowsum_mma(family: str) -> bool:
-    """Whether the row sums come from the MMA on this family (off unless SAGEBUILD_ROWSUM_MMA=1;
-    the API adds the call's conditions)."""
-    return _switched(ROWSUM_MMA_ENV_VAR, family, ROWSUM_MMA_CAPABLE, False)
+def use_rowsum_mma(family: str, cfg: LaunchConfig, pv_direct: bool) -> bool:
+    """Whether a launch with this config takes its row sums from the MMA on this family: off
+    unless SAGEBUILD_ROWSUM_MMA=1, and only for FP8 P·V accumulated by the MMA (``pv_direct``)
+    with key tiles of at most 128 (the ones tile's size); the API adds where K/V come from."""
+    on = _switched(ROWSUM_MMA_ENV_VAR, family, ROWSUM_MMA_CAPABLE, False)
+    return on and pv_direct and cfg.block_n <= 128
 
 
 def use_tma(family: str, cfg: LaunchConfig) -> bool:

@@ -274,8 +274,8 @@ def _make_plan(
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
     # the row sums' ones come from our Triton K quantization, for the MMA-accumulated FP8 P·V
     rowsum = (
-        configs.use_rowsum_mma(family) and fp8 is not None and pv_accum == "fp32" and ops is None
-        and not fused and ws is None and cfg.block_n <= 128
+        configs.use_rowsum_mma(family, cfg, fp8 is not None and pv_accum == "fp32")
+        and ops is None and not fused and ws is None
     )  # fmt: skip
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
