@@ -512,14 +512,12 @@ def _kernel_only(
     family = dispatch.family(arch)
     key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
     pipe = configs.use_wgmma_pipe(family, cfg)
-    rowsum = configs.use_rowsum_mma(family, cfg, fp8 is not None and pv_accum == "fp32")  # as the plan
     kq, ks, km, vq, vs = quant.quant_kv(
-        lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order, ones_prefix=rowsum
+        lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order
     )
     kv = QuantizedKV(
-        kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs, v_key_order=key_order,
-        ones_prefix=rowsum,
-    )  # fmt: skip
+        kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs, v_key_order=key_order
+    )
     out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
     qv, ov = lay.dense(qh), lay.dense(out)
     q_blk = cfg.q_blk("per_warp")
@@ -541,7 +539,6 @@ def _kernel_only(
             tma=tma,
             wgmma_pipe=pipe,
             pv_direct=pv_accum == "fp32",
-            rowsum_mma=rowsum,
         )
         return out
 
@@ -557,7 +554,6 @@ def _kernel_only(
         "excluded",
         wgmma_pipe=pipe,
         v_key_order=key_order,
-        rowsum_mma=rowsum,
     )
 
 

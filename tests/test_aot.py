@@ -284,20 +284,3 @@ def test_wgmma_pipe_unserialises_the_tma_row():
     assert on["wgmma_serialized"] is None, on
     assert on["loops"][0]["mma"] == 8 and on["loops"][0]["mma_waits"] == 2, on
     assert on["registers"] <= 168 and on["loops"][0]["local"] == 0, on
-
-
-def test_row_sums_by_mma_shorten_the_4k_loop():
-    """SAGEBUILD_ROWSUM_MMA=1 (opt-in, not yet measured on a GPU): the 4K row's row sums become
-    four more wgmma (P's two key halves against the ones in front of K's scales, kept in shared
-    memory), and the unmasked key loop loses the 64 FADD of ``tl.sum(p, 1)``: sm90 SASS 553 → 496
-    instructions in Triton 3.6 (docs/performance.md run 26), at the same registers, still no
-    spill or shuffle in the loop, and three CTAs per SM still fit (228 KB, 1 KB reserved each)."""
-    cases = [(128, 4096, None)]
-    (off,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROWSUM_MMA="0")
-    (on,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROWSUM_MMA="1")
-    assert off["config"] == on["config"] == "64,128,4,2,168,tma,pipe"
-    lo, ln = off["loops"][0], on["loops"][0]
-    assert lo["mma"] == 8 and ln["mma"] == 12 and ln["mma_waits"] <= lo["mma_waits"] + 1, (off, on)
-    assert ln["instructions"] <= lo["instructions"] - 48 and ln["shuffles"] == 0, (off, on)
-    assert on["registers"] <= 168 and ln["local"] == 0 and on["wgmma_serialized"] is None, on
-    assert 3 * (on["shared_bytes"] + 1024) <= 228 * 1024, on

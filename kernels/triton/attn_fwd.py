@@ -37,7 +37,7 @@ from triton.language.extra.cuda import gdc_wait
 from . import configs, launcher, layout
 from .configs import K_BLK, LaunchConfig
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, ONES_FLOATS_C, scale_and_inverse, seq_base, to_int8
+from .quant import LOG2E, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -94,8 +94,6 @@ def _attn_tiles(
     acc2,
     l_i,
     m_i,
-    lsum,
-    ones,
     q,
     q2,
     qs,
@@ -140,7 +138,6 @@ def _attn_tiles(
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    ROWSUM_MMA: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -232,8 +229,7 @@ def _attn_tiles(
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
-        if not ROWSUM_MMA:
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
@@ -246,18 +242,7 @@ def _attn_tiles(
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
         two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
-        if ROWSUM_MMA:
-            p8 = p.to(v.dtype)
-            if V_KEY_ORDER:
-                p8 = wgmma_key_order(p8)
-            acc = tl.dot(p8, v, acc * alpha[:, None])
-            # l from the MMA: P's two key halves against one [BLOCK_N / 2, 16] ones tile (half the
-            # shared memory of a [BLOCK_N, 16] one; the halves are whole k32 operand chunks)
-            pa, pb = tl.split(tl.permute(tl.reshape(p8, [p8.shape[0], 2, p8.shape[1] // 2]), (0, 2, 1)))
-            lsum = tl.dot(pa, ones, lsum * alpha[:, None])
-            lsum = tl.dot(pb, ones, lsum)
-        else:
-            acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
+        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
         if SPLIT_D:
             if USE_TMA:
                 v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, start_n]))
@@ -267,7 +252,7 @@ def _attn_tiles(
         if WGMMA_WAIT:
             _wgmma_wait(start_n)
         m_i = m_new
-    return acc, acc2, l_i, m_i, lsum
+    return acc, acc2, l_i, m_i
 
 
 @triton.jit
@@ -336,7 +321,6 @@ def _attn_fwd_kernel(
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    ROWSUM_MMA: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -416,15 +400,6 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
-        if ROWSUM_MMA:  # FP8 ones [BLOCK_N / 2, 16] in front of K's scales (``quant.ONES_FLOATS``),
-            # written by the quantization launch: read after PDL's wait
-            offs_r = tl.arange(0, BLOCK_N // 2)
-            ones_ptr = (KS - ONES_FLOATS_C).to(tl.pointer_type(V.dtype.element_ty))
-            ones = tl.load(ones_ptr + offs_r[:, None] * 16 + tl.arange(0, 16)[None, :])
-            lsum = tl.zeros([BLOCK_M, 16], dtype=tl.float32)
-        else:
-            ones = tl.zeros([16, 16], dtype=tl.float32)
-            lsum = tl.zeros([16, 16], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
@@ -457,13 +432,11 @@ def _attn_fwd_kernel(
             full = n_k // BLOCK_N * BLOCK_N
         # the unmasked tiles, then the masked ones: one loop, unrolled at compile time
         for masked in tl.static_range(2):
-            acc, acc2, l_i, m_i, lsum = _attn_tiles(
+            acc, acc2, l_i, m_i = _attn_tiles(
                 acc,
                 acc2,
                 l_i,
                 m_i,
-                lsum,
-                ones,
                 q,
                 q2,
                 qs,
@@ -508,10 +481,7 @@ def _attn_fwd_kernel(
                 USE_TMA,
                 WGMMA_WAIT,
                 V_KEY_ORDER,
-                ROWSUM_MMA,
             )
-        if ROWSUM_MMA:
-            l_i = tl.max(lsum, axis=1)
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
         o_rows = Out + o_base + offs_m[:, None] * stride_on
@@ -555,8 +525,6 @@ class QuantizedKV:
     fused: bool = False
     # True: FP8 V's tokens are in wgmma key order (``layout.KEY_GROUP``, ``quant.quant_kv``)
     v_key_order: bool = False
-    # True: FP8 ones lie in front of k_scale (``quant.ONES_FLOATS``, ``configs.use_rowsum_mma``)
-    ones_prefix: bool = False
 
 
 @dataclass
@@ -659,13 +627,8 @@ def attention_forward(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     q_from_memory: Optional[bool] = None,
-    rowsum_mma: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
-
-    ``rowsum_mma`` (``configs.use_rowsum_mma``): the softmax's row sums by a wgmma against the
-    FP8 ones in front of K's scales (needs ``kv.ones_prefix``, FP8 P·V accumulated by the MMA
-    and key tiles of at most 128).
 
     ``wgmma_pipe`` (Hopper, ``configs.use_wgmma_pipe``): Q's INT8 tile is read back from memory
     (``q_from_memory``, where the output rows have room for it) and the P·V wgmma is waited on
@@ -697,11 +660,6 @@ def attention_forward(
     if q_from_memory is None:
         q_from_memory = wgmma_pipe
     q_from_memory = q_from_memory and q_int8 is None and q_tile_fits_out(q.head_dim, head_dim_pad)
-    if rowsum_mma and not (kv.ones_prefix and pv_fp8 and pv_direct and not kv.fused and cfg.block_n <= 128):
-        raise ValueError(
-            "rowsum_mma needs FP8 ones in front of K's scales (quant_kv(ones_prefix=True)), FP8 P·V "
-            "accumulated by the MMA (pv_direct) on pre-quantized K/V, and BLOCK_N <= 128"
-        )
     consts = launcher.constexprs(
         _attn_fwd_kernel,
         launch_key,
@@ -730,7 +688,6 @@ def attention_forward(
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
             V_KEY_ORDER=pv_fp8 and kv.v_key_order,
-            ROWSUM_MMA=rowsum_mma,
         ),
     )
     if tma:

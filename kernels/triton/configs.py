@@ -157,27 +157,6 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
-# The softmax's row sums by wgmma: FP8 P's two key halves times a [64, 16] tile of ones that the
-# K quantization launch writes in front of K's scales (``quant.ONES_FLOATS``; loaded once, Triton
-# keeps it in shared memory) instead of 64 FADD per 64×128 tile; l is then the sum of the same
-# FP8 P the P·V multiplies. sm90 SASS of the 4K/16K row (docs/performance.md, run 26): 553 → 496
-# instructions per unmasked tile, 724 → 665 masked, 168 registers, no spill in the loop, one MMA
-# wait more per tile, 74.0 KB of shared memory (three CTAs per SM still fit; a [128, 16] tile
-# would have been 36 bytes too many). Not measured on a GPU yet: opt-in (SAGEBUILD_ROWSUM_MMA=1)
-# for the MMA-accumulated FP8 P·V (``pv_accum_dtype="fp32"``) on K/V quantized by our Triton
-# launches. Accuracy in the interpreter: as good as the FP32 sums (run 26).
-ROWSUM_MMA_CAPABLE = frozenset({"Hopper", "interpreter"})
-ROWSUM_MMA_ENV_VAR = "SAGEBUILD_ROWSUM_MMA"
-
-
-def use_rowsum_mma(family: str, cfg: LaunchConfig, pv_direct: bool) -> bool:
-    """Whether a launch with this config takes its row sums from the MMA on this family: off
-    unless SAGEBUILD_ROWSUM_MMA=1, and only for FP8 P·V accumulated by the MMA (``pv_direct``)
-    with key tiles of at most 128 (the ones tile's size); the API adds where K/V come from."""
-    on = _switched(ROWSUM_MMA_ENV_VAR, family, ROWSUM_MMA_CAPABLE, False)
-    return on and pv_direct and cfg.block_n <= 128
-
-
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -583,8 +562,7 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
-    ROWSUM_MMA_ENV_VAR,
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]

@@ -68,12 +68,6 @@ PART_MIN_ROWS = 256
 PART_WAVES = 4
 PART_WARPS = 4
 PART_STAGES = 3
-# ``configs.use_rowsum_mma``: the FP8 ones tile ([64, 16]: 1024 bytes, for key tiles up to 128)
-# the attention kernel's row-sum wgmma reads lives in this many float32 slots in front of K's
-# scales (one buffer, so a recorded call re-allocates and re-fills it like any other:
-# ``attention.replay``).
-ONES_FLOATS = 256
-ONES_FLOATS_C: tl.constexpr = tl.constexpr(ONES_FLOATS)
 LOG2E = 1.4426950408889634
 assert math.isclose(LOG2E, math.log2(math.e))
 
@@ -286,12 +280,8 @@ def _quant_blocks_kernel(
     STATS_STAGES: tl.constexpr,
     PDL_TRIGGER: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    WRITE_ONES: tl.constexpr = False,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
-
-    WRITE_ONES (FP8 V): the first program also writes ``ONES_FLOATS`` float32 slots' worth of FP8
-    ones in front of XS (``configs.use_rowsum_mma``).
 
     V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
     block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
@@ -339,12 +329,6 @@ def _quant_blocks_kernel(
     xq = to_int8(x * inv)
     tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
-    if WRITE_ONES:  # by the first program only
-        ONES_BYTES: tl.constexpr = 4 * ONES_FLOATS_C
-        offs_o = tl.arange(0, ONES_BYTES)
-        ones = tl.full([ONES_BYTES], 1.0, tl.float32).to(VQ.dtype.element_ty)
-        first = (pid_n == 0) & (pid_bh == 0)
-        tl.store((XS - ONES_FLOATS_C).to(tl.pointer_type(VQ.dtype.element_ty)) + offs_o, ones, mask=first)
     if V_FP8:
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
@@ -500,12 +484,8 @@ def quant_blocks(
     inline_stats: bool = False,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    ones_prefix: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
-
-    ``ones_prefix`` (with FP8 V): the scales are a view ``ONES_FLOATS`` slots into their buffer,
-    and the launch fills those slots with FP8 ones (``configs.use_rowsum_mma``).
 
     ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
@@ -520,14 +500,8 @@ def quant_blocks(
     """
     xq = empty_like_view(x, head_dim_pad, torch.int8)
     nblk = launcher.cdiv(x.max_len, blk)
+    xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     want_v = v is not None and fp8_dtype is not None and (v_amax is not None or inline_stats)
-    if ones_prefix and not want_v:
-        raise ValueError("ones_prefix needs FP8 V (the ones take its dtype)")
-    if ones_prefix:
-        buf = torch.empty(ONES_FLOATS + x.batch * x.heads * nblk, dtype=torch.float32, device=x.t.device)
-        xs = buf[ONES_FLOATS:].view(x.batch, x.heads, nblk)
-    else:
-        xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     if v_key_order and (x.is_varlen or blk % KEY_GROUP):
         raise ValueError(f"v_key_order needs dense inputs and blocks of a multiple of {KEY_GROUP} tokens")
     vq = (
@@ -544,7 +518,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats, pdl_trigger, v_key_order, ones_prefix) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -558,7 +532,6 @@ def quant_blocks(
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
-            WRITE_ONES=ones_prefix,
         ),
     )
     launcher.launch(
@@ -601,12 +574,10 @@ def quant_kv(
     launch_key: Optional[tuple] = None,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
-    ones_prefix: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
     ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``);
-    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``); ``ones_prefix``: FP8
-    ones in front of K's scales (``quant_blocks``, ``configs.use_rowsum_mma``).
+    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
     INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
@@ -636,6 +607,5 @@ def quant_kv(
         inline_stats=inline,
         pdl_trigger=pdl_trigger,
         v_key_order=v_key_order,
-        ones_prefix=ones_prefix,
     )
     return kq, ks, km, vq, vs

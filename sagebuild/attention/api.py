@@ -170,7 +170,6 @@ class _Plan(NamedTuple):
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
     v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
-    rowsum: bool = False  # the softmax's row sums by a wgmma (``configs.use_rowsum_mma``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -272,14 +271,9 @@ def _make_plan(
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
-    # the row sums' ones come from our Triton K quantization, for the MMA-accumulated FP8 P·V
-    rowsum = (
-        configs.use_rowsum_mma(family, cfg, fp8 is not None and pv_accum == "fp32")
-        and ops is None and not fused and ws is None
-    )  # fmt: skip
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order, rowsum,
+        v_key_order,
     )  # fmt: skip
 
 
@@ -422,7 +416,7 @@ def quantize_kv(
     vd = layout.dense(v)
     kq, ks, km, vq, vs = quant.quant_kv(
         layout.dense(k), vd, dp, smooth_k, fp8, plan.k_blk, launch_key=key, pdl_trigger=plan.pdl,
-        v_key_order=plan.v_key_order, ones_prefix=plan.rowsum,
+        v_key_order=plan.v_key_order,
     )  # fmt: skip
     return QuantizedKV(
         kq,
@@ -432,7 +426,6 @@ def quantize_kv(
         vq if vq is not None else vd,
         vs,
         v_key_order=plan.v_key_order,  # only with FP8 V (the plan's condition)
-        ones_prefix=plan.rowsum,
     )
 
 
@@ -481,7 +474,6 @@ def launch_attention(
         tma=plan.tma,
         pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
-        rowsum_mma=plan.rowsum,
     )
 
 
@@ -642,7 +634,6 @@ def launch_plan(
         plan.pdl,
         plan.wgmma_pipe,
         plan.v_key_order,
-        plan.rowsum,
     )
 
 
@@ -657,7 +648,6 @@ def plan_record(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     v_key_order: bool = False,
-    rowsum_mma: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
@@ -665,8 +655,7 @@ def plan_record(
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
-    wgmma key order (``SAGEBUILD_V_KEY_ORDER``); ``rowsum_mma``: the softmax's row sums by a
-    wgmma (``SAGEBUILD_ROWSUM_MMA``)."""
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -679,7 +668,6 @@ def plan_record(
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
         "v_key_order": v_key_order,
-        "rowsum_mma": rowsum_mma,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 
