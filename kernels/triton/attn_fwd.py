@@ -101,7 +101,7 @@ def _row_max(x, TREE_ROWS: tl.constexpr):
 @triton.jit
 def _row_sum(x, TREE_ROWS: tl.constexpr):
     """Each row's sum."""
-    if TREE_ROWS == 1:
+    if TREE_ROWS:
         x = _fold(x, _add2)
     return tl.sum(x, axis=1)
 

@@ -162,11 +162,9 @@ TREE_ROWS_CAPABLE = frozenset({"Hopper", "interpreter"})
 TREE_ROWS_ENV_VAR = "SAGEBUILD_TREE_ROWS"
 
 
-def use_tree_rows(family: str) -> int:
+def use_tree_rows(family: str) -> bool:
     """Whether the key loop reduces its rows (max, sum) as trees on this family."""
-    if _env_switch(TREE_ROWS_ENV_VAR) == "max" and family in TREE_ROWS_CAPABLE:
-        return 2
-    return int(_switched(TREE_ROWS_ENV_VAR, family, TREE_ROWS_CAPABLE, False))
+    return _switched(TREE_ROWS_ENV_VAR, family, TREE_ROWS_CAPABLE, False)
 
 
 def use_tma(family: str, cfg: LaunchConfig) -> bool:

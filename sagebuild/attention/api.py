@@ -274,7 +274,7 @@ def _make_plan(
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order, configs.use_tree_rows(family) if ws is None else 0,
+        v_key_order, configs.use_tree_rows(family) and ws is None,
     )  # fmt: skip
 
 
