@@ -44,68 +44,6 @@ MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
 MAGIC_I: tl.constexpr = tl.constexpr(0x4B400000)
 
 
-# Row reductions folded in halves (TREE_ROWS): Triton reduces a thread's own values of a row in one
-# dependent chain (sm90 SASS: 32 FMNMX back to back per row of a 64×128 tile); folding the key
-# axis in halves first, keys j and j + n/2, which the MMA layouts keep in one thread, gives a
-# tree of the same instruction count and a chain a quarter as long.
-TREE_MIN: tl.constexpr = tl.constexpr(8)
-
-
-@triton.jit
-def _halves(x):
-    """x's key axis as its first and its second half."""
-    M: tl.constexpr = x.shape[0]
-    N: tl.constexpr = x.shape[1]
-    return tl.split(tl.permute(tl.reshape(x, (M, 2, N // 2)), (0, 2, 1)))
-
-
-@triton.jit
-def _max2(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _add2(a, b):
-    return a + b
-
-
-@triton.jit
-def _fold(x, combine: tl.constexpr):
-    """Fold x's key axis in halves by ``combine`` down to TREE_MIN columns (up to 256 keys)."""
-    if x.shape[1] > TREE_MIN:
-        a, b = _halves(x)
-        x = combine(a, b)
-    if x.shape[1] > TREE_MIN:
-        a, b = _halves(x)
-        x = combine(a, b)
-    if x.shape[1] > TREE_MIN:
-        a, b = _halves(x)
-        x = combine(a, b)
-    if x.shape[1] > TREE_MIN:
-        a, b = _halves(x)
-        x = combine(a, b)
-    if x.shape[1] > TREE_MIN:
-        a, b = _halves(x)
-        x = combine(a, b)
-    return x
-
-
-@triton.jit
-def _row_max(x, TREE_ROWS: tl.constexpr):
-    """Each row's max."""
-    if TREE_ROWS:
-        x = _fold(x, _max2)
-    return tl.max(x, axis=1)
-
-
-@triton.jit
-def _row_sum(x, TREE_ROWS: tl.constexpr):
-    """Each row's sum."""
-    if TREE_ROWS:
-        x = _fold(x, _add2)
-    return tl.sum(x, axis=1)
-
-
 @triton.jit
 def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.constexpr):
     """A [BLOCK_N, D] tile: key rows past the end and (D_MASKED) channels past the head dim read
@@ -200,7 +138,6 @@ def _attn_tiles(
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    TREE_ROWS: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -283,16 +220,16 @@ def _attn_tiles(
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, _row_max(s, TREE_ROWS) * c - off)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            m_new = tl.maximum(m_i, _row_max(s, TREE_ROWS) * c - off)
+            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = m_new
         # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + _row_sum(p, TREE_ROWS)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
@@ -384,7 +321,6 @@ def _attn_fwd_kernel(
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
-    TREE_ROWS: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -545,7 +481,6 @@ def _attn_fwd_kernel(
                 USE_TMA,
                 WGMMA_WAIT,
                 V_KEY_ORDER,
-                TREE_ROWS,
             )
 
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
@@ -692,7 +627,6 @@ def attention_forward(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     q_from_memory: Optional[bool] = None,
-    tree_rows: bool = False,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -754,7 +688,6 @@ def attention_forward(
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
             V_KEY_ORDER=pv_fp8 and kv.v_key_order,
-            TREE_ROWS=tree_rows,
         ),
     )
     if tma:

@@ -157,16 +157,6 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
-# Row reductions as trees (``attn_fwd._fold``): the same instructions, a shorter dependency chain.
-TREE_ROWS_CAPABLE = frozenset({"Hopper", "interpreter"})
-TREE_ROWS_ENV_VAR = "SAGEBUILD_TREE_ROWS"
-
-
-def use_tree_rows(family: str) -> bool:
-    """Whether the key loop reduces its rows (max, sum) as trees on this family."""
-    return _switched(TREE_ROWS_ENV_VAR, family, TREE_ROWS_CAPABLE, False)
-
-
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -572,8 +562,7 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
-    TREE_ROWS_ENV_VAR,
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]

@@ -145,7 +145,6 @@ def _source(
         "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
         "WGMMA_WAIT": pipe,
         "V_KEY_ORDER": fp8 and configs.use_v_key_order(row.family),
-        "TREE_ROWS": configs.use_tree_rows(row.family),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

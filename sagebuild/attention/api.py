@@ -170,7 +170,6 @@ class _Plan(NamedTuple):
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
     v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
-    tree_rows: bool  # the key loop's row max and sum as trees (``configs.use_tree_rows``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -274,7 +273,7 @@ def _make_plan(
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order, configs.use_tree_rows(family) and ws is None,
+        v_key_order,
     )  # fmt: skip
 
 
@@ -475,7 +474,6 @@ def launch_attention(
         tma=plan.tma,
         pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
-        tree_rows=plan.tree_rows,
     )
 
 
@@ -636,7 +634,6 @@ def launch_plan(
         plan.pdl,
         plan.wgmma_pipe,
         plan.v_key_order,
-        plan.tree_rows,
     )
 
 
@@ -651,7 +648,6 @@ def plan_record(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     v_key_order: bool = False,
-    tree_rows: bool = False,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
@@ -659,8 +655,7 @@ def plan_record(
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
-    wgmma key order (``SAGEBUILD_V_KEY_ORDER``); ``tree_rows``: the key loop's row reductions as
-    trees (``SAGEBUILD_TREE_ROWS``)."""
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -673,7 +668,6 @@ def plan_record(
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
         "v_key_order": v_key_order,
-        "tree_rows": tree_rows,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 
@@ -728,6 +722,5 @@ def sageattn_varlen(
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
         wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch), cfg),
-        tree_rows=configs.use_tree_rows(dispatch.family(arch)),
     )
     return out

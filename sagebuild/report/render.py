@@ -69,8 +69,6 @@ def plan_text(plan: dict[str, Any] | None) -> str:
         parts.append("wgmma-pipe")
     if plan.get("v_key_order"):
         parts.append("v-key-order")
-    if plan.get("tree_rows"):
-        parts.append("tree-rows")
     return " ".join(parts)
 
 
