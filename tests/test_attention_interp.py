@@ -235,6 +235,22 @@ def test_split_head_dims_match_the_padded_tile(pv_fp8, d, prequantized_q, monkey
     _close(o_split, golden_attention(q, k, v, variant, is_causal=True, config=CFG))
 
 
+@pytest.mark.parametrize("heads", [1, 3, 5, 7, 16, 64])
+@pytest.mark.parametrize("n", [100, 4096, 20000])
+def test_statistics_parts_fill_one_wave(heads, n):
+    """The statistics launch never asks for more programs than PART_WAVES per SM (4 SMs under
+    the interpreter): a few programs past one wave would run as a second wave on their own
+    (run 27); the parts cover every token, each at least PART_MIN_ROWS long unless there is one."""
+    dp = 128
+    rows = quant.part_rows(n, heads, torch.device(DEV), dp)
+    parts = -(-n // rows)
+    assert rows % quant.chunk_rows(dp) == 0 and parts * rows >= n
+    assert parts * heads <= max(heads, quant.PART_WAVES * 4)
+    assert parts == 1 or rows >= quant.PART_MIN_ROWS
+    if n >= quant.PART_MIN_ROWS * (parts + 1):  # not too few either: one more part would not fit
+        assert (parts + 1) * heads > quant.PART_WAVES * 4
+
+
 @pytest.mark.parametrize("key_order", [False, True])
 @pytest.mark.parametrize("stats", ["inline", "one_part", "parts"])
 @pytest.mark.parametrize("d", [64, 40])

@@ -371,13 +371,17 @@ def chunk_rows(head_dim_pad: int) -> int:
 
 
 def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> int:
-    """Tokens per statistics part of dense K/V: about PART_WAVES programs per SM, each at least
-    PART_MIN_ROWS tokens, a multiple of ``chunk_rows``."""
+    """Tokens per statistics part of dense K/V: at most PART_WAVES programs per SM (about that
+    many), each at least PART_MIN_ROWS tokens, a multiple of ``chunk_rows``."""
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:
         sms = 4  # Triton's CPU interpreter (tests): a few parts
-    count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), launcher.cdiv(PART_WAVES * sms, heads)))
+    # rounded down: one full wave (PART_WAVES programs per SM fit), not a few programs more that
+    # run as a second wave on their own (H200, docs/performance.md run 27: kv_stats 52.9 → 50.7 µs
+    # at 2×32×4096×128 with 8 parts instead of 9, 87.2 → 81.6 at 1×32×16384×128, 83.0 → 78.3
+    # at 4×32×8192×64)
+    count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), PART_WAVES * sms // heads))
     chunk = chunk_rows(head_dim_pad)
     return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
 
