@@ -58,7 +58,7 @@ INLINE_WARPS = 4
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
 # 2 B · 2 tensors · PART_CHUNK_ELEMS · PART_STAGES = 48 KB per program at any head dim, inside
-# AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and about PART_WAVES programs per SM; a
+# AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and at most PART_WAVES programs per SM (``part_rows``); a
 # small launch combines each head's parts. H200 sweep (docs/performance.md, run 14): 3 stages
 # and 4 programs per SM against run 13's 1 stage and 8: 64.9 → 53.2 µs at 2×32×4096×128,
 # 104.1 → 86.9 at 1×32×16384×128, 88.7 → 83.0 at 4×32×8192×64 (with one stage the SASS
