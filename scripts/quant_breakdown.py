@@ -6,7 +6,9 @@ Prints, per shape, do_bench medians (ms) of K's mean and V's amax by torch reduc
 same statistics by ``quant.kv_stats`` (column statistics per part of the tokens, then a small
 combining launch), the Triton quantization launch with the statistics given (also K alone), the
 whole ``quant_kv`` call, the extension's ops when built, and the bandwidth floor (read K and V once,
-write them quantized) at the device's measured copy rate passed with --copy-tbps.
+write them quantized) at the device's measured copy rate passed with --copy-tbps. (On the H200 a
+read-only pass reaches less than a copy: 3.14 TB/s at best against 3.75 read + write in the same
+process, docs/performance.md run 27; the statistics' floor printed here is optimistic.)
 ``--stats-sweep`` times ``kv_stats`` over its launch knobs (``quant.PART_*``, warps included) instead;
 ``--inline-sweep`` times short sequences' ``quant_kv`` (statistics inside the quantization
 launch) over ``quant.INLINE_*`` (rows per load, stages, warps) as CUDA-graph replays (device time only).
