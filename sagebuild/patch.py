@@ -51,7 +51,7 @@ _ACCEL_DTYPES = ("float16", "bfloat16")
 # What a device can take, and the pure decision "accelerate or pass through".
 
 
-def _no_speed_rule(head_dim: int, causal: bool) -> int | None:
+def _no_speed_rule(head_dim: int, causal: bool, batch_heads: int) -> int | None:
     return None
 
 
@@ -62,8 +62,9 @@ class DeviceSupport:
     arch: str
     variant: str
     head_dim_ok: Callable[[int], bool]
-    # (head dim, causal) -> the query/key length from which our kernels beat SDPA here, or None
-    min_len: Callable[[int, bool], int | None] = _no_speed_rule
+    # (head dim, causal, batch × query heads) -> the query/key length from which our kernels
+    # beat SDPA here, or None
+    min_len: Callable[[int, bool, int], int | None] = _no_speed_rule
 
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
@@ -144,7 +145,7 @@ def decide(
         return support
     if not support.head_dim_ok(d):
         return f"head dim {d} not supported on {support.arch}"
-    need = support.min_len(d, bool(is_causal))
+    need = support.min_len(d, bool(is_causal), b * hq)
     if need and min(lq, lk) < need:
         return f"shorter than {need} tokens on {support.arch} (SDPA measured faster there)"
     return support
@@ -188,12 +189,12 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
 
     family = dispatch.family(arch)
 
-    def min_len(d: int, causal: bool) -> int | None:
+    def min_len(d: int, causal: bool, batch_heads: int) -> int | None:
         from sagebuild.kernels.triton import configs
 
         dp = configs.padded_head_dim(d) or d
         try:
-            return configs.sdpa_crossover(family, dp, causal)
+            return configs.sdpa_crossover(family, dp, causal, batch_heads=batch_heads)
         except ValueError as err:  # a mistyped override must not break the model: say so once
             with _stats_lock:
                 first = configs.SDPA_CROSSOVER_ENV_VAR not in _warned
@@ -201,7 +202,7 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
             if first:
                 msg = f"sagebuild.patch_sdpa: {err}; using the measured lengths"
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
-            return configs.sdpa_crossover(family, dp, causal, use_env=False)
+            return configs.sdpa_crossover(family, dp, causal, use_env=False, batch_heads=batch_heads)
 
     return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok, min_len=min_len)
 

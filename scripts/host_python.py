@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python cost of one attention call, measured without a GPU (the launches replaced by no-ops).
 
-    python scripts/host_python.py [--shape 1x16x1024x64] [--profile]
+    python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile]
 
 At small shapes the host path decides the whole call, and the GPU hosts' speed varies 2–3×
 between machines (docs/performance.md, run 14), so host-side changes are compared here, on one
@@ -33,6 +33,7 @@ from sagebuild.attention import api, replay, sageattn  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD")
+    ap.add_argument("--causal", action="store_true", help="time causal calls")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     b, h, n, d = (int(x) for x in args.shape.split("x"))
@@ -40,7 +41,7 @@ def main() -> None:
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float16) for _ in range(3))
 
     def call() -> None:
-        sageattn(q, k, v)
+        sageattn(q, k, v, is_causal=args.causal)
 
     build = replay.Recorder.build
 
@@ -61,7 +62,8 @@ def main() -> None:
             samples[replayed].append((time.perf_counter() - t0) / 3000 * 1e6)
     mode(True)
     print(
-        f"sageattn {args.shape}, µs of Python per call (launches stubbed, median of 7 × 3000): "
+        f"sageattn {args.shape}{' causal' if args.causal else ''}, µs of Python per call "
+        "(launches stubbed, median of 7 × 3000): "
         f"replayed {statistics.median(samples[True]):.1f}, full path {statistics.median(samples[False]):.1f}"
     )
     if args.profile:

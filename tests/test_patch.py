@@ -243,12 +243,13 @@ def _support_from(min_len):
     ],
 )
 def test_decide_routes_short_calls_to_sdpa_by_the_measured_length(lq, lk, causal, expected):
-    """A device's speed rule (``DeviceSupport.min_len``: head dim, causal → tokens) sends calls
-    shorter than it to SDPA with one stable reason per threshold; None or 0 is no rule."""
+    """A device's speed rule (``DeviceSupport.min_len``: head dim, causal, batch × query heads →
+    tokens) sends calls shorter than it to SDPA with one stable reason per threshold; None or 0 is
+    no rule."""
     seen = []
 
-    def min_len(d, c):
-        seen.append((d, c))
+    def min_len(d, c, bh):
+        seen.append((d, c, bh))
         return 5120 if c else 4096
 
     q = _meta(1, 2, lq, 128)
@@ -259,8 +260,8 @@ def test_decide_routes_short_calls_to_sdpa_by_the_measured_length(lq, lk, causal
     else:
         assert verdict == expected if expected.endswith(")") else expected in verdict, verdict
     if lq >= patch.MIN_Q_LEN:
-        assert seen == [(128, causal)]
-    for no_rule in (lambda d, c: None, lambda d, c: 0):
+        assert seen == [(128, causal, 2)]
+    for no_rule in (lambda d, c, bh: None, lambda d, c, bh: 0):
         assert isinstance(_decide(_meta(1, 2, 64, 128), support=_support_from(no_rule)), patch.DeviceSupport)
 
 
@@ -284,6 +285,35 @@ def test_sdpa_crossover_table_and_override(monkeypatch):
     with pytest.raises(ValueError, match="SAGEBUILD_PATCH_MIN_LEN='4k'"):
         configs.sdpa_crossover("Hopper", 128, False)
     assert configs.sdpa_crossover("Hopper", 128, False, use_env=False) == 4096
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
+    assert configs.sdpa_crossover("Hopper", 128, False, batch_heads=1) == 0  # the override wins at any B·H
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "causal", "batch_heads", "expected"),
+    [
+        (128, False, None, 4096),
+        (128, False, 16, 4096),  # the table's lengths were measured at B·H 16 to 64
+        (128, False, 64, 4096),  # more work per call never raises the length
+        (128, False, 8, 5793),  # 4096·sqrt(2), rounded up: the same B·H·N² as 16×4096²
+        (128, False, 4, 8192),
+        (128, False, 1, 16384),
+        (128, True, 4, 10240),
+        (64, False, 8, 11586),
+        (64, False, 0, 32768),  # an empty batch is caught earlier; treated as one here
+        (256, True, 2, 11586),
+    ],
+)
+def test_sdpa_crossover_scales_with_batch_heads(monkeypatch, head_dim, causal, batch_heads, expected):
+    """Below ``SDPA_CROSSOVER_BH`` batch × query heads a row's length grows to the length of equal
+    work (B·H·N² as at 16 heads): measured on an H200 (run 28), the row's own length at 1–8 heads
+    ran the patched call at 0.35–0.80× SDPA's speed at head dim 128."""
+    from sagebuild.kernels.triton import configs
+
+    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
+    got = configs.sdpa_crossover("Hopper", head_dim, causal, batch_heads=batch_heads)
+    assert got == expected
+    assert configs.sdpa_crossover("RDNA4", head_dim, causal, batch_heads=batch_heads) is None
 
 
 def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
@@ -299,15 +329,17 @@ def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
     try:
         support = patch._dispatch_support(torch.device("cuda", 0))
         assert isinstance(support, patch.DeviceSupport) and support.arch == "sm90"
-        assert [support.min_len(d, False) for d in (40, 64, 96, 128, 200)] == [8192, 8192, 4096, 4096, 4096]
-        assert support.min_len(128, True) == 5120
+        lens = [support.min_len(d, False, 16) for d in (40, 64, 96, 128, 200)]
+        assert lens == [8192, 8192, 4096, 4096, 4096]
+        assert support.min_len(128, True, 64) == 5120
+        assert support.min_len(128, False, 4) == 8192  # fewer than 16 batch × heads: equal work
         monkeypatch.setenv("SAGEBUILD_PATCH_MIN_LEN", "lots")
         patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
         with pytest.warns(RuntimeWarning, match="SAGEBUILD_PATCH_MIN_LEN='lots'.*measured lengths"):
-            assert support.min_len(128, False) == 4096
+            assert support.min_len(128, False, 32) == 4096
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert support.min_len(64, True) == 8192  # said once
+            assert support.min_len(64, True, 16) == 8192  # said once
     finally:
         patch._dispatch_support_cached.cache_clear()
         patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
@@ -588,8 +620,9 @@ def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
 def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
     """On a device whose family has a measured crossover (Hopper), a call one token short of it
-    goes to SDPA unchanged with the speed reason, and one at it is accelerated; families without
-    a row accelerate both."""
+    goes to SDPA unchanged with the speed reason, one at it is accelerated, and one at it with
+    fewer batch × heads than the table was measured at goes to SDPA (its length grows to equal
+    work); families without a row accelerate all three."""
     from sagebuild.kernels.triton import configs
 
     from sagebuild.attention import dispatch
@@ -597,20 +630,29 @@ def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
     monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
     patch._dispatch_support_cached.cache_clear()
     family = dispatch.family(dispatch.device_arch(torch.device("cuda")))
-    need = configs.sdpa_crossover(family, 128, False)
+    hq = configs.SDPA_CROSSOVER_BH
+    need = configs.sdpa_crossover(family, 128, False, batch_heads=hq)
+    need_small = configs.sdpa_crossover(family, 128, False, batch_heads=2)
     n = need or 4096
-    q, k, v = _qkv(b=1, hq=2, lq=n, d=128, device="cuda", seed=4)
+    q, k, v = _qkv(b=1, hq=hq, lq=n, d=128, device="cuda", seed=4)
+    qs, ks, vs = (t[:, :2] for t in (q, k, v))
     with patch.patch_sdpa():
         short = F.scaled_dot_product_attention(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:])
         full = F.scaled_dot_product_attention(q, k, v)
+        small = F.scaled_dot_product_attention(qs, ks, vs)
     stats = patch.patch_stats()
     if need:
-        assert stats.accelerated == 1 and stats.passed_through == 1, stats.to_dict()
+        assert stats.accelerated == 1 and stats.passed_through == 2, stats.to_dict()
         arch = dispatch.device_arch(torch.device("cuda"))
-        assert stats.reasons == {f"shorter than {need} tokens on {arch} (SDPA measured faster there)": 1}
+        assert need_small is not None and need_small > n
+        assert stats.reasons == {
+            f"shorter than {need} tokens on {arch} (SDPA measured faster there)": 1,
+            f"shorter than {need_small} tokens on {arch} (SDPA measured faster there)": 1,
+        }
         assert torch.equal(short, ORIG(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:]))
+        assert torch.equal(small, ORIG(qs, ks, vs))
     else:
-        assert stats.accelerated == 2, stats.to_dict()
+        assert stats.accelerated == 3, stats.to_dict()
     cos = F.cosine_similarity(full.float().flatten(), ORIG(q, k, v).float().flatten(), dim=0).item()
     assert cos > 0.998, cos
 

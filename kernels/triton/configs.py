@@ -12,6 +12,7 @@ config in that form, so any table row can be forced as it is).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Union
@@ -345,20 +346,29 @@ _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
 # (3072: 0.80–1.01×), causal at 5120 1.08–1.19× (4096: 0.72–1.11×); head dim 64 at 8192 keys
 # 1.05–1.20× (6144: 0.93–1.04×); head dim 256 at 4096 keys 1.06–1.14× (2048: 0.43–0.82×).
 # Cold calls (the GPU below its power limit) favour cuDNN: there these lengths measured
-# 0.58–1.03× and the crossover lies near 8K keys.
+# 0.58–1.03× and the crossover lies near 8K keys. Below SDPA_CROSSOVER_BH (batch × query heads)
+# a row's length L becomes the length of equal work, L·sqrt(SDPA_CROSSOVER_BH / (B·H)) rounded
+# up: a small grid leaves SMs idle and the fixed per-call cost weighs more (run 28, B·H 1, 4
+# and 8, sustained: head dim 128 at 4096 keys 0.35–0.80× SDPA's speed, head dim 64 at 8192
+# 0.55–0.97× at B·H 1 and 4 (1.05× at 8, which this rule gives up); at the scaled lengths
+# 0.98–1.36×).
 _SDPA_CROSSOVER: list[tuple[str, Union[int, str], Union[bool, str], int]] = [
     ("Hopper", 64, "*", 8192),
     ("Hopper", 128, False, 4096),
     ("Hopper", 128, True, 5120),
     ("Hopper", "*", "*", 4096),
 ]
+SDPA_CROSSOVER_BH = 16
 SDPA_CROSSOVER_ENV_VAR = "SAGEBUILD_PATCH_MIN_LEN"
 
 
-def sdpa_crossover(family: str, head_dim_pad: int, causal: bool, use_env: bool = True) -> int | None:
-    """The query/key length from which ``patch_sdpa`` sends a call to our kernels on this family
-    (``SAGEBUILD_PATCH_MIN_LEN`` overrides every row, 0 sends every length; ValueError when it is
-    not a number), or None: no row."""
+def sdpa_crossover(
+    family: str, head_dim_pad: int, causal: bool, use_env: bool = True, batch_heads: int | None = None
+) -> int | None:
+    """The query/key length from which ``patch_sdpa`` sends a call of ``batch_heads`` (batch ×
+    query heads; None: at least SDPA_CROSSOVER_BH) to our kernels on this family
+    (``SAGEBUILD_PATCH_MIN_LEN`` overrides every row and every B·H, 0 sends every length;
+    ValueError when it is not a number), or None: no row."""
     env = os.environ.get(SDPA_CROSSOVER_ENV_VAR) if use_env else None
     if env:
         try:
@@ -370,7 +380,9 @@ def sdpa_crossover(family: str, head_dim_pad: int, causal: bool, use_env: bool =
             ) from None
     for fam, hd, cau, min_len in _SDPA_CROSSOVER:
         if fam == family and (hd == "*" or head_dim_pad <= hd) and cau in ("*", causal):
-            return min_len
+            if batch_heads is None or batch_heads >= SDPA_CROSSOVER_BH:
+                return min_len
+            return math.ceil(min_len * math.sqrt(SDPA_CROSSOVER_BH / max(1, batch_heads)))
     return None
 
 
