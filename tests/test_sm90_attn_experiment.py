@@ -40,7 +40,7 @@ def test_unknown_variant_is_refused_by_name():
     cmd = [sys.executable, str(SCRIPT), "bogus", "--compile-only"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 1
-    assert "unknown variant 'bogus': expected one of single_wg, pingpong" in res.stderr
+    assert "unknown variant 'bogus': expected one of single_wg, pingpong, three_cta" in res.stderr
 
 
 def test_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma(tmp_path):
@@ -50,6 +50,6 @@ def test_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = {line.split(":")[0]: line for line in res.stdout.splitlines()}
-    for variant in ("single_wg", "pingpong"):
+    for variant in _module().VARIANTS:
         assert "0 bytes spilled, wgmma serialised: no" in lines[variant], res.stdout
         assert (tmp_path / f"{variant}.so").is_file()

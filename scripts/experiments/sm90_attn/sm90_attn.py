@@ -13,10 +13,13 @@ Q): INT8 Q·Kᵀ and FP8 P·V by wgmma with P from registers, TMA loads, explici
   the current tile's softmax.
 - ``pingpong.cu``: a load warpgroup and two compute warpgroups (setmaxnreg 40/232) that take
   turns on the tensor cores (FA3's inter-warpgroup ping-pong).
+- ``three_cta.cu``: the Triton kernel's schedule (three CTAs per SM, every MMA waited on at once)
+  with one CTA barrier per key tile.
 
 Both match ``sageattn`` to 0.002 at 2×32×4096×128 (the same quantization) and run at parity with
 the Triton kernel, not faster (docs/performance.md, run 28). Limits: head dim 128, dense inputs,
-non-causal, no LSE, N_q a multiple of 64 (128 for ping-pong) and N_k of 128.
+non-causal, no LSE, N_q a multiple of 64 (128 for ping-pong) and N_k of 128 (at most 16K keys
+for ``three_cta``).
 
 ``--compile-only`` builds each kernel with nvcc and prints ptxas's report: registers, spills and
 any wgmma serialisation (C7510–C7515, "... are serialized due to ..."), the first thing to
@@ -41,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("single_wg", "pingpong")
+VARIANTS = ("single_wg", "pingpong", "three_cta")
 SERIALISED = re.compile(r"\(C751\d\)[^\n]*serialized[^\n]*")
 
 
@@ -204,6 +207,7 @@ def bench_shape(libs: dict[str, Any], b: int, h: int, n: int, rounds: int = 3) -
     fns: dict[str, Callable[[], Any]] = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         "sageattn": lambda: sageattn(q, k, v),
+        "quantize": lambda: quantize(q, k, v, 1.0 / math.sqrt(128)),  # what "whole" adds to "kernel"
     }
     for name, lib in libs.items():
         fns[name] = lambda lib=lib: whole_call(lib, q, k, v)
