@@ -2,7 +2,7 @@
 """Hand-written Hopper (sm_90a) attention kernels in CUDA: an experiment, not wired into the dispatch.
 
     python scripts/experiments/sm90_attn/sm90_attn.py --compile-only      # any machine with nvcc 12.3+
-    python scripts/experiments/sm90_attn/sm90_attn.py [single_wg] [pingpong]   # on an H100/H200
+    python scripts/experiments/sm90_attn/sm90_attn.py [single_wg] [pingpong] [three_cta]  # on an H100/H200
 
 Why: Triton 3.6 cannot build the warp-specialised loop that issue 3's 4K clause needs (runs 10,
 11, 25). These kernels do what Triton cannot express, on the same quantized inputs as
@@ -20,16 +20,16 @@ Q): INT8 Q·Kᵀ and FP8 P·V by wgmma with P from registers, TMA loads, explici
 The sources were refactored into ``common.cuh.in`` after run 28's GPU calls: ``pingpong`` compiles
 to the measured loop (581 instructions per tile), ``single_wg`` to 568 against the measured 556.
 
-Both match ``sageattn`` to 0.002 at 2×32×4096×128 (the same quantization) and run at parity with
-the Triton kernel, not faster (docs/performance.md, run 28). Limits: head dim 128, dense inputs,
-non-causal, no LSE, N_q a multiple of 64 (128 for ping-pong) and N_k of 128 (at most 16K keys
-for ``three_cta``).
+``single_wg`` and ``pingpong`` match ``sageattn`` to 0.002 at 2×32×4096×128 (the same
+quantization) and run at parity with the Triton kernel, not faster (docs/performance.md, run 28).
+Limits: head dim 128, dense inputs, non-causal, no LSE, N_q a multiple of 64 (128 for ping-pong)
+and N_k of 128 (at most 16K keys for ``three_cta``).
 
 ``--compile-only`` builds each kernel with nvcc and prints ptxas's report: registers, spills and
 any wgmma serialisation (C7510–C7515, "... are serialized due to ..."), the first thing to
-check after a change. The GPU run
-checks accuracy against fp32 attention and ``sageattn``, then times the kernels against SDPA and
-``sageattn`` (``triton.testing.do_bench``, L2 flushed, medians of interleaved rounds).
+check after a change. The GPU run checks accuracy against fp32 attention and ``sageattn``, then
+times the kernels against SDPA and ``sageattn`` (``triton.testing.do_bench``, L2 flushed, medians
+of interleaved rounds).
 """
 
 from __future__ import annotations
