@@ -49,9 +49,7 @@ ATTN_KERNEL(384, 1) {
   for (int j = 0; j < cd.nt; ++j) {
     const int slot = j % STAGES;
     mbar_wait(&sm.kv_full[slot], (j / STAGES) & 1);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] = __float_as_uint(MAGIC);
-    fence_regs(s);
+    set_magic(s);
     fence_regs(acc);
     named_sync(my_turn, 256);
     wg_fence();
@@ -77,4 +75,4 @@ ATTN_KERNEL(384, 1) {
   store_out(acc, st, prm, cd, row0);
 }
 
-WS_ATTN_ENTRY(attn_kernel, sizeof(Smem) + 1024, 2 * BM, 384, 1024)
+WS_ATTN_ENTRY(Smem, 384)

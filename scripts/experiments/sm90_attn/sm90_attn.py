@@ -39,7 +39,6 @@ import ctypes
 import math
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -61,12 +60,12 @@ def wgmma_wrappers() -> str:
     s_outs = ", ".join(f'"+r"(s[{i}])' for i in range(64))
     d_outs = ", ".join(f'"+f"(d[{i}])' for i in range(64))
     return f"""
-__device__ __forceinline__ void wgmma_qk(uint32_t (&s)[64], uint64_t da, uint64_t db, int scale_d) {{
+__device__ __forceinline__ void wgmma_qk(uint32_t (&s)[64], uint64_t da, uint64_t db) {{
   asm volatile(
-    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %66, 0;\\n"
+    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
     "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {{{_regs(64)}}}, %64, %65, p;\\n}}\\n"
     : {s_outs}
-    : "l"(da), "l"(db), "r"(scale_d));
+    : "l"(da), "l"(db));
 }}
 __device__ __forceinline__ void wgmma_pv(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t db) {{
@@ -81,16 +80,13 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[64], uint32_t a0, uint32_t a
 
 
 def nvcc() -> str | None:
-    """nvcc from PATH or the usual CUDA homes, or None."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    homes = (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/usr/local/cuda-13.0")
-    for home in homes:
-        cand = Path(home) / "bin" / "nvcc"
-        if home and cand.is_file():
-            return str(cand)
-    return None
+    """nvcc where the doctor looks for it (``sagebuild.probe.tools``: PATH, CUDA_HOME, CUDA_PATH,
+    /usr/local/cuda), or None."""
+    from sagebuild.probe import tools
+    from sagebuild.probe.system import Root
+
+    spec = next(t for t in tools.TOOLS if t.name == "nvcc")
+    return tools.find(Root(), spec.candidates, os.environ, spec.extra_dirs(os.environ))
 
 
 def build(variant: str, out_dir: Path) -> tuple[Path, str]:
@@ -99,7 +95,9 @@ def build(variant: str, out_dir: Path) -> tuple[Path, str]:
         raise SystemExit(f"unknown variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     tool = nvcc()
     if tool is None:
-        raise SystemExit("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): install the CUDA toolkit 12.3+")
+        raise SystemExit(
+            "nvcc not found (PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda): install the CUDA toolkit 12.3+"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     common = (HERE / "common.cuh.in").read_text().replace("//@WGMMA@", wgmma_wrappers())
     (out_dir / "common.cuh").write_text(common)

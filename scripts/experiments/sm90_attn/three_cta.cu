@@ -34,4 +34,4 @@ ATTN_KERNEL(128, 3) {
   store_out(acc, st, prm, cd, row0);
 }
 
-WS_ATTN_ENTRY(attn_kernel, sizeof(Smem) + 1024, BM, 128, 128)
+WS_ATTN_ENTRY(Smem, 128)
