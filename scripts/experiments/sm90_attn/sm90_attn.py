@@ -195,6 +195,17 @@ def check_accuracy(libs: dict[str, Any]) -> bool:
     return ok
 
 
+def _sageattn_kernel_only(q: Any, k: Any, v: Any) -> Callable[[], Any]:
+    """``sageattn``'s attention launch alone on K/V quantized beforehand (its variant and
+    accumulation; Q is quantized inside that launch): what "<variant> kernel" compares with."""
+    from sagebuild import bench
+    from sagebuild.attention import dispatch
+
+    variant, accum = dispatch.choice_for_call(q.device, q.shape[-1], k.shape[2])
+    call, _ = bench._kernel_only(variant, q, k, v, "HND", False, pv_accum=accum or "fp32+fp32")
+    return call
+
+
 def bench_shape(libs: dict[str, Any], b: int, h: int, n: int, rounds: int = 3) -> None:
     """One shape: whole calls and kernel-only times against SDPA and ``sageattn``."""
     import torch
@@ -209,6 +220,7 @@ def bench_shape(libs: dict[str, Any], b: int, h: int, n: int, rounds: int = 3) -
     fns: dict[str, Callable[[], Any]] = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         "sageattn": lambda: sageattn(q, k, v),
+        "sageattn kernel": _sageattn_kernel_only(q, k, v),
         "quantize": lambda: quantize(q, k, v, 1.0 / math.sqrt(128)),  # what "whole" adds to "kernel"
     }
     for name, lib in libs.items():
@@ -229,6 +241,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--compile-only", action="store_true", help="build and print ptxas's report (no GPU)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (medians)")
     ap.add_argument("--out", type=Path, default=None, help="build directory (default: a temporary one)")
     args = ap.parse_args()
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="sm90_attn-"))
@@ -249,7 +262,7 @@ def main() -> int:
     loaded = {name: load(path) for name, path in libs.items()}
     ok = check_accuracy(loaded)
     for b, h, n in [(2, 32, 4096), (1, 32, 16384)]:
-        bench_shape(loaded, b, h, n)
+        bench_shape(loaded, b, h, n, args.rounds)
     return 0 if ok else 1
 
 

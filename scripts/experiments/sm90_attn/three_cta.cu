@@ -14,10 +14,11 @@ __device__ __forceinline__ void tile(uint32_t (&s)[64], float (&acc)[64], Smem& 
   const int slot = j % STAGES;
   mbar_wait(&sm.kv_full[slot], (j / STAGES) & 1);
   issue_qk_tile(s, sm, slot);
+  const float cs = qs * lds_f32(&sm.ks[j]);  // read while the MMA runs
   wg_wait<0>();
   fence_regs(s);
   uint32_t a[16];
-  softmax_tile(s, acc, a, qs * sm.ks[j], p_shift, st);
+  softmax_tile(s, acc, a, cs, p_shift, st);
   pv_and_refill(acc, a, sm, j, kmap, vmap, cd);
 }
 
