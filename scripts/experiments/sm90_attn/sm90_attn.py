@@ -2,7 +2,7 @@
 """Hand-written Hopper (sm_90a) attention kernels in CUDA: an experiment, not wired into the dispatch.
 
     python scripts/experiments/sm90_attn/sm90_attn.py --compile-only      # any machine with nvcc 12.3+
-    python scripts/experiments/sm90_attn/sm90_attn.py [single_wg] [pingpong] [three_cta]  # on an H100/H200
+    python scripts/experiments/sm90_attn/sm90_attn.py [VARIANT ...] [--rounds N]  # on an H100/H200
 
 Why: Triton 3.6 cannot build the warp-specialised loop that issue 3's 4K clause needs (runs 10,
 11, 25). These kernels do what Triton cannot express, on the same quantized inputs as
@@ -14,16 +14,15 @@ Q): INT8 Q·Kᵀ and FP8 P·V by wgmma with P from registers, TMA loads, explici
 - ``pingpong.cu``: a load warpgroup and two compute warpgroups (setmaxnreg 40/232) that take
   turns on the tensor cores (FA3's inter-warpgroup ping-pong).
 - ``three_cta.cu``: the Triton kernel's schedule (three CTAs per SM, every MMA waited on at once)
-  with one CTA barrier per key tile. Compiled only (156 registers, no spill, 587 instructions per
-  tile): not yet run on a GPU.
+  with one CTA barrier per key tile (156 registers, 530 instructions per tile).
+- ``three_cta_q.cu``: ``three_cta`` with Q quantized inside the kernel from fp16 (the contract of
+  ``quant.quant_blocks`` at 16 rows), as the Triton prologue does.
 
-The sources were refactored into ``common.cuh.in`` after run 28's GPU calls: ``pingpong`` compiles
-to the measured loop (581 instructions per tile), ``single_wg`` to 568 against the measured 556.
-
-``single_wg`` and ``pingpong`` match ``sageattn`` to 0.002 at 2×32×4096×128 (the same
-quantization) and run at parity with the Triton kernel, not faster (docs/performance.md, run 28).
+All match ``sageattn`` to ~0.003 at 2×32×4096×128 (the same quantization) and run within a few
+per cent of the Triton attention launch, not clearly faster (docs/performance.md, runs 28 and 29:
+``three_cta_q`` 0.9 % faster at 4K and 2.7 % at 16K, kernel alone).
 Limits: head dim 128, dense inputs, non-causal, no LSE, N_q a multiple of 64 (128 for ping-pong)
-and N_k of 128 (at most 16K keys for ``three_cta``).
+and N_k of 128 (at most 16K keys for ``three_cta``; ``three_cta_q`` takes dense fp16 Q).
 
 ``--compile-only`` builds each kernel with nvcc and prints ptxas's report: registers, spills and
 any wgmma serialisation (C7510–C7515, "... are serialized due to ..."), the first thing to
@@ -47,7 +46,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("single_wg", "pingpong", "three_cta")
+VARIANTS = ("single_wg", "pingpong", "three_cta", "three_cta_q")
+Q_INSIDE = ("three_cta_q",)  # quantize Q themselves from fp16 (dense)
 SERIALISED = re.compile(r"\(C751\d\)[^\n]*serialized[^\n]*")
 
 
@@ -103,7 +103,7 @@ def build(variant: str, out_dir: Path) -> tuple[Path, str]:
     (out_dir / "common.cuh").write_text(common)
     lib = out_dir / f"{variant}.so"
     cmd = [tool, "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
-           "-Xptxas", "-v", "-I", str(out_dir), "-o", str(lib), str(HERE / f"{variant}.cu")]
+           "-Xptxas", "-v", "-I", str(out_dir), "-I", str(HERE), "-o", str(lib), str(HERE / f"{variant}.cu")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"nvcc failed for {variant}:\n{res.stderr[-3000:]}")
@@ -128,34 +128,42 @@ def summary(report: str) -> dict[str, Any]:
 
 def load(lib_path: Path) -> Any:
     lib = ctypes.CDLL(str(lib_path))
+    lib.q_inside = lib_path.stem in Q_INSIDE
     lib.ws_attn.restype = ctypes.c_int
     ptr, i64 = ctypes.c_void_p, ctypes.c_longlong
-    args = [ptr] * 5 + [i64, ptr, ptr] + [i64] * 3 + [ctypes.c_int] * 7 + [ctypes.c_float, ptr]
+    f32 = ctypes.c_float
+    args = [ptr] * 5 + [i64, ptr, ptr] + [i64] * 3 + [ctypes.c_int] * 7 + [f32, f32, ptr]
     lib.ws_attn.argtypes = args
     return lib
 
 
-def quantize(q: Any, k: Any, v: Any, sm_scale: float) -> tuple:
-    """Q INT8 per 16 rows, K INT8 per 128 keys (smoothed), V FP8 per channel in wgmma key order."""
+def quantize(q: Any, k: Any, v: Any, sm_scale: float, q_inside: bool = False) -> tuple:
+    """Q INT8 per 16 rows (``q_inside``: left in fp16 for the kernel), K INT8 per 128 keys
+    (smoothed), V FP8 per channel in wgmma key order."""
     import torch
     from sagebuild.kernels.triton import layout, quant
 
     kq, ks, _, vq, vs = quant.quant_kv(
         layout.dense(k), layout.dense(v), 128, True, torch.float8_e4m3fn, 128, v_key_order=True
     )
+    if q_inside:
+        return q.contiguous(), None, kq.t, ks, vq.t.transpose(-1, -2), vs
     qi, qs, _, _ = quant.quant_blocks(layout.dense(q), None, 16, sm_scale * quant.LOG2E, 128)
     return qi.t, qs, kq.t, ks, vq.t.transpose(-1, -2), vs
 
 
 def attend(lib: Any, q_shape: tuple, heads_kv: int, inputs: tuple, out: Any) -> Any:
     import torch
+    from sagebuild.kernels.triton import quant
 
     qi, qs, kq, ks, vt, vs = inputs
     b, h, n, _ = q_shape
     rc = lib.ws_attn(
-        qi.data_ptr(), qs.data_ptr(), kq.data_ptr(), ks.data_ptr(), vt.data_ptr(), vt.stride(2),
+        qi.data_ptr(), None if qs is None else qs.data_ptr(), kq.data_ptr(), ks.data_ptr(), vt.data_ptr(),
+        vt.stride(2),
         vs.data_ptr(), out.data_ptr(), out.stride(0), out.stride(1), out.stride(2), b, h, heads_kv, n,
-        kq.shape[2], qs.shape[-1], ks.shape[-1], math.log2(448.0), torch.cuda.current_stream().cuda_stream,
+        kq.shape[2], qs.shape[-1] if qs is not None else 0, ks.shape[-1], math.log2(448.0),
+        quant.LOG2E / math.sqrt(128), torch.cuda.current_stream().cuda_stream,
     )
     if rc:
         raise RuntimeError(f"ws_attn returned {rc} (-1: a shape it does not take, 1000+: TMA descriptor)")
@@ -166,7 +174,8 @@ def whole_call(lib: Any, q: Any, k: Any, v: Any) -> Any:
     import torch
 
     out = torch.empty_like(q)
-    return attend(lib, q.shape, k.shape[1], quantize(q, k, v, 1.0 / math.sqrt(q.shape[-1])), out)
+    inputs = quantize(q, k, v, 1.0 / math.sqrt(q.shape[-1]), lib.q_inside)
+    return attend(lib, q.shape, k.shape[1], inputs, out)
 
 
 def check_accuracy(libs: dict[str, Any]) -> bool:
@@ -215,7 +224,7 @@ def bench_shape(libs: dict[str, Any], b: int, h: int, n: int, rounds: int = 3) -
     from sagebuild.attention import sageattn
 
     q, k, v = (torch.randn(b, h, n, 128, device="cuda", dtype=torch.float16) for _ in range(3))
-    inputs = quantize(q, k, v, 1.0 / math.sqrt(128))
+    inputs = {inside: quantize(q, k, v, 1.0 / math.sqrt(128), inside) for inside in (False, True)}
     out = torch.empty_like(q)
     fns: dict[str, Callable[[], Any]] = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
@@ -225,7 +234,7 @@ def bench_shape(libs: dict[str, Any], b: int, h: int, n: int, rounds: int = 3) -
     }
     for name, lib in libs.items():
         fns[name] = lambda lib=lib: whole_call(lib, q, k, v)
-        fns[f"{name} kernel"] = lambda lib=lib: attend(lib, q.shape, h, inputs, out)
+        fns[f"{name} kernel"] = lambda lib=lib: attend(lib, q.shape, h, inputs[lib.q_inside], out)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():

@@ -25,12 +25,27 @@ __device__ __forceinline__ void tile(uint32_t (&s)[64], float (&acc)[64], Smem& 
 ATTN_KERNEL(128, 3) {
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = smem_of<Smem>(smem_raw);
+#ifdef Q_IN_KERNEL  // K/V loads first, then Q quantized under them
+  const int m_blk = blockIdx.x, bh = blockIdx.y;
+  const Coords cd = coords(prm, bh);
+  init_smem(sm, prm, cd);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int t = 0; t < STAGES && t < cd.nt; ++t) load_tile(sm, t, &kmap, &vmap, cd);
+  const float qs = quantize_q(sm.q, prm, bh, m_blk);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const int row0 = m_blk * BM + (threadIdx.x >> 5) * 16;
+#else
   const auto [cd, row0, qs] = start_one_wg(sm, prm, &qmap, &kmap, &vmap);
+#endif
   uint32_t s[64];  // one Q.K^T tile at a time
   RowState st = FRESH_ROWS;
   float acc[64];
   zero(acc);
+#ifndef Q_IN_KERNEL
   mbar_wait(&sm.q_full, 0);
+#endif
   for (int j = 0; j < cd.nt; ++j) tile(s, acc, sm, j, &kmap, &vmap, cd, qs, prm.p_shift, st);
   store_out(acc, st, prm, cd, row0);
 }
