@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # One call on a lent GPU box: install the project, run the GPU tests, the benchmark and the
 # acceptance pipeline, print a short table last. Stages can be picked:
-#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [host] [tma] [pdl] [keyorder] [pipe] [accept] [example] [tune]
+#   bash scripts/gpu_check.sh [ceilings] [tests] [ext] [bench] [targets] [ws] [ncu] [sm90] [host] [tma] [pdl]
+#        [keyorder] [pipe] [accept] [example] [tune]
 #   (targets: scripts/bench_targets.sh, issue 6's shapes through `sagebuild bench`)
 #   (tma: the opt-in TMA tiles against per-thread copies, table config and 64,128,4,3,168)
 #   (pdl: programmatic dependent launch (SAGEBUILD_PDL) off and on: its GPU tests, then timings)
 #   (pipe: the pipelined wgmma (SAGEBUILD_WGMMA_PIPE) off and on: its GPU tests, then device timings)
 #   (keyorder: FP8 V in wgmma key order (SAGEBUILD_V_KEY_ORDER) off and on: GPU tests, device timings)
 #   (ws: scripts/ws_bench.py, the warp-specialised Hopper kernel against the portable one)
-#   (default: all but host and tune; TUNE_ARGS passes arguments to scripts/tune_attention.py)
+#   (ncu: scripts/ncu_source.py, sageattn's warps' stall samples by SASS instruction at NCU_SHAPE)
+#   (sm90: the hand-written kernels of scripts/experiments/sm90_attn against sageattn, SM90_VARIANTS)
+#   (default: ceilings tests ext bench accept example; TUNE_ARGS passes arguments to scripts/tune_attention.py)
 # The extension is built before the tests, so that the GPU tests exercise it.
 # Carry `.whl` (sageattention 1.0.6 wheel, for the comparison) when calling through the device tool.
 set -uo pipefail
@@ -56,6 +59,15 @@ fi
 if has ws; then
   # shellcheck disable=SC2086
   $PY scripts/ws_bench.py ${WS_ARGS:-} 2>&1 | tee "$OUT/ws.txt" | tail -n 30
+fi
+if has ncu; then
+  $PY scripts/ncu_source.py --shape "${NCU_SHAPE:-2x32x4096x128}" --out "$OUT/ncu_source.csv" --top 20 2>&1 \
+    | tee "$OUT/ncu_source.txt" | tail -n 45
+fi
+if has sm90; then
+  # shellcheck disable=SC2086
+  $PY scripts/experiments/sm90_attn/sm90_attn.py ${SM90_VARIANTS:-three_cta three_cta_q} --rounds 5 2>&1 \
+    | tee "$OUT/sm90.txt" | tail -n 30
 fi
 if has host; then
   PYTHONPATH=/tmp/sage106 $PY scripts/profile_host.py 2>&1 | tee "$OUT/host.txt" | grep -E "host-profile|tottime|attn|api|quant|launch|jit" | head -n 40
