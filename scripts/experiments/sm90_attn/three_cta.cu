@@ -25,17 +25,8 @@ __device__ __forceinline__ void tile(uint32_t (&s)[64], float (&acc)[64], Smem& 
 ATTN_KERNEL(128, 3) {
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = smem_of<Smem>(smem_raw);
-#ifdef Q_IN_KERNEL  // K/V loads first, then Q quantized under them
-  const int m_blk = blockIdx.x, bh = blockIdx.y;
-  const Coords cd = coords(prm, bh);
-  init_smem(sm, prm, cd);
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int t = 0; t < STAGES && t < cd.nt; ++t) load_tile(sm, t, &kmap, &vmap, cd);
-  const float qs = quantize_q(sm.q, prm, bh, m_blk);
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  const int row0 = m_blk * BM + (threadIdx.x >> 5) * 16;
+#ifdef Q_IN_KERNEL  // Q quantized in start_one_wg, under the first K/V loads
+  const auto [cd, row0, qs] = start_one_wg(sm, prm, nullptr, &kmap, &vmap);
 #else
   const auto [cd, row0, qs] = start_one_wg(sm, prm, &qmap, &kmap, &vmap);
 #endif
