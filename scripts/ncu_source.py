@@ -135,7 +135,13 @@ def profile(args: argparse.Namespace, out_csv: Path) -> str:
     cmd = [args.ncu, "--launch-skip", "1", "--launch-count", "1", "-k", f"regex:{args.kernel}",
            "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source", "no",
            "-f", "-o", str(rep)] + call  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit(
+            f"ncu_source.py: {args.ncu!r} not found: install Nsight Compute or pass --ncu PATH "
+            "(or summarise a saved export with --csv)"
+        ) from None
     if res.returncode != 0 or not rep.with_suffix(".ncu-rep").is_file():
         raise SystemExit(f"ncu failed ({' '.join(cmd)}):\n{(res.stdout + res.stderr)[-2000:]}")
     exp = [
@@ -148,7 +154,10 @@ def profile(args: argparse.Namespace, out_csv: Path) -> str:
         "--print-source",
         "sass",
     ]
-    text = subprocess.run(exp, capture_output=True, text=True, check=True).stdout
+    res = subprocess.run(exp, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"ncu could not export the source page ({' '.join(exp)}):\n{res.stderr[-2000:]}")
+    text = res.stdout
     out_csv.write_text(text)
     return text
 

@@ -64,3 +64,10 @@ def test_a_missing_file_is_named(tmp_path):
     cmd = [sys.executable, str(SCRIPT), "--csv", str(tmp_path / "nope.csv")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 1 and "nope.csv" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_profiling_without_ncu_says_what_to_install(tmp_path):
+    cmd = [sys.executable, str(SCRIPT), "--ncu", str(tmp_path / "no-ncu"), "--out", str(tmp_path / "x.csv")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "not found: install Nsight Compute or pass --ncu PATH" in res.stderr
