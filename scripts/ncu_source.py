@@ -81,12 +81,12 @@ def summarize(instrs: list[Instr], top: int = 25) -> dict:
         raise ValueError("the export holds no warp-state samples (was SourceCounters collected?)")
     by_reason: Counter = Counter()
     by_op: dict[str, Counter] = {}
-    for ins in instrs:
-        by_reason.update(ins.reasons)
-        by_op.setdefault(ins.opcode, Counter()).update(ins.reasons)
     op_samples: Counter = Counter()
     for ins in instrs:
-        op_samples[ins.opcode] += ins.samples
+        op = ins.opcode
+        by_reason.update(ins.reasons)
+        by_op.setdefault(op, Counter()).update(ins.reasons)
+        op_samples[op] += ins.samples
 
     def pct(x: float) -> float:
         return 100.0 * x / total

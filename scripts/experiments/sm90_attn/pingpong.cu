@@ -61,7 +61,7 @@ ATTN_KERNEL(384, 1) {
     fence_regs(s);
     fence_regs(acc);
     if (j > 0 && lane == 0) mbar_arrive(&sm.kv_empty[(j - 1) % STAGES]);
-    softmax_tile(s, acc, a, qs * sm.ks[j], prm.p_shift, st);
+    softmax_tile(s, acc, a, qs * k_scale(sm, j), prm.p_shift, st);
   }
   fence_regs(acc);
   named_sync(my_turn, 256);

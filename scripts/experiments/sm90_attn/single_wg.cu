@@ -19,7 +19,7 @@ __device__ __forceinline__ void step(uint32_t (&s_cur)[64], uint32_t (&s_next)[6
     issue_qk_tile(s_next, sm, slot);
   }
   uint32_t a[16];
-  softmax_tile(s_cur, acc, a, qs * sm.ks[j], p_shift, st);
+  softmax_tile(s_cur, acc, a, qs * k_scale(sm, j), p_shift, st);
   pv_and_refill(acc, a, sm, j, kmap, vmap, cd);
   fence_regs(s_next);
 }
