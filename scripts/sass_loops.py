@@ -11,7 +11,8 @@ instructions, matrix instructions and the waits on them (``WARPGROUP.DEPBAR``: o
 when ptxas serialised the wgmma, which the last column names), exponentials (MUFU: scores per
 thread and tile, plus the rescale's), masked selects (FSEL), local-memory accesses, register
 shuffles (SHFL.IDX, PRMT: P into the P·V operand's layout) and asynchronous copies (LDGSTS: loads
-Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier). An
+Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier), two-input
+float max (FMNMX) and three-input integer max (VIMNMX3: the rows' maxima on the INT32 scores). An
 empty config is the table's choice for the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with
 FP8 V in plain key order.
 """
@@ -35,7 +36,8 @@ def main() -> None:
     args = ap.parse_args()
     print(
         "| config | TMA | registers | stack B | shared KB "
-        "| key loops: instructions/MMA/MMA waits/MUFU/FSEL/LDL+STL/SHFL+PRMT/LDGSTS | wgmma serialised |"
+        "| key loops: instructions/MMA/MMA waits/MUFU/FSEL/LDL+STL/SHFL+PRMT/LDGSTS/FMNMX/VIMNMX3 "
+        "| wgmma serialised |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for cfg in args.configs.split(";"):

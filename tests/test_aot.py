@@ -188,30 +188,32 @@ def test_pdl_waits_in_the_attention_kernel_and_triggers_in_the_quantization():
 def test_sass_loops_finds_the_innermost_matrix_loops():
     """Backward branches delimit loops; only loops issuing matrix instructions count, an outer
     loop around an inner one is dropped, a branch back from beyond the exit (a TMA wait's retry)
-    is no loop, predicates are ignored, spills, selects and shuffles counted."""
+    is no loop, predicates are ignored, spills, selects, shuffles and both kinds of max counted."""
     lines = [
         "MOV R1, c[0x0][0x28]",  # 0x00
         "HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ",  # 0x10: outer loop starts
         "MUFU.EX2 R2, R2",  # 0x20: inner loop starts
+        "FMNMX R9, R9, R2, !PT",
+        "VIMNMX3 R10, R10, R11, R12, !PT",
         "@P0 FSEL R3, R3, -INF , P1",
         "LDL R4, [R1+0x8]",
         "SHFL.IDX PT, R5, R5, 0x1, 0x1f",
         "LDGSTS.E.LTC128B [R6], desc[UR4][R8.64]",
         "QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24",
         "WARPGROUP.DEPBAR.LE gsb0, 0x0",
-        "@!P2 BRA 0x20",  # 0x90: inner back branch
+        "@!P2 BRA 0x20",  # 0xb0: inner back branch
         "MUFU.EX2 R5, R5",
-        "BRA 0x10",  # 0xb0: outer back branch
+        "BRA 0x10",  # 0xd0: outer back branch
         "FADD R6, R6, R7",
-        "BRA 0xc0",  # a self loop without matrix work: ignored
+        "BRA 0xf0",  # a self loop without matrix work: ignored
         "EXIT",
         "SYNCS.PHASECHK.TRANS64 P0, [UR4], R0",  # a barrier-wait retry block after the exit
         "@!P0 BRA 0x20",  # branches back into the inner loop: not a loop of its own
     ]
     sass = "\n".join(f"        /*{16 * i:04x}*/      {t} ;   /* 0x0000 */" for i, t in enumerate(lines))
     expected = {
-        "instructions": 8, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1,
-        "async_copies": 1,
+        "instructions": 10, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1,
+        "async_copies": 1, "fmnmx": 1, "max3": 1,
     }  # fmt: skip
     assert aot.sass_loops(sass) == [expected]
 
@@ -232,7 +234,8 @@ def test_hopper_rows_key_loops_in_sass():
     has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
     channel piece when forced to TMA. The split head dims' own rows from 4K keys (128-key tiles
     by TMA, pipelined wgmma; run 20) are not serialised, do not spill, and fit three (96) or two
-    (192) CTAs per SM."""
+    (192) CTAs per SM. Unmasked rows take their maxima on the INT32 scores, which ptxas turns into
+    three-input integer maxes (run 30)."""
     cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, None),
              (96, 4096, "64,64,4,3,168,tma"), (96, 4096, None), (192, 4096, None)]  # fmt: skip
     tma_row, no_tma, short_row, split, row96, row192 = _compile_in_subprocess(
@@ -242,6 +245,10 @@ def test_hopper_rows_key_loops_in_sass():
     assert tma_row["registers"] <= 168 and 3 * tma_row["shared_bytes"] <= 227 * 1024, tma_row
     unmasked, masked = tma_row["loops"]  # the key loops without and with masks, nothing else
     assert unmasked["mufu"] == 66 and unmasked["fsel"] == 0 and unmasked["local"] == 0, tma_row
+    # rows' maxima on the INT32 scores: ~31 three-input integer maxes for 64 scores per thread,
+    # float maxes only for the running maximum (the masked loop keeps the float max over −inf)
+    assert unmasked["max3"] >= 28 and unmasked["fmnmx"] <= 4, tma_row
+    assert masked["fmnmx"] >= 64, tma_row
     assert masked["mufu"] == 66 and masked["fsel"] > 0 and masked["local"] == 0, tma_row
     assert not no_tma["tma"] and no_tma["loops"][0]["local"] > 0, no_tma
     assert short_row["config"] == "64,64,4,3,168" and short_row["loops"][0]["mufu"] == 34, short_row

@@ -223,7 +223,14 @@ def _attn_tiles(
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
+            if not KV_FUSED and KS_BLK % BLOCK_N == 0:
+                # One scale for the tile, so the row max is taken on the INT32 bits, which grow
+                # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
+                # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
+                top = tl.max(si, axis=1).to(tl.float32, bitcast=True)
+            else:
+                top = tl.max(s, axis=1)
+            m_new = tl.maximum(m_i, top * c - off)
             m_use = m_new
         # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
         # (summed from the same P) carries the same factor, which cancels in acc / l.

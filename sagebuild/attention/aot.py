@@ -246,6 +246,8 @@ _LOOP_CLASSES = tuple(
         ("local", r"(LDL|STL)\b"),
         ("shuffles", r"(SHFL\.IDX|PRMT)\b"),
         ("async_copies", r"LDGSTS\b"),
+        ("fmnmx", r"FMNMX\b"),
+        ("max3", r"VIMNMX3\b"),
     )
 )
 
@@ -264,7 +266,9 @@ def sass_loops(sass: str) -> list[dict]:
     thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf), local-memory
     accesses (``LDL``/``STL``: spills), register shuffles (``SHFL.IDX``, ``PRMT``: P moved
     into the P·V operand's layout, ``configs.use_v_key_order``) and asynchronous global-to-shared
-    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), in listing order.
+    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), two-input float
+    max (``FMNMX``) and sm90's three-input integer max (``VIMNMX3``: the rows' maxima taken on the
+    scores' INT32 bits), in listing order.
     A backward branch whose span runs through the kernel's exit is not a loop: TMA kernels place
     their barrier-wait retry blocks after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)
