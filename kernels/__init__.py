@@ -1,1 +1,0 @@
-"""Bundled kernel sources: Triton kernels (``triton/``) and the C++/CUDA extension (``csrc/``)."""
