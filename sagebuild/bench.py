@@ -512,6 +512,7 @@ def _kernel_only(
     family = dispatch.family(arch)
     key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
     pipe = configs.use_wgmma_pipe(family, cfg)
+    parts = configs.row_sum_parts(family, cfg)
     kq, ks, km, vq, vs = quant.quant_kv(
         lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order
     )
@@ -539,6 +540,7 @@ def _kernel_only(
             tma=tma,
             wgmma_pipe=pipe,
             pv_direct=pv_accum == "fp32",
+            row_sum_parts=parts,
         )
         return out
 
@@ -554,6 +556,7 @@ def _kernel_only(
         "excluded",
         wgmma_pipe=pipe,
         v_key_order=key_order,
+        row_sum_parts=parts,
     )
 
 

@@ -291,3 +291,17 @@ def test_wgmma_pipe_unserialises_the_tma_row():
     assert on["wgmma_serialized"] is None, on
     assert on["loops"][0]["mma"] == 8 and on["loops"][0]["mma_waits"] == 2, on
     assert on["registers"] <= 168 and on["loops"][0]["local"] == 0, on
+
+
+def test_row_sum_parts_shorten_the_key_loops():
+    """Hopper's rows keep P's row sums in ``configs.ROW_SUM_PARTS`` parts (the accumulator
+    layout's column classes): in the sm90 SASS each unmasked key loop loses the row sum's warp
+    shuffles and their additions (−8 instructions per tile at the 4K row, docs/performance.md
+    run 31), with no spill and no more stack than one sum per row."""
+    cases = [(128, 4096, None), (64, 8192, None), (256, 8192, None)]
+    one = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="0")
+    parts = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="")
+    for off, on in zip(one, parts):
+        assert off["config"] == on["config"]
+        assert on["loops"][0]["instructions"] <= off["loops"][0]["instructions"] - 6, (off, on)
+        assert on["loops"][0]["local"] == 0 and on["stack_bytes"] <= off["stack_bytes"], on

@@ -672,3 +672,41 @@ def test_host_cdiv_is_the_ceiling_of_the_quotient():
     from sagebuild.kernels.triton import launcher
 
     assert all(launcher.cdiv(a, b) == math.ceil(a / b) for a in range(0, 600) for b in range(1, 70))
+
+
+@pytest.mark.parametrize(
+    ("variant", "causal", "nk", "block_n"),
+    [("qk_int8_pv_fp16", True, 88, 16), ("qk_int8_pv_fp8", False, 150, 64), ("qk_int8_pv_fp8", True, 72, 32)],
+)
+def test_row_sum_parts_give_the_same_attention(variant, causal, nk, block_n, monkeypatch):
+    """P's row sums kept as ``configs.ROW_SUM_PARTS`` partial sums per row (the default where
+    ``configs.row_sum_parts`` allows it) give the attention and LSE of one sum per row up to the
+    order of the additions, on ragged and causal tiles; the plan records the choice, and
+    SAGEBUILD_ROW_SUM_PARTS=0 is one sum."""
+    from sagebuild.attention.api import launch_plan
+
+    cfg = configs.LaunchConfig(32, block_n, 4, 1)
+    q, k, v = _qkv(hq=4, hk=2, nq=72, nk=nk, seed=nk)
+    kw = dict(is_causal=causal, return_lse=True, config=cfg, quantization_backend="triton")
+    monkeypatch.setenv(configs.ENV_VAR, cfg.spec())  # launch_plan sees the very config
+    results = {}
+    for knob in ("0", ""):
+        monkeypatch.setenv(configs.ROW_SUM_PARTS_ENV_VAR, knob)
+        plan = launch_plan(q, k, v, is_causal=causal, variant=variant, quantization_backend="triton")
+        results[plan["row_sum_parts"]] = FNS[variant](q, k, v, **kw)
+    assert sorted(results) == [1, configs.ROW_SUM_PARTS]
+    (one, one_lse), (parts, parts_lse) = results[1], results[configs.ROW_SUM_PARTS]
+    assert (parts.float() - one.float()).abs().max() < 2e-3
+    finite = torch.isfinite(one_lse)
+    assert torch.equal(torch.isfinite(parts_lse), finite)
+    assert torch.allclose(parts_lse[finite], one_lse[finite], atol=1e-5, rtol=1e-6)
+    _close(parts.cpu(), golden_attention(q.cpu(), k.cpu(), v.cpu(), variant, is_causal=causal, config=cfg))
+
+
+def test_row_sum_parts_by_family_and_tile():
+    """On by default on Hopper and in the interpreter only; never where the key tile is not a
+    multiple of the parts; the knob turns it off (0) or on (1) where the family allows it."""
+    cfg = configs.LaunchConfig(64, 128, 4, 2)
+    assert configs.row_sum_parts("Hopper", cfg) == configs.ROW_SUM_PARTS == 8
+    assert configs.row_sum_parts("RDNA4", cfg) == 1  # WMMA: Triton 3.6 does not compile the reshape
+    assert configs.row_sum_parts("Hopper", configs.LaunchConfig(64, 4, 4, 2)) == 1

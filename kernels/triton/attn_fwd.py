@@ -138,6 +138,7 @@ def _attn_tiles(
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
+    ROW_SUM_PARTS: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -236,7 +237,11 @@ def _attn_tiles(
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if ROW_SUM_PARTS > 1:  # [rows, ROW_SUM_PARTS] partial sums: no shuffles (configs.row_sum_parts)
+            parts = tl.reshape(p, (p.shape[0], BLOCK_N // ROW_SUM_PARTS, ROW_SUM_PARTS))
+            l_i = l_i * alpha[:, None] + tl.sum(parts, axis=1)
+        else:
+            l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + v_base + cols[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
@@ -328,6 +333,7 @@ def _attn_fwd_kernel(
     Q_FROM_MEMORY: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
+    ROW_SUM_PARTS: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -408,7 +414,10 @@ def _attn_fwd_kernel(
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if ROW_SUM_PARTS > 1:
+            l_i = tl.zeros([BLOCK_M, ROW_SUM_PARTS], dtype=tl.float32)
+        else:
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
@@ -488,8 +497,11 @@ def _attn_fwd_kernel(
                 USE_TMA,
                 WGMMA_WAIT,
                 V_KEY_ORDER,
+                ROW_SUM_PARTS,
             )
 
+        if ROW_SUM_PARTS > 1:
+            l_i = tl.sum(l_i, axis=1)
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
         o_rows = Out + o_base + offs_m[:, None] * stride_on
         if PV_FP8:
@@ -634,6 +646,7 @@ def attention_forward(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     q_from_memory: Optional[bool] = None,
+    row_sum_parts: int = 1,
 ) -> None:
     """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
 
@@ -641,6 +654,9 @@ def attention_forward(
     (``q_from_memory``, where the output rows have room for it) and the P·V wgmma is waited on
     inside its iteration, so that ptxas pipelines the kernel's wgmma. ``q_from_memory`` alone
     (None: as ``wgmma_pipe``) runs the round trip anywhere (tests: the interpreter).
+
+    ``row_sum_parts``: P's row sums kept in that many partial sums per row until the epilogue
+    (``configs.row_sum_parts``; it must divide the key tile).
 
     ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
 
@@ -660,6 +676,8 @@ def attention_forward(
     q_blk = q_int8.blk if q_int8 is not None else q_blk
     if cfg.block_m % q_blk:
         raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
+    if cfg.block_n % row_sum_parts:
+        raise ValueError(f"{row_sum_parts} row-sum parts do not divide BLOCK_N={cfg.block_n}")
     if pdl and q_int8 is not None:  # Q would be read before the wait
         raise ValueError("pdl=True needs Q quantized inside the kernel (q_int8=None)")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
@@ -695,6 +713,7 @@ def attention_forward(
             Q_FROM_MEMORY=q_from_memory,
             WGMMA_WAIT=wgmma_pipe,
             V_KEY_ORDER=pv_fp8 and kv.v_key_order,
+            ROW_SUM_PARTS=row_sum_parts,
         ),
     )
     if tma:

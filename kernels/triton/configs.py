@@ -158,6 +158,26 @@ def use_v_key_order(family: str) -> bool:
     return _switched(V_KEY_ORDER_ENV_VAR, family, V_KEY_ORDER_CAPABLE, family == "Hopper")
 
 
+# P's row sums kept as ROW_SUM_PARTS partial sums per row (by key column mod ROW_SUM_PARTS)
+# until the epilogue adds them. In NVIDIA's MMA accumulator layouts each thread holds two
+# adjacent columns of every eight, so with eight parts a tile's row sum stays inside the thread:
+# no warp shuffles per tile, one addition chain less. sm90 SASS (docs/performance.md run 31):
+# 523 → 515 instructions per tile at the 4K row, 486 → 478 at head dim 64's 8K row, 450 → 442
+# at head dim 256's row; H200, CUDA-graph replays: −0.5 % at 2×32×4096×128, −1.4 % causal,
+# −4.0 % at 1×16×8192×256, even at 16K. On by default on Hopper (measured) and the interpreter
+# (tests); sm80/sm89 SASS also drops 10–15 instructions but is not measured; RDNA's WMMA layout
+# does not compile the reshape (Triton 3.6). SAGEBUILD_ROW_SUM_PARTS=0 turns it off, 1 on.
+ROW_SUM_PARTS = 8
+ROW_SUM_PARTS_CAPABLE = frozenset({"Hopper", "interpreter"})
+ROW_SUM_PARTS_ENV_VAR = "SAGEBUILD_ROW_SUM_PARTS"
+
+
+def row_sum_parts(family: str, cfg: LaunchConfig) -> int:
+    """How many partial row sums of P a launch with this config keeps per row (1: one sum)."""
+    on = _switched(ROW_SUM_PARTS_ENV_VAR, family, ROW_SUM_PARTS_CAPABLE, True)
+    return ROW_SUM_PARTS if on and cfg.block_n % ROW_SUM_PARTS == 0 else 1
+
+
 def use_tma(family: str, cfg: LaunchConfig) -> bool:
     """Whether a launch with this config loads K/V tiles by TMA on this family (when the call's
     buffers allow it): the config's own choice unless the environment forces it."""
@@ -574,7 +594,8 @@ def table_rows() -> list[dict]:
 
 
 _KNOB_VARS = (
-    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR
+    ENV_VAR, FUSE_ENV_VAR, WS_ENV_VAR, TMA_ENV_VAR, PDL_ENV_VAR, WGMMA_PIPE_ENV_VAR, V_KEY_ORDER_ENV_VAR,
+    ROW_SUM_PARTS_ENV_VAR,
 )  # fmt: skip
 try:  # CPython: os.environ's own mapping and key encoding
     _ENV_DATA: Optional[dict] = os.environ._data  # type: ignore[attr-defined]

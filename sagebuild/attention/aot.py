@@ -145,6 +145,7 @@ def _source(
         "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
         "WGMMA_WAIT": pipe,
         "V_KEY_ORDER": fp8 and configs.use_v_key_order(row.family),
+        "ROW_SUM_PARTS": configs.row_sum_parts(row.family, cfg),
     }
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

@@ -170,6 +170,7 @@ class _Plan(NamedTuple):
     pdl: bool  # the attention launch overlaps the Triton K/V quantization launch (``configs.use_pdl``)
     wgmma_pipe: bool  # the portable kernel's wgmma pipelined (``configs.use_wgmma_pipe``)
     v_key_order: bool  # FP8 V quantized in wgmma key order (``configs.use_v_key_order``)
+    row_sum_parts: int  # P's partial row sums per row in the portable kernel (``configs.row_sum_parts``)
 
 
 # Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
@@ -271,9 +272,10 @@ def _make_plan(
     # one: not the extension's ops, not the in-kernel quantization, not the Hopper kernel)
     pdl = configs.use_pdl(family, n_k) and ops is None and not fused and ws is None
     pipe = configs.use_wgmma_pipe(family, cfg) and ws is None
+    parts = configs.row_sum_parts(family, cfg) if ws is None else 1
     return _Plan(
         tensor_layout == "NHD", copies, fp8, scale, dp, cfg, q_blk, fused, ops, ws, k_blk, tma, pdl, pipe,
-        v_key_order,
+        v_key_order, parts,
     )  # fmt: skip
 
 
@@ -474,6 +476,7 @@ def launch_attention(
         tma=plan.tma,
         pdl=plan.pdl,
         wgmma_pipe=plan.wgmma_pipe,
+        row_sum_parts=plan.row_sum_parts,
     )
 
 
@@ -634,6 +637,7 @@ def launch_plan(
         plan.pdl,
         plan.wgmma_pipe,
         plan.v_key_order,
+        plan.row_sum_parts,
     )
 
 
@@ -648,6 +652,7 @@ def plan_record(
     pdl: bool = False,
     wgmma_pipe: bool = False,
     v_key_order: bool = False,
+    row_sum_parts: int = 1,
 ) -> dict[str, Any]:
     """The one shape of a launch-plan record (``launch_plan``, ``sagebuild bench`` rows).
     ``config_spec`` is the config as ``config=`` / ``SAGEBUILD_ATTN_CONFIG`` take it to force
@@ -655,7 +660,8 @@ def plan_record(
     is pipelined); ``pdl``: the attention
     launch overlaps the quantization launch (``SAGEBUILD_PDL``); ``wgmma_pipe``: the portable
     kernel's wgmma pipelined (``SAGEBUILD_WGMMA_PIPE``); ``v_key_order``: FP8 V quantized in
-    wgmma key order (``SAGEBUILD_V_KEY_ORDER``)."""
+    wgmma key order (``SAGEBUILD_V_KEY_ORDER``); ``row_sum_parts``: P's partial row sums per row
+    (``SAGEBUILD_ROW_SUM_PARTS``)."""
     return {
         "variant": variant,
         "pv_accum": pv_accum if variant == dispatch.VARIANTS["fp8"] else None,
@@ -668,6 +674,7 @@ def plan_record(
         "pdl": pdl,
         "wgmma_pipe": wgmma_pipe,
         "v_key_order": v_key_order,
+        "row_sum_parts": row_sum_parts,
         "table_version": configs.CONFIG_TABLE_VERSION,
     }
 
@@ -722,5 +729,6 @@ def sageattn_varlen(
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
         wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch), cfg),
+        row_sum_parts=configs.row_sum_parts(dispatch.family(arch), cfg),
     )
     return out
