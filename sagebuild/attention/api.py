@@ -711,6 +711,7 @@ def sageattn_varlen(
     d = q.shape[-1]
     scale = check_sm_scale(sm_scale, d)
     dp, cfg = _resolve(arch, d, pv, bool(is_causal), config, int(max_seqlen_k))
+    family = dispatch.family(arch)
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     kq, ks, km, vq, vs = quant.quant_kv(kvw, vvw, dp, smooth_k, fp8, cfg.k_blk)
@@ -728,7 +729,7 @@ def sageattn_varlen(
         q_blk=cfg.q_blk(qk_quant_gran),
         fp8_max=quant.fp8_max(fp8) if fp8 is not None else 448.0,
         fp8_dtype=fp8,
-        wgmma_pipe=configs.use_wgmma_pipe(dispatch.family(arch), cfg),
-        row_sum_parts=configs.row_sum_parts(dispatch.family(arch), cfg),
+        wgmma_pipe=configs.use_wgmma_pipe(family, cfg),
+        row_sum_parts=configs.row_sum_parts(family, cfg),
     )
     return out
