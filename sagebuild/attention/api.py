@@ -297,7 +297,7 @@ def _on_input_device(fn: Any) -> Any:
 
 
 @_on_input_device
-def _attend(
+def attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -494,7 +494,7 @@ def sageattn_qk_int8_pv_fp16_triton(
     config: Any = None,
 ) -> Any:
     """INT8 Q·Kᵀ, FP16 (or BF16) P·V with FP32 accumulation. Returns out, or (out, lse [B, H, N_q])."""
-    return _attend(
+    return attend(
         q,
         k,
         v,
@@ -536,7 +536,7 @@ def sageattn_qk_int8_pv_fp8_triton(
             f"pv_accum_dtype {pv_accum_dtype!r} is not offered; supported: {PV_ACCUM}",
             "pass pv_accum_dtype='fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
         )
-    return _attend(
+    return attend(
         q,
         k,
         v,
