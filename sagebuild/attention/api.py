@@ -679,7 +679,6 @@ def plan_record(
     }
 
 
-@_on_input_device
 def sageattn_varlen(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -696,6 +695,30 @@ def sageattn_varlen(
     config: Any = None,
 ) -> torch.Tensor:
     """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence)."""
+    return attend_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=is_causal,
+        sm_scale=sm_scale, smooth_k=smooth_k, qk_quant_gran=qk_quant_gran, pv=pv, config=config,
+    )  # fmt: skip
+
+
+@_on_input_device
+def attend_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    smooth_k: bool = True,
+    qk_quant_gran: str = "per_warp",
+    pv: str = "auto",
+    config: Any = None,
+) -> torch.Tensor:
+    """The varlen implementation entry point (custom ops and the public functions call it)."""
     q, k, v, cuq, cuk = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if qk_quant_gran not in GRANULARITIES:
         raise AttentionInputError(
