@@ -1,0 +1,57 @@
+"""The doctor's checks: each reads ``Facts`` and a ``Profile`` and returns a verdict with a fix.
+
+Adding a check is one decorated function in the module of its topic (or a new module imported
+below)::
+
+    @check("extension", "Built extension")
+    def check_extension(facts: Facts, profile: Profile) -> Verdict:
+        return ok("built for gfx1201") if ... else fail("not built", "sagebuild compile")
+
+The modules are imported in the order of the doctor's table.
+"""
+
+from __future__ import annotations
+
+# Importing a topic module registers its checks; this order is the order of the doctor's table.
+# isort: off
+from sagebuild.checks import interpreter, torch_stack, devices  # noqa: F401
+from sagebuild.checks import triton_stack, toolchain, environment  # noqa: F401
+
+# isort: on
+from sagebuild.checks.registry import (
+    REGISTRY,
+    STATUSES,
+    Check,
+    CheckFn,
+    Status,
+    Verdict,
+    check,
+    counts,
+    fail,
+    ok,
+    overall,
+    register,
+    run_checks,
+    skip,
+    warn,
+)
+from sagebuild.checks.summary import verdict
+
+__all__ = [
+    "REGISTRY",
+    "STATUSES",
+    "Check",
+    "CheckFn",
+    "Status",
+    "Verdict",
+    "check",
+    "counts",
+    "fail",
+    "ok",
+    "overall",
+    "register",
+    "run_checks",
+    "skip",
+    "verdict",
+    "warn",
+]

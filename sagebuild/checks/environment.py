@@ -1,0 +1,83 @@
+"""Checks on what else is installed or lying around: a conflicting sageattention, a shadowing
+source folder, and the extension `sagebuild compile` built."""
+
+from __future__ import annotations
+
+from sagebuild import archs
+from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+@check("sageattention-installed", "No conflicting sageattention")
+def check_sageattention_installed(facts: Facts, profile: Profile) -> Verdict:
+    c = facts.conflicts
+    if c.sageattention is None:
+        return ok("no `sageattention` distribution installed")
+    return warn(
+        f"sageattention {c.sageattention} is installed ({c.sageattention_location}): code that imports "
+        "`sageattention` gets that build, not sagebuild's kernels",
+        f"{facts.python.executable or 'python'} -m pip uninstall -y sageattention "
+        "(sagebuild offers `from sagebuild import sageattn` with the same signature)",
+    )
+
+
+@check("shadowing", "No shadowing source folder")
+def check_shadowing(facts: Facts, profile: Profile) -> Verdict:
+    sh = facts.conflicts.shadowing
+    if not sh:
+        return ok(f"no sageattention/ or sagebuild/ package folder in {facts.cwd}")
+    what = "; ".join(
+        f"./{s.name}/ shadows "
+        + (
+            f"the installed {s.name} at {s.installed_at}"
+            if s.installed_at
+            else f"the {s.name} import (not installed)"
+        )
+        for s in sh
+    )
+    return fail(
+        f'{what}: Python imports the folder in the working directory first (errors like "cannot '
+        "import name '_fused' from partially initialized module\")",
+        "run from another directory (cd ..), or rename the folder: "
+        + ", ".join(f"mv {s.name} {s.name}-src" for s in sh),
+    )
+
+
+# ---- the built extension ---------------------------------------------------------------------
+
+
+@check("extension", "Built extension")
+def check_extension(facts: Facts, profile: Profile) -> Verdict:
+    """What `sagebuild compile` built (xformers.info style), and whether it still fits."""
+    ext = facts.extension
+    if not facts.torch.importable:
+        return skip("torch is not importable")
+    compile_cmd = f"sagebuild compile --profile {profile.name}"
+    if not ext.built:
+        return skip(
+            f"not built yet in {ext.dir} (optional: attention quantizes with Triton unless asked for "
+            "quantization_backend='ext')",
+            compile_cmd,
+        )
+    info = ext.info or {}
+    t = info.get("torch", {})
+    summary = (
+        f"built {info.get('built_at', '?')} for {', '.join(info.get('archs') or ['cpu'])} "
+        f"(MAX_JOBS={info.get('jobs', '?')}, torch {t.get('version', '?')}, {info.get('seconds', '?')} s); "
+        f"sha256 {str(info.get('sha256', '?'))[:12]}…"
+    )
+    if not ext.sha256_ok:
+        return fail(
+            f"{summary}: the library in {ext.dir} is missing or changed since it was verified", compile_cmd
+        )
+    built_archs = set(info.get("archs") or [])
+    gpus = [a for a in facts.gpu_archs() if a in archs.ARCHS and archs.ARCHS[a].vendor == profile.vendor]
+    missing = [a for a in gpus if built_archs and a not in built_archs]
+    if missing:
+        return warn(
+            f"{summary}; this machine's {', '.join(missing)} is not in the build (the runtime falls back "
+            "to Triton's quantization for it)",
+            f"sagebuild compile --arch {','.join(sorted(built_archs | set(missing)))}",
+        )
+    return ok(summary)

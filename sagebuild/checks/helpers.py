@@ -1,0 +1,78 @@
+"""Small readers shared by the checks: versions against specifiers, the profile's index URL, facts."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+def leading_version(text: Optional[str]) -> Optional[Version]:
+    """``6.4.43482-0f2d60242`` → 6.4.43482; ``2.13.0+cpu`` → 2.13.0+cpu; junk → None."""
+    if not text:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        m = re.match(r"\d+(?:\.\d+)*", text.strip())
+        return Version(m.group(0)) if m else None
+
+
+def in_range(version: Optional[str], spec: str) -> Optional[bool]:
+    """Whether ``version`` satisfies ``spec`` ("" = anything); None when the version is unreadable."""
+    v = leading_version(version)
+    if v is None:
+        return None
+    try:
+        return SpecifierSet(spec).contains(v, prereleases=True)
+    except InvalidSpecifier:
+        return None
+
+
+def major_of(version: Optional[str]) -> Optional[int]:
+    v = leading_version(version)
+    return v.major if v is not None else None
+
+
+def index_url(profile: Profile) -> Optional[str]:
+    parts = shlex.split(profile.torch_install)
+    for i, p in enumerate(parts):
+        if p == "--index-url" and i + 1 < len(parts):
+            return parts[i + 1]
+        if p.startswith("--index-url="):
+            return p.split("=", 1)[1]
+    return None
+
+
+def platform_name(facts: Facts) -> str:
+    return {"2": "WSL2", "1": "WSL1"}.get(facts.system.wsl, "native Linux")
+
+
+def torch_ok(facts: Facts) -> bool:
+    return facts.torch.importable and facts.torch.build is not None
+
+
+def build_matches(facts: Facts, profile: Profile) -> bool:
+    return profile.vendor == "cpu" or facts.torch.build == profile.vendor
+
+
+_HIDE_VALUES = ("", "-1", "none", "void")
+_VISIBLE_VARS = {
+    "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    "cuda": ("CUDA_VISIBLE_DEVICES",),
+    "cpu": (),
+}
+
+
+def hiding_vars(facts: Facts, vendor: str) -> list[str]:
+    return [
+        v
+        for v in _VISIBLE_VARS.get(vendor, ())
+        if v in facts.env and facts.env[v].strip().lower() in _HIDE_VALUES
+    ]

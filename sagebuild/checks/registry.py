@@ -1,0 +1,132 @@
+"""The doctor's check registry: ``@check(id, title)`` declares a check once, helpers say its verdict.
+
+A check is a function of ``(Facts, Profile)`` that returns ``ok(...)``, ``warn(...)``,
+``fail(...)`` or ``skip(...)`` (or ``None`` to stay silent). The decorator adds the id and the
+title, so each is written once, and registers the function in import order, which is the order
+of the doctor's table. Checks never touch the system: everything they know comes from the probe.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+from typing import Callable, Literal, Optional, Union
+
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+Status = Literal["ok", "warn", "fail", "skip"]
+STATUSES: tuple[str, ...] = ("ok", "warn", "fail", "skip")
+
+
+@dataclass
+class Check:
+    """One verdict: what was checked, how it went, what was seen, and the exact fix."""
+
+    id: str
+    title: str
+    status: Status
+    detail: str
+    fix: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"check {self.id}: status must be one of {STATUSES}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Optional[str]]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A check's outcome before the decorator names it (status, what was seen, the fix)."""
+
+    status: Status
+    detail: str
+    fix: Optional[str] = None
+
+
+def ok(detail: str, fix: Optional[str] = None) -> Verdict:
+    return Verdict("ok", detail, fix)
+
+
+def warn(detail: str, fix: Optional[str] = None) -> Verdict:
+    return Verdict("warn", detail, fix)
+
+
+def fail(detail: str, fix: Optional[str] = None) -> Verdict:
+    return Verdict("fail", detail, fix)
+
+
+def skip(detail: str, fix: Optional[str] = None) -> Verdict:
+    return Verdict("skip", detail, fix)
+
+
+CheckFn = Callable[[Facts, Profile], Optional[Check]]
+REGISTRY: list[CheckFn] = []
+
+
+def register(fn: CheckFn) -> CheckFn:
+    """Add a function that returns a whole ``Check`` (usable as a decorator); returns it unchanged."""
+    REGISTRY.append(fn)
+    return fn
+
+
+def check(
+    check_id: str, title: str
+) -> Callable[[Callable[[Facts, Profile], Union[Verdict, Check, None]]], CheckFn]:
+    """Declare and register a check: the function returns ``ok/warn/fail/skip(...)`` or None."""
+    taken = {getattr(fn, "check_id", None) for fn in REGISTRY}
+    if check_id in taken:
+        raise ValueError(f"a doctor check with id {check_id!r} is already registered")
+
+    def decorate(fn: Callable[[Facts, Profile], Union[Verdict, Check, None]]) -> CheckFn:
+        @functools.wraps(fn)
+        def named(facts: Facts, profile: Profile) -> Optional[Check]:
+            result = fn(facts, profile)
+            if result is None or isinstance(result, Check):
+                return result
+            return Check(check_id, title, result.status, result.detail, result.fix)
+
+        named.check_id = check_id  # type: ignore[attr-defined]
+        named.title = title  # type: ignore[attr-defined]
+        return register(named)
+
+    return decorate
+
+
+def _identity(fn: CheckFn) -> tuple[str, str]:
+    """The id and title a check reports under, also when it raised before saying so."""
+    name = getattr(fn, "__name__", "check").removeprefix("check_").replace("_", "-")
+    return getattr(fn, "check_id", name), getattr(fn, "title", name)
+
+
+def run_checks(facts: Facts, profile: Profile, registry: Optional[list[CheckFn]] = None) -> list[Check]:
+    """Run every registered check in order. A check that raises is reported, not propagated."""
+    out: list[Check] = []
+    for fn in REGISTRY if registry is None else registry:
+        try:
+            result = fn(facts, profile)
+        except Exception as e:  # a bug in one check must not hide the others
+            check_id, title = _identity(fn)
+            result = Check(
+                check_id,
+                title,
+                "warn",
+                f"the check itself failed: {type(e).__name__}: {e}",
+                "report this as a sagebuild bug, with `sagebuild doctor --json`",
+            )
+        if result is not None:
+            out.append(result)
+    return out
+
+
+def overall(checks: list[Check]) -> str:
+    """``fail`` if any check failed, else ``warn`` if any warned, else ``ok``."""
+    statuses = {c.status for c in checks}
+    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
+
+
+def counts(checks: list[Check]) -> dict[str, int]:
+    """How many checks ended in each status, in ``STATUSES`` order."""
+    return {s: sum(1 for c in checks if c.status == s) for s in STATUSES}

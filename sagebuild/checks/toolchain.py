@@ -1,0 +1,140 @@
+"""Checks on what a build needs: compilers matching torch, ninja, memory, jobs and disk."""
+
+from __future__ import annotations
+
+from sagebuild.checks.helpers import major_of, torch_ok
+from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+@check("nvcc", "nvcc matches torch's CUDA major")
+def check_nvcc(facts: Facts, profile: Profile) -> Verdict:
+    t, nvcc = facts.torch, facts.tool("nvcc")
+    if not torch_ok(facts) or t.build != "cuda":
+        return skip("torch is not a CUDA build: nvcc is not used")
+    if not nvcc.present:
+        return warn(
+            "no nvcc: the C++ quantization extension cannot be built (the Triton kernels need none)",
+            f"install the CUDA {major_of(t.cuda)} toolkit (e.g. apt install cuda-toolkit-"
+            f"{(t.cuda or '12.0').replace('.', '-')}) and export CUDA_HOME=/usr/local/cuda-{t.cuda}",
+        )
+    have, want = major_of(nvcc.version), major_of(t.cuda)
+    if have is not None and have == want:
+        return ok(f"nvcc {nvcc.version} ({nvcc.path}), torch CUDA {t.cuda}")
+    return fail(
+        f"nvcc {nvcc.version} ({nvcc.path}) but torch is built with CUDA {t.cuda}: the extension "
+        "fails to build or load with a mismatched major",
+        f"export CUDA_HOME=/usr/local/cuda-{t.cuda} PATH=/usr/local/cuda-{t.cuda}/bin:$PATH "
+        f"(install that toolkit if missing), or install the torch built for CUDA {have}",
+    )
+
+
+@check("hipcc", "hipcc matches torch's HIP major")
+def check_hipcc(facts: Facts, profile: Profile) -> Verdict:
+    t, hipcc = facts.torch, facts.tool("hipcc")
+    if not torch_ok(facts) or t.build != "rocm":
+        return skip("torch is not a ROCm build: hipcc is not used")
+    if not hipcc.present:
+        return warn(
+            "no hipcc: the C++ quantization extension cannot be built (the Triton kernels need no SDK)",
+            f"install ROCm {t.hip and '.'.join(t.hip.split('.')[:2])}'s hipcc (sudo apt install "
+            "rocm-hip-sdk from repo.radeon.com) and export ROCM_HOME=/opt/rocm",
+        )
+    have, want = major_of(hipcc.version), major_of(t.hip)
+    if have is not None and have == want:
+        return ok(f"hipcc HIP {hipcc.version} ({hipcc.path}), torch HIP {t.hip}")
+    return fail(
+        f"hipcc is HIP {hipcc.version} ({hipcc.path}) but torch is built with HIP {t.hip}",
+        f"export ROCM_HOME=/opt/rocm-{'.'.join((t.hip or '').split('.')[:2])} (a ROCm of torch's "
+        "major), or remove the old hipcc from PATH",
+    )
+
+
+@check("cxx", "C++ compiler present")
+def check_cxx(facts: Facts, profile: Profile) -> Verdict:
+    cxx = facts.tool("c++")
+    if cxx.present and not cxx.error:
+        return ok(f"{cxx.version} ({cxx.path})")
+    if cxx.present:
+        return fail(f"{cxx.path} does not run: {cxx.error}", "sudo apt install --reinstall build-essential")
+    return fail(
+        "no c++/g++/clang++ on PATH: the extension cannot be built and Triton cannot compile its launcher",
+        "sudo apt install build-essential",
+    )
+
+
+@check("ninja", "ninja present")
+def check_ninja(facts: Facts, profile: Profile) -> Verdict:
+    ninja = facts.tool("ninja")
+    if ninja.present and not ninja.error:
+        return ok(f"ninja {ninja.version} ({ninja.path})")
+    return fail(
+        "ninja not found on PATH: torch's extension builder needs it (without it builds are serial "
+        "and slow, or fail)"
+        if not ninja.present
+        else f"{ninja.path} does not run: {ninja.error}",
+        f"{facts.python.executable or 'python'} -m pip install ninja",
+    )
+
+
+@check("build-memory", "Memory for a build")
+def check_build_memory(facts: Facts, profile: Profile) -> Verdict:
+    s, b = facts.system, profile.build
+    if s.mem_total_gb is None:
+        return skip("memory size unknown (no proc/meminfo under the root)")
+    wsl_fix = (
+        "raise the WSL VM's memory: in %UserProfile%\\.wslconfig set [wsl2] memory=16GB, then "
+        "`wsl --shutdown` in PowerShell"
+    )
+    if s.mem_total_gb < b.min_mem_gb:
+        return fail(
+            f"{s.mem_total_gb:.1f} GB RAM, profile {profile.name} needs {b.min_mem_gb:g} GB to build",
+            wsl_fix
+            if s.wsl == "2"
+            else f"add swap (sudo fallocate -l {int(b.min_mem_gb)}G /swapfile && sudo mkswap /swapfile && "
+            "sudo swapon /swapfile) or build on a larger machine",
+        )
+    avail = s.mem_available_gb if s.mem_available_gb is not None else s.mem_total_gb
+    if avail < b.mem_per_job_gb:
+        return warn(
+            f"{avail:.1f} GB free of {s.mem_total_gb:.1f} GB, one compile job takes "
+            f"~{b.mem_per_job_gb:g} GB: the build will swap or be killed",
+            "close memory-hungry programs and build with MAX_JOBS=1"
+            + (f"; or {wsl_fix}" if s.wsl == "2" else ""),
+        )
+    jobs = max(1, min(b.max_jobs, int(avail // b.mem_per_job_gb)))
+    return ok(f"{avail:.1f} GB free of {s.mem_total_gb:.1f} GB: room for ~{jobs} compile jobs")
+
+
+@check("max-jobs", "MAX_JOBS fits memory")
+def check_max_jobs(facts: Facts, profile: Profile) -> Verdict:
+    val = facts.env.get("MAX_JOBS")
+    if val is None:
+        return ok("MAX_JOBS not set: sagebuild compile picks it from free memory")
+    if not val.strip().isdigit() or int(val) < 1:
+        return fail(f"MAX_JOBS={val!r} is not a positive integer", "export MAX_JOBS=2 (or unset MAX_JOBS)")
+    avail = facts.system.mem_available_gb
+    need = int(val) * profile.build.mem_per_job_gb
+    if avail is not None and need > avail:
+        fit = max(1, int(avail // profile.build.mem_per_job_gb))
+        return warn(
+            f"MAX_JOBS={val} × ~{profile.build.mem_per_job_gb:g} GB per job > {avail:.1f} GB free: the "
+            "machine can freeze while compiling",
+            f"export MAX_JOBS={fit}",
+        )
+    return ok(f"MAX_JOBS={val}")
+
+
+@check("build-disk", "Free disk for a build")
+def check_build_disk(facts: Facts, profile: Profile) -> Verdict:
+    free = facts.system.disk_free_gb
+    need = profile.build.min_free_disk_gb
+    if free is None:
+        return skip("free disk unknown")
+    if free >= need:
+        return ok(f"{free:.1f} GB free at {facts.system.disk_path}")
+    return fail(
+        f"{free:.1f} GB free at {facts.system.disk_path}, a build needs {need:g} GB",
+        f"free at least {need - free:.1f} GB there (e.g. `pip cache purge`, remove old venvs)",
+    )

@@ -1,0 +1,117 @@
+"""Checks on torch: importable, the profile's build and versions, and a GPU it can see."""
+
+from __future__ import annotations
+
+from sagebuild.checks.helpers import build_matches, hiding_vars, in_range, torch_ok
+from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+@check("torch-import", "torch importable")
+def check_torch_import(facts: Facts, profile: Profile) -> Verdict:
+    t = facts.torch
+    if t.importable:
+        return ok(f"torch {t.version} ({t.build} build) in {t.seconds or '?'} s")
+    err = t.error or "unknown error"
+    if "killed by" in err or "did not finish" in err:
+        fix = (
+            f"reinstall torch: {profile.torch_install}; if it persists, run "
+            f"`{facts.python.executable} -c 'import torch'` to see where it crashes"
+        )
+    else:
+        fix = profile.torch_install
+    return fail(f"import torch failed: {err}", fix)
+
+
+@check("torch-build", "torch build matches the profile")
+def check_torch_build(facts: Facts, profile: Profile) -> Verdict:
+    t = facts.torch
+    if not torch_ok(facts):
+        return skip("torch is not importable (see torch-import)")
+    if profile.vendor == "cpu":
+        return ok(f"{t.build} build of torch {t.version}; the cpu profile runs on any")
+    if t.build == profile.vendor:
+        extra = f"HIP {t.hip}" if t.build == "rocm" else f"CUDA {t.cuda}"
+        return ok(f"torch {t.version} is a {t.build} build ({extra})")
+    want = {"rocm": "ROCm", "cuda": "CUDA"}[profile.vendor]
+    why = (
+        " (a plain `pip install torch` replaces the ROCm build with a CPU/CUDA one)"
+        if profile.vendor == "rocm"
+        else ""
+    )
+    return fail(
+        f"torch {t.version} is a {t.build} build, profile {profile.name} needs a {want} build{why}",
+        profile.torch_install,
+    )
+
+
+@check("torch-version", "torch version in the profile's range")
+def check_torch_version(facts: Facts, profile: Profile) -> Verdict:
+    t = facts.torch
+    if not torch_ok(facts):
+        return skip("torch is not importable (see torch-import)")
+    fits = in_range(t.version, profile.versions.torch)
+    if fits is None:
+        return warn(f"cannot read torch's version {t.version!r}", profile.torch_install)
+    if fits:
+        return ok(f"torch {t.version} satisfies '{profile.versions.torch or 'any'}'")
+    return fail(
+        f"torch {t.version} is outside {profile.name}'s range '{profile.versions.torch}'",
+        profile.torch_install,
+    )
+
+
+@check("gpu-runtime-version", "HIP/CUDA version in the profile's range")
+def check_gpu_runtime_version(facts: Facts, profile: Profile) -> Verdict:
+    t = facts.torch
+    if profile.vendor == "cpu":
+        return skip("the cpu profile needs no GPU runtime")
+    if not torch_ok(facts) or not build_matches(facts, profile):
+        return skip("no matching torch build (see torch-build)")
+    name, have, spec = (
+        ("HIP", t.hip, profile.versions.hip)
+        if profile.vendor == "rocm"
+        else ("CUDA", t.cuda, profile.versions.cuda)
+    )
+    fits = in_range(have, spec)
+    if fits:
+        return ok(f"torch's {name} {have} satisfies '{spec or 'any'}'")
+    return fail(
+        f"torch is built with {name} {have}, profile {profile.name} needs '{spec}'", profile.torch_install
+    )
+
+
+@check("gpu-visible", "GPU visible to torch")
+def check_gpu_visible(facts: Facts, profile: Profile) -> Verdict:
+    t = facts.torch
+    if profile.vendor == "cpu":
+        return skip("the cpu profile needs no GPU")
+    if not torch_ok(facts) or not build_matches(facts, profile):
+        return skip("no matching torch build (see torch-build)")
+    if t.cuda_available and t.devices:
+        names = ", ".join(f"{d.index}: {d.name} ({d.arch})" for d in t.devices)
+        return ok(names)
+    hidden = hiding_vars(facts, profile.vendor)
+    detail = "torch.cuda.is_available() is False" + (f" ({t.error})" if t.error else "")
+    if hidden:
+        return fail(
+            f"{detail}; {', '.join(f'{v}={facts.env[v]!r}' for v in hidden)} hides every GPU",
+            "unset " + " ".join(hidden),
+        )
+    if profile.vendor == "rocm" and facts.system.wsl == "2":
+        fix = (
+            "update the AMD Adrenalin driver on Windows, run `wsl --update` and `wsl --shutdown` in "
+            "PowerShell; with ROCm >= 7.1 (librocdxg) also export HSA_ENABLE_DXG_DETECTION=1"
+        )
+    elif profile.vendor == "rocm":
+        fix = (
+            "sudo usermod -aG render,video $USER, log out and in again, and check `ls -l /dev/kfd "
+            "/dev/dri` (install the amdgpu driver with `sudo amdgpu-install --usecase=dkms` if missing)"
+        )
+    else:
+        fix = (
+            "make `nvidia-smi` work: install the NVIDIA driver (on WSL2 the Windows one); in a container "
+            "run with --gpus all"
+        )
+    return fail(detail, fix)

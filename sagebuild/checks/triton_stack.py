@@ -1,0 +1,91 @@
+"""Checks on Triton: importable, the version torch pins, the profile's range."""
+
+from __future__ import annotations
+
+from sagebuild.checks.helpers import in_range, index_url, torch_ok
+from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+def _triton_fix(facts: Facts, profile: Profile) -> str:
+    tri = facts.torch.triton
+    if tri.torch_requirement:
+        from packaging.requirements import Requirement
+
+        req = Requirement(tri.torch_requirement)
+        line = f"pip install '{req.name}{req.specifier}'"
+        if req.name.startswith("pytorch-triton") and index_url(profile):
+            line += f" --index-url {index_url(profile)}"
+        others = [d for d in tri.distributions if d != req.name]
+        return (f"pip uninstall -y {' '.join(others)} && " if others else "") + line
+    if profile.vendor == "rocm" and index_url(profile):
+        return f"pip install pytorch-triton-rocm --index-url {index_url(profile)}"
+    return "pip install triton"
+
+
+@check("triton-import", "Triton importable")
+def check_triton_import(facts: Facts, profile: Profile) -> Verdict:
+    tri = facts.torch.triton
+    if facts.torch.error and not facts.torch.importable and not tri.distributions and not tri.error:
+        return skip("the interpreter could not be probed (see torch-import)")
+    if tri.importable:
+        return ok(f"triton {tri.version} from distribution {tri.distribution or '?'}")
+    status = "warn" if profile.vendor == "cpu" else "fail"
+    return Verdict(
+        status,
+        f"import triton failed: {tri.error or 'not installed'}"
+        + (" (the cpu profile uses it only for the interpreter tests)" if status == "warn" else ""),
+        _triton_fix(facts, profile),
+    )
+
+
+@check("triton-pin", "Triton satisfies torch's pin")
+def check_triton_pin(facts: Facts, profile: Profile) -> Verdict:
+    tri = facts.torch.triton
+    if not torch_ok(facts):
+        return skip("torch is not importable (see torch-import)")
+    if tri.torch_requirement is None:
+        return skip(
+            f"torch {facts.torch.version} declares no Triton requirement (CPU wheels do not); "
+            "nothing to compare"
+        )
+    if tri.requirement_applies is False:
+        return skip(f"torch's requirement '{tri.torch_requirement}' does not apply here (markers)")
+    if tri.satisfied:
+        extra = [d for d in tri.distributions if d != tri.distribution]
+        if extra:
+            return warn(
+                f"{tri.distribution} {tri.distribution_version} satisfies '{tri.torch_requirement}', "
+                f"but {', '.join(extra)} also installs the `triton` module: whichever was installed "
+                "last wins",
+                f"pip uninstall -y {' '.join(extra)}",
+            )
+        return ok(f"{tri.distribution} {tri.distribution_version} satisfies '{tri.torch_requirement}'")
+    if tri.satisfied is None:
+        return warn(
+            f"cannot read the version of {tri.distribution} to compare with '{tri.torch_requirement}'",
+            _triton_fix(facts, profile),
+        )
+    have = f"{tri.distribution} {tri.distribution_version}" if tri.distribution else "no distribution"
+    return fail(
+        f"torch {facts.torch.version} requires '{tri.torch_requirement}'; `import triton` comes from {have}",
+        _triton_fix(facts, profile),
+    )
+
+
+@check("triton-version", "Triton version in the profile's range")
+def check_triton_version(facts: Facts, profile: Profile) -> Verdict:
+    tri = facts.torch.triton
+    version = tri.version or tri.distribution_version
+    if not profile.versions.triton:
+        return skip(f"profile {profile.name} sets no Triton range")
+    if version is None:
+        return skip("Triton is not installed (see triton-import)")
+    fits = in_range(version, profile.versions.triton)
+    if fits:
+        return ok(f"triton {version} satisfies '{profile.versions.triton}'")
+    return fail(
+        f"triton {version} is outside {profile.name}'s range '{profile.versions.triton}'",
+        f"install the torch the profile names (it brings its Triton): {profile.torch_install}",
+    )
