@@ -11,10 +11,13 @@ from typing import Any
 from sagebuild._version import __version__
 
 _LAZY = {
-    "sageattn": "sagebuild.attention",
+    "sageattn": "sagebuild.attention",  # sagebuild.attention.functions, upstream's API
     "sageattn_varlen": "sagebuild.attention",
     "sageattn_qk_int8_pv_fp16_triton": "sagebuild.attention",
     "sageattn_qk_int8_pv_fp8_triton": "sagebuild.attention",
+    "sageattn_qk_int8_pv_fp16_cuda": "sagebuild.attention",
+    "sageattn_qk_int8_pv_fp8_cuda": "sagebuild.attention",
+    "sageattn_qk_int8_pv_fp8_cuda_sm90": "sagebuild.attention",
     "GraphedAttention": "sagebuild.attention",
     "patch_sdpa": "sagebuild.patch",
     "patch_stats": "sagebuild.patch",

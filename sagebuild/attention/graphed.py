@@ -51,7 +51,7 @@ class GraphedAttention:
         warmup: int = 2,
         **kwargs: Any,
     ) -> None:
-        from sagebuild.attention.api import sageattn
+        from sagebuild.attention.functions import sageattn
 
         self.fn = fn or sageattn
         self.kwargs = kwargs

@@ -1,0 +1,336 @@
+"""The public attention API: upstream SageAttention 2.2.0's six functions, exactly, over our kernels.
+
+Same names, positional order, defaults and trailing ``**kwargs`` as upstream's
+``sageattention/core.py``, so code written for upstream runs unchanged (diffusers, ComfyUI,
+KJNodes, WanVideoWrapper). Every value upstream accepts is accepted and mapped to our nearest
+kernel of equal or better accuracy: docs/kernels.md, "Upstream API mapping", is that table, and
+``_GRANULARITY`` / ``_BACKEND`` / ``_fp8_accum`` below are its code. Keywords upstream ignores are
+ignored, except a non-None ``attn_mask`` and ``dropout_p > 0``: those calls run torch's SDPA
+exactly, with a one-time warning saying why (``masked``), never dropping the mask.
+
+sagebuild's own keywords ride along as keywords: ``qk_quant_gran`` ("per_warp" | "per_block"),
+``config`` (a launch config), ``quantization_backend="ext"`` (the C++ extension's quantization
+ops), varlen's ``pv`` ("auto" | "fp16" | "fp8"), and ``sageattn``'s ``pv_accum_dtype``.
+
+The ``_cuda`` names are names: on every GPU (ROCm included) they run our Triton kernels.
+
+Under ``torch.compile`` every call is one custom op (``ops``): no graph break.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from sagebuild.attention import ops
+from sagebuild.attention.validate import AttentionInputError
+
+# upstream value -> ours. Upstream's per-thread scales (one per MMA fragment row group) are finer
+# than anything we have; our finest is one scale per warp's slice of a Q block.
+_GRANULARITY = {"per_thread": "per_warp", "per_warp": "per_warp", "per_block": "per_block"}
+# upstream's "cuda" quantization kernels -> ours (Triton, or fused into the attention kernel)
+_BACKEND = {"triton": "triton", "cuda": "auto", "auto": "auto", "ext": "ext"}
+# every P·V accumulation name upstream's functions take, across them
+_ACCUM_NAMES = ("fp32", "fp32+fp32", "fp32+fp16", "fp16+fp32", "fp16")
+
+# Eager calls skip the op layer (torch.library's dispatch costs host time at small shapes); traced
+# calls always take it. ``tests/test_compile_ops_gpu.py`` measures the difference.
+ALWAYS_OPS = False
+
+
+def _gran(value: Any) -> str:
+    if value not in _GRANULARITY:
+        raise AttentionInputError(
+            f"qk_quant_gran must be one of {sorted(_GRANULARITY)}, got {value!r}",
+            "pass 'per_thread' or 'per_warp' (both run our finest, per-warp scales) or 'per_block'",
+        )
+    return _GRANULARITY[value]
+
+
+def _backend(value: Any) -> str:
+    if value not in _BACKEND:
+        raise AttentionInputError(
+            f"quantization_backend must be one of {sorted(_BACKEND)}, got {value!r}",
+            "pass 'triton' or 'cuda' (both run our quantization kernels), or 'ext' for the C++ extension",
+        )
+    return _BACKEND[value]
+
+
+def _fp8_accum(value: Any) -> str:
+    """FP8 P·V accumulation: "fp32" (the MMA accumulates across key tiles, as upstream's "fp32"),
+    anything else two-level FP32 ("fp32+fp32": each tile's P·V added into an FP32 buffer), which is
+    at least as accurate as upstream's "fp32+fp16" and the FP16 ones."""
+    if value not in _ACCUM_NAMES:
+        raise AttentionInputError(
+            f"pv_accum_dtype must be one of {list(_ACCUM_NAMES)}, got {value!r}",
+            "pass 'fp32+fp32' (two-level, accurate) or 'fp32' (MMA-accumulated)",
+        )
+    return "fp32" if value == "fp32" else "fp32+fp32"
+
+
+def _config(value: Any) -> Optional[str]:
+    """A launch config as the ops take it: the string ``configs.parse_config`` reads."""
+    if value is None or isinstance(value, str):
+        return value
+    spec = getattr(value, "spec", None)
+    if callable(spec):
+        return spec()
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(x) for x in value)
+    raise AttentionInputError(
+        f"config must be a LaunchConfig, a tuple or a string like '128,64,8,3', got {type(value).__name__}",
+        "pass config='BLOCK_M,BLOCK_N,num_warps,num_stages' or leave it unset",
+    )
+
+
+def _use_ops() -> bool:
+    return ALWAYS_OPS or torch.compiler.is_compiling()
+
+
+def _dense(
+    where: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    tensor_layout: str,
+    is_causal: bool,
+    sm_scale: Optional[float],
+    return_lse: bool,
+    qk_quant_gran: str,
+    smooth_k: bool,
+    pv: str,
+    pv_accum: str,
+    quantization_backend: str,
+    config: Optional[str],
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+) -> Any:
+    """Every dense public function ends here: masks and dropout to ``masked``, the rest to the kernels."""
+    if attn_mask is not None or dropout_p:
+        if _use_ops():
+            out, lse = ops.attention_ref(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal),
+                                         sm_scale, bool(return_lse), where)  # fmt: skip
+        else:
+            out, lse = ops.run_reference(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal),
+                                         sm_scale, bool(return_lse), where)  # fmt: skip
+        return (out, lse) if return_lse else out
+    args = (q, k, v, tensor_layout, bool(is_causal), sm_scale, qk_quant_gran, bool(smooth_k), pv, pv_accum,
+            quantization_backend, config)  # fmt: skip
+    if _use_ops():
+        return ops.attention_lse(*args) if return_lse else ops.attention(*args)
+    return ops.run_dense(*args, bool(return_lse))
+
+
+def _extras(kwargs: dict[str, Any], **defaults: Any) -> dict[str, Any]:
+    """sagebuild's own keywords out of ``**kwargs`` (with defaults); everything else stays ignored."""
+    return {name: kwargs.get(name, default) for name, default in defaults.items()}
+
+
+def sageattn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Quantized attention with the variant measured best for this GPU, head dim and key count.
+
+    As upstream's, K is always smoothed (a ``smooth_k`` keyword is ignored). Returns out, or
+    (out, lse [B, H_q, N_q] float32, natural log) with ``return_lse``.
+    """
+    x = _extras(kwargs, qk_quant_gran="per_warp", quantization_backend="auto", pv_accum_dtype=None,
+                config=None, attn_mask=None, dropout_p=0.0)  # fmt: skip
+    accum = "auto" if x["pv_accum_dtype"] is None else _fp8_accum(x["pv_accum_dtype"])
+    return _dense(
+        "sageattn", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
+        return_lse=return_lse, qk_quant_gran=_gran(x["qk_quant_gran"]), smooth_k=True, pv="auto",
+        pv_accum=accum, quantization_backend=_backend(x["quantization_backend"]), config=_config(x["config"]),
+        attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
+    )  # fmt: skip
+
+
+def sageattn_qk_int8_pv_fp16_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    quantization_backend: str = "triton",
+    is_causal: bool = False,
+    attn_mask: Optional[torch.Tensor] = None,
+    sm_scale: Optional[float] = None,
+    smooth_k: bool = True,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """INT8 Q·Kᵀ, FP16 (or BF16) P·V with FP32 accumulation. Returns out, or (out, lse)."""
+    x = _extras(kwargs, qk_quant_gran="per_warp", config=None, dropout_p=0.0)
+    return _dense(
+        "sageattn_qk_int8_pv_fp16_triton", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal,
+        sm_scale=sm_scale, return_lse=return_lse, qk_quant_gran=_gran(x["qk_quant_gran"]), smooth_k=smooth_k,
+        pv="fp16", pv_accum="fp32+fp32", quantization_backend=_backend(quantization_backend),
+        config=_config(x["config"]), attn_mask=attn_mask, dropout_p=x["dropout_p"],
+    )  # fmt: skip
+
+
+def sageattn_qk_int8_pv_fp8_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    qk_quant_gran: str = "per_warp",
+    smooth_k: bool = True,
+    return_lse: bool = False,
+    quantization_backend: str = "auto",
+    pv_accum_dtype: str = "fp32+fp32",
+    config: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """INT8 Q·Kᵀ, FP8 E4M3 P·V (sagebuild's own name; upstream has none). Returns out, or (out, lse).
+
+    ``pv_accum_dtype``: "fp32+fp32" (default) adds each key tile's P·V, from a fresh MMA
+    accumulator, into an FP32 buffer; "fp32" lets the FP8 MMA accumulate across all key tiles
+    (fewer instructions; long sequences lose some accuracy: docs/kernels.md has the bounds).
+    A GPU without FP8 matrix units gets a clear error (``sageattn_qk_int8_pv_fp8_cuda`` instead
+    runs FP16 P·V there).
+    """
+    x = _extras(kwargs, attn_mask=None, dropout_p=0.0)
+    return _dense(
+        "sageattn_qk_int8_pv_fp8_triton", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal,
+        sm_scale=sm_scale, return_lse=return_lse, qk_quant_gran=_gran(qk_quant_gran), smooth_k=smooth_k,
+        pv="fp8", pv_accum=_fp8_accum(pv_accum_dtype), quantization_backend=_backend(quantization_backend),
+        config=_config(config), attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
+    )  # fmt: skip
+
+
+def _cuda_named(
+    where: str, pv: str, q: Any, k: Any, v: Any, tensor_layout: str, is_causal: bool, qk_quant_gran: str,
+    sm_scale: Optional[float], pv_accum_dtype: str, smooth_k: bool, return_lse: bool, kwargs: dict[str, Any],
+) -> Any:  # fmt: skip
+    """Upstream's CUDA-kernel names on our kernels. ``smooth_v`` is accepted and has nothing to do:
+    upstream smooths V only to protect FP16 accumulation, and ours always accumulates in FP32."""
+    x = _extras(kwargs, quantization_backend="auto", config=None, attn_mask=None, dropout_p=0.0)
+    accum = _fp8_accum(pv_accum_dtype)  # validates the name for either P·V
+    if pv == "fp16":
+        accum = "fp32+fp32"  # FP16 P·V always accumulates in FP32
+    return _dense(
+        where, q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
+        return_lse=return_lse, qk_quant_gran=_gran(qk_quant_gran), smooth_k=smooth_k, pv=pv, pv_accum=accum,
+        quantization_backend=_backend(x["quantization_backend"]), config=_config(x["config"]),
+        attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
+    )  # fmt: skip
+
+
+def sageattn_qk_int8_pv_fp16_cuda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    qk_quant_gran: str = "per_thread",
+    sm_scale: Optional[float] = None,
+    pv_accum_dtype: str = "fp32",
+    smooth_k: bool = True,
+    smooth_v: bool = False,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Upstream's name for INT8 Q·Kᵀ, FP16 P·V: our FP16 P·V kernel, FP32 accumulation whatever
+    ``pv_accum_dtype`` says ("fp16", "fp16+fp32" or "fp32"). Returns out, or (out, lse)."""
+    return _cuda_named("sageattn_qk_int8_pv_fp16_cuda", "fp16", q, k, v, tensor_layout, is_causal,
+                       qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)  # fmt: skip
+
+
+def sageattn_qk_int8_pv_fp8_cuda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    qk_quant_gran: str = "per_thread",
+    sm_scale: Optional[float] = None,
+    pv_accum_dtype: str = "fp32+fp16",
+    smooth_k: bool = True,
+    smooth_v: bool = False,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Upstream's name for INT8 Q·Kᵀ, FP8 P·V: our FP8 kernel ("fp32" accumulates in the MMA,
+    every other name two-level FP32); FP16 P·V on a GPU without FP8 matrix units."""
+    return _cuda_named("sageattn_qk_int8_pv_fp8_cuda", "prefer_fp8", q, k, v, tensor_layout, is_causal,
+                       qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)  # fmt: skip
+
+
+def sageattn_qk_int8_pv_fp8_cuda_sm90(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tensor_layout: str = "HND",
+    is_causal: bool = False,
+    qk_quant_gran: str = "per_thread",
+    sm_scale: Optional[float] = None,
+    pv_accum_dtype: str = "fp32+fp32",
+    smooth_k: bool = True,
+    return_lse: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Upstream's Hopper name: the same kernels as ``sageattn_qk_int8_pv_fp8_cuda`` (on Hopper our
+    dispatch takes the warp-specialised kernel where it serves), on any GPU."""
+    return _cuda_named("sageattn_qk_int8_pv_fp8_cuda_sm90", "prefer_fp8", q, k, v, tensor_layout, is_causal,
+                       qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)  # fmt: skip
+
+
+def sageattn_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    is_causal: bool = False,
+    sm_scale: Optional[float] = None,
+    smooth_k: bool = True,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence).
+
+    sagebuild's keywords: ``qk_quant_gran``, ``pv`` ("auto": the device's default variant,
+    "fp16", "fp8"), ``config``. ``dropout_p > 0`` runs SDPA per sequence (warned once); a mask
+    has no meaning here (pass the sequences' lengths instead) and is refused.
+    """
+    x = _extras(kwargs, qk_quant_gran="per_warp", pv="auto", config=None, attn_mask=None, dropout_p=0.0)
+    if x["attn_mask"] is not None:
+        raise AttentionInputError(
+            "sageattn_varlen got an attn_mask; packed sequences are masked by their lengths",
+            "drop attn_mask and pass each sequence's extent in cu_seqlens_q / cu_seqlens_k",
+        )
+    if x["dropout_p"]:
+        reason = ops.masked.route(None, float(x["dropout_p"]))
+        ops.masked.warn_once(str(reason), "sageattn_varlen")
+        return ops.masked.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
+                                           bool(is_causal), sm_scale)  # fmt: skip
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(is_causal), sm_scale,
+            bool(smooth_k), _gran(x["qk_quant_gran"]), x["pv"], _config(x["config"]))  # fmt: skip
+    if _use_ops():
+        return ops.attention_varlen(*args)
+    return ops.run_varlen(*args)
+
+
+# upstream's six public names, in the order diffusers imports them
+UPSTREAM_NAMES = (
+    "sageattn",
+    "sageattn_qk_int8_pv_fp8_cuda",
+    "sageattn_qk_int8_pv_fp8_cuda_sm90",
+    "sageattn_qk_int8_pv_fp16_cuda",
+    "sageattn_qk_int8_pv_fp16_triton",
+    "sageattn_varlen",
+)
+
+__all__ = [*UPSTREAM_NAMES, "UPSTREAM_NAMES", "sageattn_qk_int8_pv_fp8_triton"]
