@@ -43,17 +43,22 @@ class Arch:
 
 
 _WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
+_WMMA_FP8 = r"v_wmma_f32_16x16x16_fp8_fp8"  # RDNA4's OCP e4m3 WMMA (fp32 accumulator)
 _MFMA_I8 = r"v_mfma_i32_\w+i8"
+# RDNA4's P·V default and its basis (issue 38; docs/kernels.md "FP8 P·V on RDNA4"):
+_RDNA4_PV = "fp16 (ISA): FP8's 2x WMMA saves 128 cycles per tile, its software P->e4m3 costs 483 VALU"
 _MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col(\.satfinite)?\.s32\.s8\.s8\.s32"
 _MMA_E4M3 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32"
 _WGMMA_S8 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.s32\.s8\.s8"
 _WGMMA_E4M3 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.e4m3\.e4m3"
 
+# fmt: off
 _ROWS = [
     # AMD: RDNA (wave32) and CDNA (wave64)
     Arch("gfx1201", "rocm", "RDNA4", "RX 9070 XT / 9070 / 9070 GRE, Radeon AI PRO R9700",
-         "fp16", "float8_e4m3fn", 32, _WMMA_I8, None),
-    Arch("gfx1200", "rocm", "RDNA4", "RX 9060 XT / 9060", "fp16", "float8_e4m3fn", 32, _WMMA_I8, None),
+         "fp16", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV),
+    Arch("gfx1200", "rocm", "RDNA4", "RX 9060 XT / 9060",
+         "fp16", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV),
     Arch("gfx1100", "rocm", "RDNA3", "RX 7900 XTX / XT / GRE, Radeon PRO W7900",
          "fp16", None, 32, _WMMA_I8, None, "no FP8 matrix units: FP8 would be emulated"),
     Arch("gfx1101", "rocm", "RDNA3", "RX 7800 XT / 7700 XT", "fp16", None, 32, _WMMA_I8, None),
@@ -79,6 +84,7 @@ _ROWS = [
     Arch("sm120", "cuda", "Blackwell", "RTX 50xx / RTX PRO 6000",
          "fp8", "float8_e4m3fn", 32, _MMA_S8, _MMA_E4M3),
 ]
+# fmt: on
 
 ARCHS: dict[str, Arch] = {a.name: a for a in _ROWS}
 
@@ -107,9 +113,7 @@ def get(name: str) -> Arch:
     """The table row for ``name`` (any accepted spelling) or a clear error listing what is known."""
     key = normalize(name)
     if key not in ARCHS:
-        raise UnknownArchError(
-            f"unknown GPU arch {name!r}; known: {', '.join(ARCHS)}"
-        )
+        raise UnknownArchError(f"unknown GPU arch {name!r}; known: {', '.join(ARCHS)}")
     return ARCHS[key]
 
 
@@ -139,8 +143,3 @@ def pv_path(name: str) -> str:
             f"use torch.nn.functional.scaled_dot_product_attention on this GPU"
         )
     return arch.pv
-
-
-def family_archs(family: str) -> list[str]:
-    """All arch names of one family (``RDNA4`` → gfx1201, gfx1200)."""
-    return [a.name for a in _ROWS if a.family.lower() == family.lower()]

@@ -1,0 +1,159 @@
+"""Counting an AMD kernel's instructions in its AMDGCN assembly (``kernel.asm["amdgcn"]``).
+
+What ``aot.sass_loops`` is for NVIDIA's SASS: without an AMD GPU, the ISA is the evidence of what
+a kernel costs. Per kernel: registers and spills (the metadata's ``.vgpr_spill_count`` and the
+``ScratchSize`` line), and per innermost key loop (one key tile per trip): its matrix
+instructions by type (``v_wmma_*``, ``v_mfma_*``), its hardware FP8 conversions (``v_cvt_*fp8*``,
+``v_cvt_*bf8*``: RDNA4/CDNA3 convert two values per instruction) and the VALU work around them.
+A conversion to FP8 that the compiler writes in software shows up as no ``v_cvt_*fp8`` at all
+and a ladder of compares and selects (``v_cmp_*``, ``v_cndmask_*``) per value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Optional
+
+# an instruction line: a tab or spaces, then an opcode such as v_wmma_f32_16x16x16_fp8_fp8
+_INSN = re.compile(r"^\s+([sv]_[a-z0-9_]+)\b(.*)$")
+_LABEL = re.compile(r"^(\.LBB\d+_\d+):")
+_BRANCH = re.compile(r"^s_(?:cbranch_\w+|branch)$")
+_MATRIX = re.compile(r"v_(?:wmma|swmmac|mfma|smfmac)_\w+")
+# hardware FP8/BF8 conversions: to FP8 (v_cvt_pk_fp8_f32, v_cvt_sr_fp8_f32, v_cvt_scalef32_pk_fp8_f32)
+# and from FP8 (v_cvt_f32_fp8, v_cvt_pk_f32_fp8, v_cvt_scalef32_pk_f32_fp8 ...)
+_CVT_TO_FP8 = re.compile(r"v_cvt_(?:scalef32_)?(?:pk_|sr_)(?:fp8|bf8)_\w+")
+_CVT_FROM_FP8 = re.compile(r"v_cvt_(?:scalef32_)?(?:pk_)?(?:f32|f16|bf16)_(?:fp8|bf8)\w*")
+# metadata lines (the assembler's comment block and the HSA code object's YAML)
+_META = {
+    "vgprs": re.compile(r"^\s*; NumVgprs:\s*(\d+)", re.M),
+    "sgprs": re.compile(r"^\s*; TotalNumSgprs:\s*(\d+)", re.M),
+    "scratch_bytes": re.compile(r"^\s*; ScratchSize:\s*(\d+)", re.M),
+    "occupancy": re.compile(r"^\s*; Occupancy:\s*(\d+)", re.M),
+    "vgpr_spills": re.compile(r"^\s*\.vgpr_spill_count:\s*(\d+)", re.M),
+    "sgpr_spills": re.compile(r"^\s*\.sgpr_spill_count:\s*(\d+)", re.M),
+    "lds_bytes": re.compile(r"^\s*\.group_segment_fixed_size:\s*(\d+)", re.M),
+}
+# the suffixes that name an encoding, not an operation (v_cvt_f16_f32_e32 is v_cvt_f16_f32)
+_ENCODING = re.compile(r"_(?:e32|e64|dpp|sdwa)$")
+# scheduling hints that the sequencer consumes without issuing work (RDNA3+)
+_HINTS = {"s_delay_alu", "s_wait_alu", "s_nop", "s_clause"}
+
+
+def opcode(name: str) -> str:
+    """An opcode without its encoding suffix: ``v_cndmask_b32_e32`` → ``v_cndmask_b32``."""
+    return _ENCODING.sub("", name)
+
+
+def kernel_info(asm: str) -> dict[str, Optional[int]]:
+    """Registers, spills, scratch, LDS and occupancy from a kernel's metadata (None: line absent)."""
+    out: dict[str, Optional[int]] = {}
+    for key, pattern in _META.items():
+        m = pattern.search(asm)
+        out[key] = int(m.group(1)) if m else None
+    return out
+
+
+def spills(info: dict[str, Optional[int]]) -> bool:
+    """Whether a kernel spills: a VGPR or SGPR spill count or scratch memory above zero."""
+    return any((info.get(k) or 0) > 0 for k in ("vgpr_spills", "sgpr_spills", "scratch_bytes"))
+
+
+def count(opcodes: list[str]) -> dict[str, Any]:
+    """The counts of one instruction sequence: all instructions (scheduling hints apart), VALU and
+    SALU, matrix instructions by opcode, hardware conversions to and from FP8, and the compares
+    and selects a software FP8 conversion is made of."""
+    ops = [opcode(o) for o in opcodes]
+    work = [o for o in ops if o not in _HINTS]
+    matrix = Counter(o for o in work if _MATRIX.fullmatch(o))
+    return {
+        "instructions": len(work),
+        "valu": sum(o.startswith("v_") and o not in matrix for o in work),
+        "salu": sum(o.startswith("s_") for o in work),
+        "matrix": dict(sorted(matrix.items())),
+        "cvt_to_fp8": sum(bool(_CVT_TO_FP8.fullmatch(o)) for o in work),
+        "cvt_from_fp8": sum(bool(_CVT_FROM_FP8.fullmatch(o)) for o in work),
+        "compares": sum(o.startswith("v_cmp_") for o in work),
+        "selects": sum(o.startswith("v_cndmask_") for o in work),
+    }
+
+
+def _lines(asm: str) -> list[tuple[Optional[str], Optional[str], str]]:
+    """(label, opcode, operands) per line of the listing's code: a label line has no opcode."""
+    out: list[tuple[Optional[str], Optional[str], str]] = []
+    for raw in asm.splitlines():
+        line = raw.split(";", 1)[0].rstrip()
+        m = _LABEL.match(line)
+        if m:
+            out.append((m.group(1), None, ""))
+            continue
+        m = _INSN.match(line)
+        if m:
+            out.append((None, m.group(1), m.group(2).strip()))
+    return out
+
+
+def loops(asm: str) -> list[dict[str, Any]]:
+    """The innermost loops that issue matrix instructions (the key loops: one trip per key tile),
+    in listing order, each counted (``count``). A loop is a label and a later branch back to it."""
+    lines = _lines(asm)
+    where = {label: i for i, (label, _, _) in enumerate(lines) if label}
+    spans = []
+    for i, (_, op, args) in enumerate(lines):
+        if op and _BRANCH.match(op):
+            target = args.split(",")[-1].strip()
+            start = where.get(target)
+            if start is not None and start < i:
+                body = [o for _, o, _ in lines[start : i + 1] if o]
+                if any(_MATRIX.fullmatch(opcode(o)) for o in body):
+                    spans.append((start, i, body))
+    inner = [sp for sp in spans if not any(o is not sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
+    return [count(body) for _, _, body in sorted(inner)]
+
+
+def report(asm: str) -> dict[str, Any]:
+    """A kernel's metadata (``kernel_info``), whether it spills, its whole-kernel counts and its
+    key loops' counts (``loops``)."""
+    info = kernel_info(asm)
+    return {
+        "kernel": info,
+        "spills": spills(info),
+        "total": count([op for _, op, _ in _lines(asm) if op]),
+        "loops": loops(asm),
+    }
+
+
+def attention_report(
+    variant: str,
+    arch: str,
+    head_dim: int = 128,
+    causal: bool = False,
+    n_k: int = 0,
+    accum: str = "fp32+fp32",
+    config: Optional[str] = None,
+) -> dict[str, Any]:
+    """Compile the attention kernel for an AMD arch without a GPU (as ``aot.compile_variant``
+    does: the table's config for ``n_k`` keys, or ``config``) and ``report`` its AMDGCN, with the
+    config and the key tile (BLOCK_M × BLOCK_N, per ``num_warps`` waves) that each loop trip covers."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from sagebuild import archs
+    from sagebuild.attention import aot
+
+    row = archs.get(arch)
+    if row.vendor != "rocm":
+        raise ValueError(f"{row.name}: AMDGCN exists only for AMD archs (use aot.sass_report for NVIDIA)")
+    src, cfg = aot._source(variant, row, head_dim, causal, n_k, accum, config)
+    kernel = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options())
+    asm = kernel.asm["amdgcn"]
+    out = report(asm.decode() if isinstance(asm, bytes) else asm)
+    out.update(
+        arch=row.name,
+        variant=variant,
+        head_dim=head_dim,
+        config=cfg.spec(),
+        tile=[cfg.block_m, cfg.block_n],
+        waves=cfg.num_warps,
+    )
+    return out
