@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A/B a tuning knob read from the environment (GPU): `sageattn` under each setting, SDPA in the same run.
+"""Rerun to measure a change before and after (GPU): `sageattn` under each knob setting, SDPA in the same run.
 
     python scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3" [--shapes 2x32x4096x128,1x32x16384x128c]
         [--rounds 3] [--graph]
@@ -11,10 +11,9 @@ Settings are interleaved round by round (the machines are noisy: a drift hits ev
 alike); each round times every setting with do_bench medians, the table gives the median over
 rounds, the ratio SDPA time / ours and the accuracy against fp32 attention on the same inputs.
 `--graph` times CUDA-graph replays of each call instead (``bench.graph_replay_us``: device time
-only, what a host-bound small call hides); `--kernel-only` times the attention launch alone on
-K/V quantized beforehand (``bench._kernel_only`` with ``sageattn``'s variant and accumulation).
-Knobs must be read at call time (``configs``' environment variables are, and the attention plan
-key includes them).
+only, what a host-bound small call hides; `sagebuild bench`'s kernel-only row times the attention
+launch alone). Knobs are read once per process, so each setting calls ``knobs.refresh()``; a
+module knob clears the API's caches.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.functional import scaled_dot_product_attention as sdpa_fn
 
-from sagebuild import bench
-from sagebuild.attention import api, dispatch, sageattn
+from sagebuild import knobs
+from sagebuild.attention import api, sageattn
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import median_ms
 
@@ -53,6 +52,7 @@ def _set(name: str, value: str) -> None:
             os.environ[name] = value
         else:
             os.environ.pop(name, None)
+        knobs.refresh()
         return
     mod_name, attr = name.split(".", 1)
     mod = importlib.import_module(f"sagebuild.kernels.triton.{mod_name}")
@@ -68,9 +68,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (device time only)")
-    ap.add_argument(
-        "--kernel-only", action="store_true", help="the attention launch alone (K/V quantized beforehand)"
-    )
     args = ap.parse_args()
     name, _, values = args.knob.partition("=")
     settings = values.split(";")
@@ -90,12 +87,7 @@ def main() -> None:
             sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph))
             for s in settings:
                 _set(name, s)
-                if args.kernel_only:  # sageattn's variant and accumulation, its launch alone
-                    variant, accum = dispatch.choice_for_call(q.device, d, n)
-                    accum = accum or "fp32+fp32"
-                    call, _ = bench._kernel_only(variant, q, k, v, "HND", causal, pv_accum=accum)
-                else:
-                    call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
+                call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
                 acc.setdefault(s, accuracy(call(), ref))
                 times[s].append(_ms(call, args.graph))
         _set(name, "")

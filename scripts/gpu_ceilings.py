@@ -1,4 +1,5 @@
-"""Measure the two ceilings a roofline needs on this GPU: copy bandwidth and matrix rates.
+#!/usr/bin/env python3
+"""Rerun on a new GPU for docs/performance.md's roofline: copy bandwidth and matrix rates.
 
 Copy: a large device-to-device copy (bytes read + written). Matrix: 8192³ products in bf16,
 int8 (torch._int_mm) and fp8 (torch._scaled_mm) where the build supports them; random data.
@@ -35,8 +36,12 @@ def main() -> None:
         af = a.to(torch.float8_e4m3fn)
         bf = b.to(torch.float8_e4m3fn).t().contiguous().t()
         one = torch.tensor(1.0, device=dev)
-        ms = do_bench(lambda: torch._scaled_mm(af, bf, one, one, out_dtype=torch.bfloat16),
-                      warmup=50, rep=300, return_mode="median")
+        ms = do_bench(
+            lambda: torch._scaled_mm(af, bf, one, one, out_dtype=torch.bfloat16),
+            warmup=50,
+            rep=300,
+            return_mode="median",
+        )
         print(f"ceiling fp8_TFLOPS={2 * m**3 / ms / 1e9:.0f}")
     except (RuntimeError, TypeError) as e:
         print(f"ceiling fp8_TFLOPS=n/a ({str(e)[:80]})")

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The Python cost of one attention call, measured without a GPU (the launches replaced by no-ops).
+"""Rerun for host-path changes: the Python cost of one attention call, without a GPU (launches stubbed).
 
     python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile]
 
 At small shapes the host path decides the whole call, and the GPU hosts' speed varies 2–3×
-between machines (docs/performance.md, run 14), so host-side changes are compared here, on one
+between machine starts, so host-side changes are compared here, on one
 CPU, in one process: Triton's interpreter makes CPU tensors acceptable, and both launchers
 (attention and quantization) return at once, so only our Python (plan key, validation cache,
 allocations, argument lists) is timed. Prints the median µs per call over 7 × 3000 calls, for

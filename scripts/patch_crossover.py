@@ -12,9 +12,8 @@ after ``--sustain`` seconds of back-to-back calls per round). The routing is swi
 the run (``SAGEBUILD_PATCH_MIN_LEN=0``), so every call is accelerated; a call the patch still
 passes through is reported with its reason. One table row per shape: SDPA and patched ms, and
 SDPA time / patched time cold and sustained (above 1: the patch is faster). Docs:
-docs/plug-and-play.md ("Speed routing"); docs/performance.md run 26 has the H200's table for
-B·H 16–64, run 28 the check of its scaling below 16 (``--bh 1x1,1x4,1x8``,
-``configs.SDPA_CROSSOVER_BH``).
+docs/plug-and-play.md ("Speed routing"); below 16 batch × heads check the scaling with
+``--bh 1x1,1x4,1x8`` (``configs.SDPA_CROSSOVER_BH``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""Tuning sweep for the attention launch-config table (kernels/triton/configs.py).
+#!/usr/bin/env python3
+"""Rerun to retune the versioned attention launch-config table (kernels/triton/configs.py, GPU).
 
 For each benchmark shape and P·V variant, time the whole call (quantization included) for a
 grid of (BLOCK_M, BLOCK_N, num_warps, num_stages) against SDPA's default backend in the same
-run, and print the winners. The winners go into the config table by hand (with the date and
-the numbers in docs/performance.md): users never pay for autotuning.
+run, and print the winners. The winners go into the config table by hand (a new table version,
+the numbers in docs/performance.md's table): users never pay for autotuning.
 
     python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c] [--variants fp8,fp16]
         [--graph]
 
 ``--graph`` times CUDA-graph replays (``bench.graph_replay_us``): device time only. Small
 shapes need it: there do_bench times the host (~60 µs per call on the H200's host against
-~25 µs of device work), so a sweep without it cannot tell configs apart (run 14's "at parity
-(host-bound)" at 1×16×1024×64).
+~25 µs of device work), so a sweep without it cannot tell configs apart at 1×16×1024×64.
 """
 
 from __future__ import annotations

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Rerun to refresh docs/performance.md's table: issue 36's workload classes, ours against SDPA (GPU).
+
+    python scripts/bench_workloads.py [--only varlen,long] [--rounds 5] [--json FILE] [--list]
+
+One process, whole calls through the public API only (``sagebuild.sageattn``,
+``sagebuild.sageattn_varlen``) against what the caller would otherwise run: PyTorch SDPA's
+default backend (per segment for packed sequences, with a key mask for padded text). Each
+round times every provider with ``triton.testing.do_bench`` medians (its warm-up, L2 flushed
+before every call); rounds alternate the providers' order and the table gives the median over
+rounds. "ratio" is SDPA's time over ours (above 1: faster). Varlen rows also time the dense
+``sageattn`` call on the same packed tokens ("varlen / dense": issue 36 asks ≤ 1.1). cos and
+rel L1 compare our output with SDPA's on the same inputs. Exit 1 when a row failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+import sagebuild
+from sagebuild import sageattn, sageattn_varlen
+
+Fn = Callable[[], Any]
+
+
+@dataclass
+class Case:
+    """One workload: its three calls (ours, SDPA baseline, optionally dense ours) and how to
+    bring both outputs to one [tokens, heads, dim] view for the accuracy columns."""
+
+    ours: Fn
+    sdpa: Fn
+    dense: Fn | None
+    ours_out: Callable[[Any], torch.Tensor]
+    sdpa_out: Callable[[Any], torch.Tensor]
+
+
+def _rand(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def _hnd(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, N, D] -> [B·N, H, D], the packed layout, for comparing outputs."""
+    return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
+
+
+def dense(b: int, h: int, nq: int, d: int, dtype: torch.dtype, causal: bool = False, nk: int = 0) -> Case:
+    q = _rand(b, h, nq, d, dtype=dtype)
+    k, v = (_rand(b, h, nk or nq, d, dtype=dtype) for _ in range(2))
+    return Case(
+        ours=lambda: sageattn(q, k, v, is_causal=causal),
+        sdpa=lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        dense=None,
+        ours_out=_hnd,
+        sdpa_out=_hnd,
+    )
+
+
+def packed(lens: list[int], hq: int, hk: int, d: int, dtype: torch.dtype, causal: bool) -> Case:
+    """Sequences packed as [total, H, D] (video clips, LLM prefill), SDPA once per segment."""
+    total = sum(lens)
+    q = _rand(total, hq, d, dtype=dtype)
+    k, v = (_rand(total, hk, d, dtype=dtype) for _ in range(2))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    views = [tuple(x[s:e].transpose(0, 1).unsqueeze(0) for x in (q, k, v)) for s, e in bounds]
+    gqa = {"enable_gqa": True} if hq != hk else {}
+    qd, kd, vd = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+    return Case(
+        ours=lambda: sageattn_varlen(q, k, v, cu, cu, max(lens), max(lens), is_causal=causal),
+        sdpa=lambda: [F.scaled_dot_product_attention(a, b, c, is_causal=causal, **gqa) for a, b, c in views],
+        dense=lambda: sageattn(qd, kd, vd, is_causal=causal),
+        ours_out=lambda o: o,
+        sdpa_out=lambda outs: torch.cat([o[0].transpose(0, 1) for o in outs]),
+    )
+
+
+def key_padding(b: int, nq: int, nk: int, valid: list[int], h: int, d: int, dtype: torch.dtype) -> Case:
+    """Text key padding as diffusers' sage varlen backend meets it: SDPA with a boolean key
+    mask on the padded batch, ours on the valid keys packed."""
+    q = _rand(b, h, nq, d, dtype=dtype)
+    k, v = (_rand(b, h, nk, d, dtype=dtype) for _ in range(2))
+    mask = torch.arange(nk, device="cuda")[None, :] < torch.tensor(valid, device="cuda")[:, None]
+    attn_mask = mask[:, None, None, :]
+    qp = _hnd(q).contiguous()
+    kp, vp = (torch.cat([x[i, :, : valid[i]].transpose(0, 1) for i in range(b)]) for x in (k, v))
+    cuq = torch.arange(0, (b + 1) * nq, nq, device="cuda", dtype=torch.int32)
+    cuk = torch.tensor([0, *torch.tensor(valid).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    qd, kd, vd = (x.transpose(0, 1).unsqueeze(0) for x in (qp, kp, vp))
+    return Case(
+        ours=lambda: sageattn_varlen(qp, kp, vp, cuq, cuk, nq, max(valid)),
+        sdpa=lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask),
+        dense=lambda: sageattn(qd, kd, vd),
+        ours_out=lambda o: o,
+        sdpa_out=_hnd,
+    )
+
+
+F16, BF16 = torch.float16, torch.bfloat16
+
+# (workload, shape as printed, dtype, builder): issue 36's classes and the long-sequence targets.
+WORKLOADS: list[tuple[str, str, torch.dtype, Callable[[], Case]]] = [
+    ("varlen: two video clips", "lens 4680+3120, H 12, D 128", BF16,
+     lambda: packed([4680, 3120], 12, 12, 128, BF16, False)),
+    ("varlen: text key padding", "B 2, Nq 4096, Nk 512 (137/512 valid), H 24, D 128", BF16,
+     lambda: key_padding(2, 4096, 512, [137, 512], 24, 128, BF16)),
+    ("varlen: LLM prefill, GQA 32/8, causal", "lens 1000+3000+4192, D 128", F16,
+     lambda: packed([1000, 3000, 4192], 32, 8, 128, F16, True)),
+    ("cross-attention to text", "1×40, Nq 32760, Nk 512, D 128", BF16,
+     lambda: dense(1, 40, 32760, 128, BF16, nk=512)),
+    ("SDXL cross-attention", "2×10, Nq 4096, Nk 77, D 64", F16, lambda: dense(2, 10, 4096, 64, F16, nk=77)),
+    ("SD1.5 self-attention, head dim 40", "2×8×4096×40", F16, lambda: dense(2, 8, 4096, 40, F16)),
+    ("SD1.5 self-attention, head dim 160", "2×8×256×160", F16, lambda: dense(2, 8, 256, 160, F16)),
+    ("small (the mission's bench)", "1×16×1024×64", F16, lambda: dense(1, 16, 1024, 64, F16)),
+    ("medium", "1×16×4096×64", F16, lambda: dense(1, 16, 4096, 64, F16)),
+    ("medium", "2×32×2048×128", F16, lambda: dense(2, 32, 2048, 128, F16)),
+    ("LLM prefill, head dim 80, causal", "1×32×4096×80", F16, lambda: dense(1, 32, 4096, 80, F16, True)),
+    ("LLM prefill, head dim 96, causal", "1×32×4096×96", F16, lambda: dense(1, 32, 4096, 96, F16, True)),
+    ("long", "2×32×4096×128", F16, lambda: dense(2, 32, 4096, 128, F16)),
+    ("long, causal", "2×32×4096×128", F16, lambda: dense(2, 32, 4096, 128, F16, True)),
+    ("long", "1×32×16384×128", F16, lambda: dense(1, 32, 16384, 128, F16)),
+    ("long, causal", "1×32×16384×128", F16, lambda: dense(1, 32, 16384, 128, F16, True)),
+    ("long, head dim 64", "4×32×8192×64", F16, lambda: dense(4, 32, 8192, 64, F16)),
+    ("video self-attention (Wan 14B 480p)", "1×40×32760×128", BF16, lambda: dense(1, 40, 32760, 128, BF16)),
+    ("head dim 256", "1×16×8192×256", F16, lambda: dense(1, 16, 8192, 256, F16)),
+]  # fmt: skip
+
+
+def accuracy(ours: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    a, b = ours.float().flatten(), ref.float().flatten()
+    cos = float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-30))
+    rel_l1 = float((a - b).abs().sum() / b.abs().sum().clamp_min(1e-30))
+    return cos, rel_l1
+
+
+def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, Any]:
+    """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy."""
+    fns = {"ours": case.ours, "sdpa": case.sdpa}
+    if case.dense is not None:
+        fns["dense"] = case.dense
+    for fn in fns.values():  # compile, record and replay before timing
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    cos, rel_l1 = accuracy(case.ours_out(case.ours()), case.sdpa_out(case.sdpa()))
+    ms = {name: statistics.median(t) for name, t in times.items()}
+    return {"ms": ms, "ratio": ms["sdpa"] / ms["ours"], "cos": cos, "rel_l1": rel_l1}
+
+
+def header() -> str:
+    props = torch.cuda.get_device_properties(0)
+    import triton
+
+    return (
+        f"{datetime.date.today()}, {props.name}, torch {torch.__version__}, Triton {triton.__version__}, "
+        f"sagebuild {sagebuild.__version__}: whole calls, do_bench medians (L2 flushed), interleaved rounds"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated substrings of workload names or shapes")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per workload (default 5)")
+    ap.add_argument("--warmup-ms", type=int, default=25)
+    ap.add_argument("--rep-ms", type=int, default=100)
+    ap.add_argument("--json", default="", help="also write the rows to this file")
+    ap.add_argument("--list", action="store_true", help="print the workloads and exit")
+    args = ap.parse_args()
+    picks = [s.strip() for s in args.only.split(",") if s.strip()]
+    chosen = [w for w in WORKLOADS if not picks or any(p in w[0] or p in w[1] for p in picks)]
+    if args.list or not chosen:
+        for name, shape, dtype, _ in WORKLOADS:
+            print(f"{name} | {shape} | {str(dtype).removeprefix('torch.')}")
+        if not chosen:
+            print(f"error: --only {args.only!r} matches no workload above", file=sys.stderr)
+            return 2
+        return 0
+    if args.rounds < 1:
+        print(f"error: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: no CUDA/ROCm GPU visible to torch; run this on the GPU machine", file=sys.stderr)
+        return 2
+    print(header())
+    print("| workload | shape | dtype | ours ms | SDPA ms | ratio | varlen / dense | cos | rel L1 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows, failed = [], False
+    for name, shape, dtype, build in chosen:
+        dt = str(dtype).removeprefix("torch.")
+        try:
+            res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms)
+        except Exception as exc:  # one failing class must not hide the others' numbers
+            failed = True
+            print(f"| {name} | {shape} | {dt} | error: {type(exc).__name__}: {exc} | | | | | |", flush=True)
+            rows.append(
+                {"workload": name, "shape": shape, "dtype": dt, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            continue
+        finally:
+            torch.cuda.empty_cache()
+        ms = res["ms"]
+        vd = f"{ms['ours'] / ms['dense']:.2f}" if "dense" in ms else ""
+        print(
+            f"| {name} | {shape} | {dt} | {ms['ours']:.4f} | {ms['sdpa']:.4f} | {res['ratio']:.2f}× | {vd} | "
+            f"{res['cos']:.5f} | {res['rel_l1']:.4f} |",
+            flush=True,
+        )
+        rows.append({"workload": name, "shape": shape, "dtype": dt, **res})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header(), "rows": rows}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
