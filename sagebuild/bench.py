@@ -483,81 +483,19 @@ def _kernel_only(
     layout: str,
     causal: bool,
     config: Any = None,
-    pv_accum: str = "fp32+fp32",
+    pv_accum: Optional[str] = None,
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """A callable that runs only the attention launch on inputs quantized beforehand, and its
-    launch-plan record.
-
-    Mirrors the steps of ``sagebuild.attention.api`` (K/V quantization outside the timed call;
-    Q is quantized inside the attention launch, so it stays in) with the explicit function's
-    defaults: the portable kernel, two-level FP8 accumulation unless ``pv_accum`` is "fp32"
-    (MMA-accumulated, as ``sageattn`` runs on Hopper). ``config``: as the functions' keyword
-    (tuning runs).
-    """
-    import torch
-
-    from sagebuild.attention import api, dispatch
-    from sagebuild.attention.validate import check_dense, check_sm_scale
-    from sagebuild.kernels.triton import configs, quant
-    from sagebuild.kernels.triton import layout as lay
-    from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward, tma_eligible
+    """A callable that runs only the attention launch of the explicit function's plan on K/V
+    quantized beforehand (``api.kernel_only``), and that plan's record. ``config``: as the
+    functions' keyword (tuning runs)."""
+    from sagebuild.attention import api
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
-    qh, kh, vh = check_dense(q, k, v, layout)
-    arch = dispatch.device_arch(qh.device)
-    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else None
-    d = qh.shape[-1]
-    scale = check_sm_scale(None, d)
-    dp, cfg = api._resolve(arch, d, pv, causal, config, kh.shape[2], pv_accum, tma_layout=True)
-    family = dispatch.family(arch)
-    key_order = configs.use_v_key_order(family) and fp8 is not None  # as sageattn's plan decides
-    pipe = configs.use_wgmma_pipe(family, cfg)
-    parts = configs.row_sum_parts(family, cfg)
-    kq, ks, km, vq, vs = quant.quant_kv(
-        lay.dense(kh), lay.dense(vh), dp, True, fp8, cfg.k_blk, v_key_order=key_order
+    plan = api.plan_dense(
+        q, k, v, tensor_layout=layout, is_causal=causal, pv=pv, pv_accum=pv_accum, config=config
     )
-    kv = QuantizedKV(
-        kq, ks, cfg.k_blk, km, vq if vq is not None else lay.dense(vh), vs, v_key_order=key_order
-    )
-    out = torch.empty(qh.shape, dtype=qh.dtype, device=qh.device)
-    qv, ov = lay.dense(qh), lay.dense(out)
-    q_blk = cfg.q_blk("per_warp")
-    fmax = quant.fp8_max(fp8) if fp8 is not None else 448.0
-    tma = configs.use_tma(family, cfg) and tma_eligible(kv, dp, fp8 is not None)
-
-    def run() -> Any:
-        attention_forward(
-            qv,
-            kv,
-            ov,
-            cfg,
-            head_dim_pad=dp,
-            sm_scale=scale,
-            causal=causal,
-            pv_fp8=fp8 is not None,
-            q_blk=q_blk,
-            fp8_max=fmax,
-            tma=tma,
-            wgmma_pipe=pipe,
-            pv_direct=pv_accum == "fp32",
-            row_sum_parts=parts,
-        )
-        return out
-
-    split = configs.split_head_dim(d, dp)
-    kernel = "portable_tma" if tma else "portable"
-    return run, api.plan_record(
-        variant,
-        pv_accum,
-        kernel,
-        cfg,
-        cfg.k_blk,
-        split,
-        "excluded",
-        wgmma_pipe=pipe,
-        v_key_order=key_order,
-        row_sum_parts=parts,
-    )
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
+    return api.kernel_only(plan, qh, kh, vh), plan.record()
 
 
 def _ratio(base: Optional[Timing], timing: Timing, field: str, kind: str) -> Optional[float]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sagebuild.errors import Exit, SagebuildError
-from sagebuild.report.atomic import write_text_atomic
+from sagebuild.fsio import write_text_atomic
 
 LOCK_KIND = "sagebuild-lock"
 LOCK_VERSION = 1

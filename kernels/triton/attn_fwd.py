@@ -5,8 +5,7 @@ One kernel serves every variant through constexpr switches:
 * ``PV_FP8``: P (in [0, 1]) scaled by FP8_MAX and V (per-channel FP8) multiplied in FP8 with a
   fresh FP32 accumulator per key tile, added into the FP32 output accumulator (two-level
   accumulation: FP8 MMA units accumulate with ~22 bits). Otherwise P·V in V's 16-bit type.
-* ``Q_INT8``: Q arrives pre-quantized (scales already times sm_scale·log2e); otherwise the
-  kernel quantizes its FP16/BF16 Q tile in registers (no launch, no extra pass over Q).
+* Q: the kernel quantizes its FP16/BF16 Q tile in registers (no launch, no extra pass over Q).
 * ``CAUSAL``: bottom-right aligned: query i sees keys j <= i + (N_k - N_q) (FlashAttention ≥ 2.1,
   SDPA's ``causal_lower_right``). Key tiles wholly below the diagonal run without any mask;
   only the diagonal tiles and a ragged last tile pay for it.
@@ -14,28 +13,28 @@ One kernel serves every variant through constexpr switches:
   and masks (see ``layout.SeqView``); nothing is copied.
 * ``RETURN_LSE``: log-sum-exp (natural log) of the *unsmoothed* scores sm_scale·q·kᵀ, i.e. the
   smoothed kernel's value plus sm_scale·q·mean(K)ᵀ.
-* ``KV_FUSED``: K (and V for FP8) arrive in 16 bits and are quantized tile by tile in here
-  (opt-in, ``configs.fuse_kv``; measured slower on an H200, kept for other GPUs).
 * FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
 * ``USE_TMA``: K and V tiles by tensor descriptors built on the host over every head's rows (the
   TMA engine on NVIDIA sm90+; one descriptor per channel piece of a split head dim) instead of
-  per-thread copies, where the launch config asks for it (the Hopper
-  table's register-bound rows) or ``SAGEBUILD_TMA=1`` forces it (``configs.use_tma``).
+  per-thread copies, where the plan says so (``sagebuild.attention.plan``).
+* Offsets: row indices are widened to 64 bits before they meet a stride, so views of buffers
+  past 2³¹ elements (fused QKV of long videos) address correctly.
+
+Which constexprs a call gets is decided by ``LaunchPlan.constexprs``; nothing here decides.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from . import configs, launcher, layout
-from .configs import K_BLK, LaunchConfig
+from . import launcher, layout
+from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, scale_and_inverse, seq_base, to_int8
 
@@ -113,8 +112,6 @@ def _attn_tiles(
     offs_m,
     offs_d,
     offs_d2,
-    km_row,
-    vinv_row,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -125,8 +122,6 @@ def _attn_tiles(
     FP8_MAX: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
-    KV_FUSED: tl.constexpr,
-    P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
     k_desc,
@@ -147,14 +142,10 @@ def _attn_tiles(
     past n_k hold keys before it.
 
     WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not across the loop
-    edge, where ptxas serialises every wgmma (``configs.use_wgmma_pipe``).
+    edge, where ptxas serialises every wgmma.
 
     SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
-    acc2), instead of one padded tile (pre-quantized K/V only); otherwise q2/acc2 are unused.
-
-    KV_FUSED: K (and V for FP8 P·V) arrive in 16 bits and are quantized here, tile by tile,
-    exactly as the quantization kernels would (same 64-token K blocks, same rounding): no
-    launch of their own, for short sequences where launches, not arithmetic, set the time.
+    acc2), instead of one padded tile; otherwise q2/acc2 are unused.
     """
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
@@ -163,59 +154,36 @@ def _attn_tiles(
         cols = start_n + offs_n
         col_ok = cols < n_k
         v_ok = cols < key_rows_of(n_k) if V_KEY_ORDER else col_ok
-        if KV_FUSED:
-            kmask = d_ok[None, :]
-            if MASKED:
-                kmask = kmask & col_ok[:, None]
-            kf = tl.load(K + k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kmask, other=0.0)
-            y = tl.where(kmask, kf.to(tl.float32) - km_row[None, :], 0.0)
-            if BLOCK_N == KS_BLK:  # one K block per tile: a scalar scale, no reshapes
-                kstep, kinv = scale_and_inverse(tl.max(tl.max(tl.abs(y), axis=1), axis=0), 127.0)
-                k = to_int8(y * kinv)
-                s = tl.dot(q, tl.trans(k)).to(tl.float32)
-                c = qs * kstep
-            else:
-                kamax = tl.max(tl.reshape(tl.abs(y), (BLOCK_N // KS_BLK, KS_BLK * BLOCK_D)), axis=1)
-                kstep, kinv = scale_and_inverse(kamax, 127.0)
-                kstep_col = tl.reshape(
-                    tl.broadcast_to(kstep[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,)
-                )
-                kinv_col = tl.reshape(tl.broadcast_to(kinv[:, None], (BLOCK_N // KS_BLK, KS_BLK)), (BLOCK_N,))
-                k = to_int8(y * kinv_col[:, None])
-                s = tl.dot(q, tl.trans(k)).to(tl.float32) * kstep_col[None, :]
-                c = qs
-            off = tl.zeros_like(qs)
+        k_rows = K + k_base + cols.to(tl.int64)[:, None] * stride_kn
+        if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
+            k = k_desc.load([k_row0 + start_n, 0])
         else:
-            k_rows = K + k_base + cols[:, None] * stride_kn
-            if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
-                k = k_desc.load([k_row0 + start_n, 0])
+            k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
+        # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
+        # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
+        # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
+        # accumulator. The offset is removed per row or per column, never per score.
+        si = tl.dot(q, tl.trans(k)) + MAGIC_I
+        if SPLIT_D:  # the second channel piece accumulates onto the first
+            if USE_TMA:
+                k2 = k2_desc.load([k_row0 + start_n, BLOCK_D // 2])
             else:
-                k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
-            # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
-            # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
-            # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
-            # accumulator. The offset is removed per row or per column, never per score.
-            si = tl.dot(q, tl.trans(k)) + MAGIC_I
-            if SPLIT_D:  # the second channel piece accumulates onto the first
-                if USE_TMA:
-                    k2 = k2_desc.load([k_row0 + start_n, BLOCK_D // 2])
-                else:
-                    k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
-                si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
-            s = si.to(tl.float32, bitcast=True)
-            # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
-            # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
-            if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
-                c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
-                off = c * MAGIC_F
+                k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
+            si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
+        s = si.to(tl.float32, bitcast=True)
+        # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
+        # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
+        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+            c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+            off = c * MAGIC_F
+        else:
+            if MASKED:
+                ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
             else:
-                if MASKED:
-                    ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
-                else:
-                    ks = tl.load(KS + ks_base + cols // KS_BLK)
-                s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
-                c = qs
-                off = tl.zeros_like(qs)
+                ks = tl.load(KS + ks_base + cols // KS_BLK)
+            s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
+            c = qs
+            off = tl.zeros_like(qs)
         if MASKED:
             ok = col_ok[None, :]
             if CAUSAL:
@@ -224,7 +192,7 @@ def _attn_tiles(
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
         else:
-            if not KV_FUSED and KS_BLK % BLOCK_N == 0:
+            if KS_BLK % BLOCK_N == 0:
                 # One scale for the tile, so the row max is taken on the INT32 bits, which grow
                 # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
                 # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
@@ -237,19 +205,18 @@ def _attn_tiles(
         # (summed from the same P) carries the same factor, which cancels in acc / l.
         p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
         alpha = tl.math.exp2(m_i - m_use)
-        if ROW_SUM_PARTS > 1:  # [rows, ROW_SUM_PARTS] partial sums: no shuffles (configs.row_sum_parts)
+        if ROW_SUM_PARTS > 1:  # [rows, ROW_SUM_PARTS] partial sums: no shuffles per tile
             parts = tl.reshape(p, (p.shape[0], BLOCK_N // ROW_SUM_PARTS, ROW_SUM_PARTS))
             l_i = l_i * alpha[:, None] + tl.sum(parts, axis=1)
         else:
             l_i = l_i * alpha + tl.sum(p, axis=1)
-        v_rows = V + v_base + cols[:, None] * stride_vn
+        v_rows = V + v_base + cols.to(tl.int64)[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
         else:
-            v = _load_rows(v_rows + offs_d[None, :] * stride_vd, v_ok, d_ok, 0.0, MASKED, V_PADDED)
-        if PV_FP8 and KV_FUSED:
-            v = v.to(tl.float32) * vinv_row[None, :]
-            v = tl.minimum(tl.maximum(v, -FP8_MAX), FP8_MAX).to(P_DTYPE)
+            v = _load_rows(
+                v_rows + offs_d.to(tl.int64)[None, :] * stride_vd, v_ok, d_ok, 0.0, MASKED, V_PADDED
+            )
         # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
         # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
@@ -259,7 +226,9 @@ def _attn_tiles(
             if USE_TMA:
                 v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, start_n]))
             else:
-                v2 = _load_rows(v_rows + offs_d2[None, :] * stride_vd, v_ok, d2_ok, 0.0, MASKED, V_PADDED)
+                v2 = _load_rows(
+                    v_rows + offs_d2.to(tl.int64)[None, :] * stride_vd, v_ok, d2_ok, 0.0, MASKED, V_PADDED
+                )
             acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
         if WGMMA_WAIT:
             _wgmma_wait(start_n)
@@ -270,8 +239,6 @@ def _attn_tiles(
 @triton.jit
 def _attn_fwd_kernel(
     QF,
-    QI,
-    QS,
     K,
     KS,
     V,
@@ -288,9 +255,6 @@ def _attn_fwd_kernel(
     stride_qb,
     stride_qh,
     stride_qn,
-    stride_ib,
-    stride_ih,
-    stride_in,
     stride_kb,
     stride_kh,
     stride_kn,
@@ -305,7 +269,6 @@ def _attn_fwd_kernel(
     GROUP,
     N_Q,
     N_K,
-    QS_NBLK,
     KS_NBLK,
     q_scale_mul,
     sm_scale,
@@ -318,14 +281,11 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr,
     PV_FP8: tl.constexpr,
     FP8_MAX: tl.constexpr,
-    Q_INT8: tl.constexpr,
     RETURN_LSE: tl.constexpr,
     SMOOTH_K: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     V_PADDED: tl.constexpr,
     P_SHIFT: tl.constexpr,
-    KV_FUSED: tl.constexpr,
-    P_DTYPE: tl.constexpr,
     PV_DIRECT: tl.constexpr,
     SPLIT_D: tl.constexpr,
     USE_TMA: tl.constexpr,
@@ -364,52 +324,40 @@ def _attn_fwd_kernel(
         kv_bh = (b * (H // GROUP) + hk).to(tl.int64)
 
         # Q: INT8 tile and its per-row scale (sm_scale·log2e folded in).
-        q_rows = QF + q_base + offs_m[:, None] * stride_qn
-        if Q_INT8 and not RETURN_LSE:
-            qf = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
+        q_rows = QF + q_base + offs_m.to(tl.int64)[:, None] * stride_qn
+        qf = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        qf = qf.to(tl.float32)
+        if SPLIT_D:
+            qf2 = tl.load(q_rows + offs_d2[None, :], mask=row_ok[:, None] & d2_ok[None, :], other=0.0)
+            qf2 = qf2.to(tl.float32)
+        else:
             qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
-        else:
-            qf = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            qf = qf.to(tl.float32)
+        amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * D1)), axis=1)
+        if SPLIT_D:
+            amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
+            amax = tl.maximum(amax, amax2)
+        step, inv = scale_and_inverse(amax, 127.0)  # the contract of quant.py
+        step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
+        inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
+        q = to_int8(qf * inv_row[:, None])
+        q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
+        qs = step_row * q_scale_mul
+        if Q_FROM_MEMORY:
+            # The INT8 tile goes through this program's own output rows (written only at the
+            # end; 2·HEAD_DIM bytes each, ≥ D1 + D2: the caller checks) and comes back as a
+            # loaded tile, which Triton keeps in shared memory for the loop's wgmma instead
+            # of reloading registers every key tile (``LaunchPlan.q_from_memory``).
+            out_bytes: tl.constexpr = Out.dtype.element_ty.primitive_bitwidth // 8
+            scratch = Out.to(tl.pointer_type(tl.int8)) + out_bytes * (
+                o_base + offs_m.to(tl.int64)[:, None] * stride_on
+            )
+            tl.store(scratch + offs_d[None, :], q, mask=row_ok[:, None])
             if SPLIT_D:
-                qf2 = tl.load(q_rows + offs_d2[None, :], mask=row_ok[:, None] & d2_ok[None, :], other=0.0)
-                qf2 = qf2.to(tl.float32)
-            else:
-                qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
-        if Q_INT8:
-            i_base, _ = seq_base(CUQ, b, N_Q, stride_ib, stride_in, IS_VARLEN)
-            i_rows = QI + i_base + h.to(tl.int64) * stride_ih + offs_m[:, None] * stride_in
-            q = tl.load(i_rows + offs_d[None, :], mask=row_ok[:, None], other=0)
-            q2 = tl.load(i_rows + offs_d2[None, :], mask=row_ok[:, None], other=0) if SPLIT_D else q
-            # rows past the end get scale 1, not 0: 0 · (-inf) in masked tiles would be NaN
-            qs = tl.load(QS + pid_bh.to(tl.int64) * QS_NBLK + offs_m // Q_BLK, mask=row_ok, other=1.0)
-        else:
-            amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * D1)), axis=1)
+                tl.store(scratch + offs_d2[None, :], q2, mask=row_ok[:, None])
+            tl.debug_barrier()  # every thread's stores visible to every thread of the program
+            q = tl.load(scratch + offs_d[None, :], mask=row_ok[:, None], other=0)
             if SPLIT_D:
-                amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
-                amax = tl.maximum(amax, amax2)
-            step, inv = scale_and_inverse(amax, 127.0)  # the contract of quant.py
-            step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
-            inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
-            q = to_int8(qf * inv_row[:, None])
-            q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
-            qs = step_row * q_scale_mul
-            if Q_FROM_MEMORY:
-                # The INT8 tile goes through this program's own output rows (written only at the
-                # end; 2·HEAD_DIM bytes each, ≥ D1 + D2: the caller checks) and comes back as a
-                # loaded tile, which Triton keeps in shared memory for the loop's wgmma instead
-                # of reloading registers every key tile (``configs.use_wgmma_pipe``).
-                out_bytes: tl.constexpr = Out.dtype.element_ty.primitive_bitwidth // 8
-                scratch = Out.to(tl.pointer_type(tl.int8)) + out_bytes * (
-                    o_base + offs_m[:, None] * stride_on
-                )
-                tl.store(scratch + offs_d[None, :], q, mask=row_ok[:, None])
-                if SPLIT_D:
-                    tl.store(scratch + offs_d2[None, :], q2, mask=row_ok[:, None])
-                tl.debug_barrier()  # every thread's stores visible to every thread of the program
-                q = tl.load(scratch + offs_d[None, :], mask=row_ok[:, None], other=0)
-                if SPLIT_D:
-                    q2 = tl.load(scratch + offs_d2[None, :], mask=row_ok[:, None], other=0)
+                q2 = tl.load(scratch + offs_d2[None, :], mask=row_ok[:, None], other=0)
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
@@ -421,16 +369,6 @@ def _attn_fwd_kernel(
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
-        if KV_FUSED and SMOOTH_K:
-            km_row = tl.load(KM + kv_bh * BLOCK_D + offs_d)
-        else:
-            km_row = tl.zeros([BLOCK_D], dtype=tl.float32)
-        if KV_FUSED and PV_FP8:  # VS holds V's amax per channel: the scale is derived here
-            vs_row, vinv_row = scale_and_inverse(tl.load(VS + kv_bh * BLOCK_D + offs_d), FP8_MAX)
-        else:
-            vs_row = tl.zeros([BLOCK_D], dtype=tl.float32)
-            vinv_row = vs_row
-
         if USE_TMA:  # host-built descriptors over every head: K rows (b, h, n), FP8 V rows (b, h, d)
             k_row0 = (kv_bh * N_K).to(tl.int32)
             v_row0 = (kv_bh * BLOCK_D).to(tl.int32)
@@ -472,8 +410,6 @@ def _attn_fwd_kernel(
                 offs_m,
                 offs_d,
                 offs_d2,
-                km_row,
-                vinv_row,
                 HEAD_DIM,
                 BLOCK_D,
                 BLOCK_N,
@@ -484,8 +420,6 @@ def _attn_fwd_kernel(
                 FP8_MAX,
                 V_PADDED,
                 P_SHIFT,
-                KV_FUSED,
-                P_DTYPE,
                 PV_DIRECT,
                 SPLIT_D,
                 KD,
@@ -503,9 +437,9 @@ def _attn_fwd_kernel(
         if ROW_SUM_PARTS > 1:
             l_i = tl.sum(l_i, axis=1)
         inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
-        o_rows = Out + o_base + offs_m[:, None] * stride_on
+        o_rows = Out + o_base + offs_m.to(tl.int64)[:, None] * stride_on
         if PV_FP8:
-            vs = vs_row if KV_FUSED else tl.load(VS + kv_bh * BLOCK_D + offs_d)
+            vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
             out = acc * vs[None, :] * inv_l[:, None]  # l carries P's FP8_MAX factor
         else:
             out = acc * inv_l[:, None]
@@ -539,43 +473,20 @@ class QuantizedKV:
     km: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] or None (smooth_k=False)
     v: SeqView  # fp8 [.., Dp] (FP8 path) or the caller's fp16/bf16 V
     v_scale: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] (FP8 path)
-    # True: k and v are the caller's 16-bit tensors, quantized inside the attention kernel;
-    # k_scale is unused and v_scale holds V's amax per channel (FP8 path).
-    fused: bool = False
     # True: FP8 V's tokens are in wgmma key order (``layout.KEY_GROUP``, ``quant.quant_kv``)
     v_key_order: bool = False
 
 
-@dataclass
-class QuantizedQ:
-    """Q quantized outside the attention kernel (the extension's path)."""
-
-    q: SeqView  # int8 [.., Dp]
-    scale: torch.Tensor  # float32 [B, H, cdiv(N_q, blk)], sm_scale·log2e folded in
-    blk: int
-
-
-_TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e4m3fnuz: tl.float8e4b8}
-
-
-def tma_layout_ok(pv_fp8: bool, fused: bool, v_row_stride: int) -> bool:
-    """TMA's conditions that a call's shapes decide, for K/V laid out as ``quant.quant_kv`` lays
-    them out (K in rows of head_dim_pad bytes, FP8 V channel-major in rows of N tokens): FP8 P·V
-    on K/V quantized beforehand, V's row stride a multiple of 16 bytes (TMA's rule; a split head
-    dim's second piece starts 64 or 128 bytes in, aligned too). The API decides from these before
-    quantizing; ``tma_eligible`` checks actual buffers."""
-    return pv_fp8 and not fused and v_row_stride % 16 == 0
-
-
-def tma_eligible(kv: QuantizedKV, head_dim_pad: int, pv_fp8: bool) -> bool:
-    """Whether a launch can read these K/V buffers by tensor descriptors: ``tma_layout_ok``, and
-    both as ``layout.empty_like_view`` lays dense sequences out: K [B, H, N, Dp] and FP8 V
-    [B, H, Dp, N], each contiguous (one descriptor spans every head: ``_kv_descriptors``)."""
+def tma_eligible(kv: QuantizedKV, head_dim_pad: int) -> bool:
+    """Whether a launch can read these K/V buffers by tensor descriptors: both as
+    ``layout.empty_like_view`` lays dense sequences out, K [B, H, N, Dp] and FP8 V [B, H, Dp, N],
+    each contiguous (one descriptor spans every head: ``_kv_descriptors``), V's rows a multiple
+    of 16 bytes. The plan decides TMA from the shapes; this checks the actual buffers."""
     k, v = kv.k, kv.v
     dn = head_dim_pad * k.max_len  # one head's elements
     vrows = layout.key_rows(k.max_len, kv.v_key_order)  # V's row length (padded in key order)
     return (
-        tma_layout_ok(pv_fp8, kv.fused, v.stride_d)
+        v.stride_d % 16 == 0
         and not k.is_varlen
         and k.head_dim == head_dim_pad
         and v.head_dim == head_dim_pad
@@ -597,9 +508,9 @@ def kv_desc_boxes(head_dim_pad: int, block_n: int, split: bool) -> tuple[list[in
 def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: bool) -> tuple:
     """Host-built tensor descriptors (K, V, K's and V's second channel piece) over every head's
     rows (``tma_eligible`` layouts): the kernel takes them as launch parameters, so no program
-    writes a descriptor to global scratch and fences it before its first load, and a call needs
-    no scratch allocation. A K tile past a head's last key reads the next head's rows (those
-    scores are masked); V's key axis ends at N, so its tiles there arrive as zeros."""
+    writes a descriptor to global scratch and fences it before its first load. A K tile past a
+    head's last key reads the next head's rows (those scores are masked); V's key axis ends at
+    N, so its tiles there arrive as zeros."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
@@ -619,107 +530,33 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     )
 
 
-def q_tile_fits_out(head_dim: int, head_dim_pad: int) -> bool:
-    """Whether an output row (head_dim 16-bit elements) holds the kernel's INT8 Q row (at most
-    head_dim_pad bytes): every head dim from 32 up."""
-    return 2 * head_dim >= head_dim_pad
-
-
 def attention_forward(
     q: SeqView,
     kv: QuantizedKV,
     out: SeqView,
-    cfg: LaunchConfig,
+    plan: Any,
     *,
-    head_dim_pad: int,
-    sm_scale: float,
-    causal: bool,
-    pv_fp8: bool,
-    q_blk: int,
-    fp8_max: float = 448.0,
-    fp8_dtype: Optional[torch.dtype] = None,
-    q_int8: Optional[QuantizedQ] = None,
     lse: Optional[torch.Tensor] = None,
     launch_key: Optional[tuple] = None,
-    pv_direct: bool = False,
-    tma: bool = False,
-    pdl: bool = False,
-    wgmma_pipe: bool = False,
-    q_from_memory: Optional[bool] = None,
-    row_sum_parts: int = 1,
 ) -> None:
-    """Launch the attention kernel; writes ``out`` (and ``lse`` [B, H, N_q] float32 when given).
-
-    ``wgmma_pipe`` (Hopper, ``configs.use_wgmma_pipe``): Q's INT8 tile is read back from memory
-    (``q_from_memory``, where the output rows have room for it) and the P·V wgmma is waited on
-    inside its iteration, so that ptxas pipelines the kernel's wgmma. ``q_from_memory`` alone
-    (None: as ``wgmma_pipe``) runs the round trip anywhere (tests: the interpreter).
-
-    ``row_sum_parts``: P's row sums kept in that many partial sums per row until the epilogue
-    (``configs.row_sum_parts``; it must divide the key tile).
-
-    ``pv_direct``: FP8 P·V accumulated by the MMA across key tiles (``pv_accum_dtype="fp32"``).
-
-    ``tma``: K/V tiles by tensor descriptors (``configs.use_tma``; FP8 P·V, K/V quantized
-    beforehand, 16-byte aligned token strides: ``tma_eligible``).
-
-    ``pdl``: launched as a programmatic dependent of the K/V quantization launch just issued
-    (``configs.use_pdl``): the kernel loads and quantizes its Q tile while that launch finishes,
-    then waits for it. Q must not be written by that launch (it is the caller's).
+    """Launch the attention kernel as ``plan`` (``sagebuild.attention.plan.LaunchPlan``) says;
+    writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it).
 
     ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
-    per-signature plan key, which fixes the head dims, config, flags and FP8 type).
-    """
+    per-signature plan key, which fixes the plan)."""
+    cfg = plan.config
+    if kv.k_blk != plan.k_blk:
+        raise ValueError(f"K was quantized in blocks of {kv.k_blk} tokens; the plan reads {plan.k_blk}")
+    if plan.return_lse != (lse is not None):
+        raise ValueError("pass lse exactly when the plan returns it")
     group = q.heads // kv.k.heads
-    qi = q_int8.q if q_int8 is not None else q
-    qs = q_int8.scale if q_int8 is not None else kv.k_scale
-    q_blk = q_int8.blk if q_int8 is not None else q_blk
-    if cfg.block_m % q_blk:
-        raise ValueError(f"Q block of {q_blk} rows does not divide BLOCK_M={cfg.block_m}")
-    if cfg.block_n % row_sum_parts:
-        raise ValueError(f"{row_sum_parts} row-sum parts do not divide BLOCK_N={cfg.block_n}")
-    if pdl and q_int8 is not None:  # Q would be read before the wait
-        raise ValueError("pdl=True needs Q quantized inside the kernel (q_int8=None)")
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
-    if q_from_memory is None:
-        q_from_memory = wgmma_pipe
-    q_from_memory = q_from_memory and q_int8 is None and q_tile_fits_out(q.head_dim, head_dim_pad)
-    consts = launcher.constexprs(
-        _attn_fwd_kernel,
-        launch_key,
-        lambda: dict(
-            HEAD_DIM=q.head_dim,
-            BLOCK_D=head_dim_pad,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            Q_BLK=q_blk,
-            KS_BLK=kv.k_blk,
-            CAUSAL=causal,
-            PV_FP8=pv_fp8,
-            FP8_MAX=fp8_max,
-            Q_INT8=q_int8 is not None,
-            RETURN_LSE=lse is not None,
-            SMOOTH_K=kv.km is not None,
-            IS_VARLEN=q.is_varlen,
-            V_PADDED=kv.v.head_dim != head_dim_pad,
-            P_SHIFT=math.log2(fp8_max) if pv_fp8 else 0.0,
-            KV_FUSED=kv.fused,
-            P_DTYPE=_TL_FP8[fp8_dtype] if pv_fp8 and kv.fused else tl.float16,
-            PV_DIRECT=pv_fp8 and pv_direct,
-            SPLIT_D=configs.split_head_dim(q.head_dim, head_dim_pad) and not kv.fused,
-            USE_TMA=tma,
-            PDL=pdl,
-            Q_FROM_MEMORY=q_from_memory,
-            WGMMA_WAIT=wgmma_pipe,
-            V_KEY_ORDER=pv_fp8 and kv.v_key_order,
-            ROW_SUM_PARTS=row_sum_parts,
-        ),
-    )
-    if tma:
-        if not tma_eligible(kv, head_dim_pad, pv_fp8):  # the descriptors span heads as laid out there
-            raise ValueError("tma=True needs K/V as quant.quant_kv lays out dense sequences (tma_eligible)")
-        descs = _kv_descriptors(kv, head_dim_pad, cfg.block_n, consts["SPLIT_D"])
+    consts = launcher.constexprs(_attn_fwd_kernel, launch_key, plan.constexprs)
+    if plan.tma:
+        if not tma_eligible(kv, plan.head_dim_pad):  # the descriptors span heads as laid out there
+            raise ValueError("plan.tma needs K/V as quant.quant_kv lays out dense sequences (tma_eligible)")
+        descs = _kv_descriptors(kv, plan.head_dim_pad, cfg.block_n, plan.split_head_dim)
     else:  # unused by the kernel
         descs = (kv.k.t, kv.v.t, kv.k.t, kv.v.t)
     launcher.launch(
@@ -727,8 +564,6 @@ def attention_forward(
         grid,
         (
             q.t,
-            qi.t,
-            qs,
             kv.k.t,
             kv.k_scale,
             kv.v.t,
@@ -740,7 +575,6 @@ def attention_forward(
             kv.k.cu,
             *descs,
             *q.strides(),
-            *qi.strides(),
             *kv.k.strides(),
             *kv.v.strides(),
             kv.v.stride_d,
@@ -749,24 +583,21 @@ def attention_forward(
             group,
             q.max_len,
             kv.k.max_len,
-            qs.shape[-1],
             kv.k_scale.shape[-1],
-            sm_scale * LOG2E,
-            sm_scale,
+            plan.sm_scale * LOG2E,
+            plan.sm_scale,
         ),
         consts,
         key=launch_key,
         **cfg.launch_options(),
-        **({"launch_pdl": True} if pdl else {}),
+        **({"launch_pdl": True} if plan.pdl else {}),
     )
 
 
 __all__ = [
     "K_BLK",
     "QuantizedKV",
-    "QuantizedQ",
     "attention_forward",
     "kv_desc_boxes",
     "tma_eligible",
-    "tma_layout_ok",
 ]

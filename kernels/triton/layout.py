@@ -13,16 +13,16 @@ import torch
 import triton
 import triton.language as tl
 
-# FP8 V in wgmma key order (Hopper, ``configs.use_v_key_order``): within each group of KEY_GROUP
+from .configs import KEY_GROUP
+
+# FP8 V in wgmma key order (Hopper, the features table): within each group of KEY_GROUP
 # keys, stored position k holds key σ(k), where σ moves the index bits [h, t1, t0, i1, i0] (k =
 # 16h + 4t + 2i1 + i0) to [h, i1, t1, t0, i0]. A thread's FP32 P·V-side scores after the Q·Kᵀ
 # wgmma hold keys 8j + 2t + {0, 1} (t: its lane in a quad, j: the n8 chunk), while an FP8 A
 # operand of the k32 wgmma wants keys 4t + {0..3} and 16 + 4t + {0..3} in its registers; with V
 # stored in σ order, P's columns put in the same order (``wgmma_key_order``) are already where
-# the operand wants them, and Triton drops the shuffles of the conversion (sm90 SASS of the 4K
-# row: SHFL.IDX, PRMT and SEL, 48 per tile, docs/performance.md run 21). The sum over keys is
-# the same; the buffer's key rows are padded to a multiple of KEY_GROUP with zeros.
-KEY_GROUP = 32
+# the operand wants them, and Triton drops the shuffles of the conversion (48 per tile on sm90).
+# The sum over keys is the same; the buffer's key rows are padded to a multiple of KEY_GROUP.
 KEY_GROUP_C: tl.constexpr = tl.constexpr(KEY_GROUP)  # the same, for kernels
 
 

@@ -135,10 +135,14 @@ def _column_stats(
         rows = start + offs_c
         mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
         if WANT_K:
-            k = tl.load(K + kbase + rows[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0)
+            k = tl.load(
+                K + kbase + rows.to(tl.int64)[:, None] * stride_kn + offs_d[None, :], mask=mask, other=0.0
+            )
             ksum += k.to(tl.float32)
         if WANT_V:
-            v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+            v = tl.load(
+                V + vbase + rows.to(tl.int64)[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0
+            )
             vmax = tl.maximum(vmax, tl.abs(v.to(tl.float32)))
     return tl.sum(ksum, axis=0), tl.max(vmax, axis=0)
 
@@ -309,7 +313,9 @@ def _quant_blocks_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = rows < n
     mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-    x = tl.load(X + xbase + rows[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(
+        X + xbase + rows.to(tl.int64)[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0
+    ).to(tl.float32)
     vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
     if INLINE_STATS:
@@ -327,12 +333,14 @@ def _quant_blocks_kernel(
         x = tl.where(mask, x - km[None, :], 0.0)
     step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
     xq = to_int8(x * inv)
-    tl.store(XQ + qbase + rows[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
+    tl.store(XQ + qbase + rows.to(tl.int64)[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
         wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
-        v = tl.load(V + vbase + rows[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0)
+        v = tl.load(
+            V + vbase + rows.to(tl.int64)[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0
+        )
         if INLINE_STATS:  # noqa: SIM108 (vmax exists only then: keep the branches)
             va = vmax
         else:
@@ -348,7 +356,7 @@ def _quant_blocks_kernel(
         else:
             w_ok = row_ok
         tl.store(
-            VQ + wbase + rows[:, None] * stride_wn + offs_d[None, :] * stride_wd,
+            VQ + wbase + rows.to(tl.int64)[:, None] * stride_wn + offs_d.to(tl.int64)[None, :] * stride_wd,
             vq.to(VQ.dtype.element_ty),
             mask=w_ok[:, None],
         )

@@ -7,7 +7,6 @@ really in the assembly (PTX for CUDA, AMDGCN for ROCm) rather than an emulation.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -73,31 +72,19 @@ def _source(
     accum: str = "fp32+fp32",
     config: Optional[str] = None,
 ):
-    """The attention kernel's source for one arch as a call would compile it: the table's config
-    for ``n_k`` keys (``api._resolve``, K/V from our Triton quantization), or ``config`` (a
-    config string, ``configs.parse_config``). The alignment hints are those of contiguous inputs
-    whose head dim is a multiple of 16; TMA follows the family and the config, programmatic
-    dependent launch the family and ``SAGEBUILD_PDL``, the pipelined wgmma the family, the
-    config and ``SAGEBUILD_WGMMA_PIPE``, FP8 V's key order the family and
-    ``SAGEBUILD_V_KEY_ORDER``."""
-    import triton.language as tl
+    """The attention kernel's source for one arch exactly as a call would compile it: the plan
+    (``plan.make_plan``) of a dense call with ``n_k`` keys, or with ``config`` forced. The
+    alignment hints are those of contiguous inputs whose head dim is a multiple of 16."""
+    from sagebuild.attention.plan import make_plan
+    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel, kv_desc_boxes
 
-    from sagebuild.attention import api
-    from sagebuild.kernels.triton import configs
-    from sagebuild.kernels.triton.attn_fwd import _attn_fwd_kernel, kv_desc_boxes, q_tile_fits_out
-
-    fn = _attn_fwd_kernel
     fp8 = variant == "qk_int8_pv_fp8"
-    direct = fp8 and accum == "fp32"
-    if configs.padded_head_dim(head_dim) is None:
-        raise ValueError(f"head dim {head_dim} is above {configs.NATIVE_HEAD_DIMS[-1]}")
-    # what a call on this arch would run, K/V quantized by our Triton kernels (padded to dp)
-    dp, cfg = api._resolve(row.name, head_dim, "fp8" if fp8 else "fp16", causal, config, n_k, accum, True)
-    split = configs.split_head_dim(head_dim, dp)
+    plan = make_plan(
+        row.name, head_dim=head_dim, n_k=n_k, pv="fp8" if fp8 else "fp16", pv_accum=accum,
+        causal=causal, config=config,
+    )  # fmt: skip
     ptr = {
         "QF": "*fp16",
-        "QI": "*fp16",
-        "QS": "*fp32",
         "K": "*i8",
         "KS": "*fp32",
         "V": f"*{_fp8_type(row)}" if fp8 else "*fp16",
@@ -108,53 +95,25 @@ def _source(
         "CUQ": "*i32",
         "CUK": "*i32",
     }
-    tma = fp8 and configs.use_tma(row.family, cfg)
-    pipe = configs.use_wgmma_pipe(row.family, cfg)
     v_type = _fp8_type(row) if fp8 else "fp16"
-    if tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
-        boxes = kv_desc_boxes(dp, cfg.block_n, split)
+    if plan.tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
+        boxes = kv_desc_boxes(plan.head_dim_pad, plan.config.block_n, plan.split_head_dim)
         types = ("i8", v_type, "i8", v_type)
         ptr |= {
             name: f"tensordesc<{t}{box}>" for name, t, box in zip(("KD", "VD", "KD2", "VD2"), types, boxes)
         }
     else:  # the K/V pointers again, unused
         ptr |= {"KD": "*i8", "VD": f"*{v_type}", "KD2": "*i8", "VD2": f"*{v_type}"}
-    constexprs = {
-        "HEAD_DIM": head_dim,
-        "BLOCK_D": dp,
-        "BLOCK_M": cfg.block_m,
-        "BLOCK_N": cfg.block_n,
-        "Q_BLK": cfg.q_blk("per_warp"),
-        "KS_BLK": cfg.k_blk,
-        "CAUSAL": causal,
-        "PV_FP8": fp8,
-        "FP8_MAX": 240.0 if _fp8_type(row) == "fp8e4b8" else 448.0,
-        "Q_INT8": False,
-        "RETURN_LSE": False,
-        "SMOOTH_K": True,
-        "IS_VARLEN": False,
-        "V_PADDED": not fp8 and head_dim != dp,  # FP16 P·V reads the caller's unpadded V
-        # the long-sequence path (K/V pre-quantized); the fused short-sequence path shares its dots
-        "P_SHIFT": math.log2(240.0 if _fp8_type(row) == "fp8e4b8" else 448.0) if fp8 else 0.0,
-        "KV_FUSED": False,
-        "P_DTYPE": tl.float16,
-        "PV_DIRECT": direct,
-        "SPLIT_D": split,
-        "USE_TMA": tma,
-        "PDL": configs.use_pdl(row.family, n_k),
-        "Q_FROM_MEMORY": pipe and q_tile_fits_out(head_dim, dp),
-        "WGMMA_WAIT": pipe,
-        "V_KEY_ORDER": fp8 and configs.use_v_key_order(row.family),
-        "ROW_SUM_PARTS": configs.row_sum_parts(row.family, cfg),
-    }
+    constexprs = plan.constexprs()
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
     constexprs["stride_vn" if fp8 else "stride_vd"] = 1
-    aligned = {"H", "GROUP", "N_Q", "N_K", "QS_NBLK", "KS_NBLK"}
+    aligned = {"H", "GROUP", "N_Q", "N_K", "KS_NBLK"}
     src = _ast_source(
-        fn, constexprs, ptr, ("q_scale_mul", "sm_scale"), lambda a: a.startswith("stride_") or a in aligned
-    )
-    return src, cfg
+        _attn_fwd_kernel, constexprs, ptr, ("q_scale_mul", "sm_scale"),
+        lambda a: a.startswith("stride_") or a in aligned,
+    )  # fmt: skip
+    return src, plan.config
 
 
 def compile_variant(
@@ -221,15 +180,6 @@ def compile_variant(
             time.perf_counter() - t0,
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
         )
-
-
-def check_all(variants: Iterable[str], arch_names: Iterable[str], head_dim: int = 128) -> list[AotResult]:
-    """Every (variant, arch) pair that the arch table says should work."""
-    results = []
-    for arch in arch_names:
-        for variant in variants:
-            results.append(compile_variant(variant, arch, head_dim))
-    return results
 
 
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
@@ -428,62 +378,3 @@ def ptxas_verbose(ptx: str, cc: int) -> Optional[str]:
             timeout=300,
         )
     return proc.stdout + proc.stderr
-
-
-def compile_hopper_ws(head_dim: int = 128, causal: bool = False, config: Optional[str] = None) -> dict:
-    """Compile the warp-specialised Hopper kernel (Gluon) for sm90 without a GPU.
-
-    Returns {"ptx": ..., "shared": bytes, "ptxas": ptxas's verbose output for the PTX or None when
-    no ptxas is found}. The table's config unless ``config`` ("BM,BN,warps,stages,maxnreg").
-    """
-    import inspect
-
-    import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    from sagebuild.kernels.triton import attn_hopper, configs
-
-    dp = configs.padded_head_dim(head_dim)
-    row = configs.ws_row("Hopper", dp, "fp8", causal)
-    if config is None and row is None:
-        raise ValueError(f"the warp-specialised kernel has no row for head dim {head_dim}; pass config")
-    cfg = configs.check_ws_config(configs.parse_config(config) if config else row[1], config)
-    b, h, n = 1, 2, 256  # CPU stand-ins: only dtypes, strides and 16-byte alignment matter
-    args, constexprs, _ = attn_hopper.kernel_args(
-        torch.zeros(b, h, n, dp, dtype=torch.int8),
-        torch.zeros(b, h, n // 16),
-        torch.zeros(b, h, n, dp, dtype=torch.int8),
-        torch.zeros(b, h, n // 64),
-        torch.zeros(b, h, dp, n, dtype=torch.float8_e4m3fn),
-        torch.zeros(b, h, dp),
-        torch.zeros(b, h, n, head_dim, dtype=torch.float16),
-        heads=h,
-        group=1,
-        head_dim=head_dim,
-        block_m=cfg.block_m,
-        block_n=cfg.block_n,
-        stages=cfg.num_stages,
-        num_warps=cfg.num_warps,
-        q_blk=cfg.q_blk("per_warp"),
-        causal=causal,
-    )
-    fn = attn_hopper._attn_fwd_hopper_kernel
-    names = list(inspect.signature(fn.fn).parameters)
-    signature, consts, attrs = {}, {}, {}
-    for i, (name, arg) in enumerate(zip(names, args)):
-        signature[name] = mangle_type(arg)
-        if signature[name].startswith("*"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    for name in names[len(args) :]:
-        signature[name] = "constexpr"
-        consts[(names.index(name),)] = constexprs[name]
-    kernel = triton.compile(
-        GluonASTSource(fn, signature, consts, attrs),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
-    )
-    ptx = kernel.asm["ptx"]
-    return {"ptx": ptx, "shared": kernel.metadata.shared, "ptxas": ptxas_verbose(ptx, 90)}

@@ -1,4 +1,4 @@
-"""Which kernel variant a device gets: ``sagebuild.archs`` (its ``pv`` column) is the one table."""
+"""Which arch a device is, and which variants run there (the decisions live in ``plan``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import functools
 import torch
 
 from sagebuild import archs
+from sagebuild.attention import plan
 from sagebuild.attention.validate import AttentionInputError, interpreter_enabled
 
-INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
-VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
+INTERPRETER = plan.INTERPRETER
+VARIANTS = plan.VARIANTS
 
 
 def device_arch(device: torch.device | str | int) -> str:
@@ -39,35 +40,10 @@ def _gpu_arch(index: int) -> str:
     return archs.cuda_arch(props.major, props.minor)
 
 
-@functools.cache
-def _row(arch: str) -> archs.Arch:
-    try:
-        archs.pv_path(arch)
-        return archs.get(arch)
-    except archs.UnknownArchError as exc:
-        raise AttentionInputError(
-            str(exc), "use torch.nn.functional.scaled_dot_product_attention on this GPU"
-        ) from None
-
-
 def variant_for_device(device: torch.device | str | int) -> str:
-    """The default variant for a device, from the arch table's ``pv`` column."""
+    """The arch table's default variant for a device (``archs.Arch.pv``)."""
     arch = device_arch(device)
-    if arch == INTERPRETER:
-        return VARIANTS["fp16"]
-    _row(arch)
-    return VARIANTS[archs.pv_path(arch)]
-
-
-def variant_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> str:
-    """The variant ``sageattn`` runs on a device for a head dim and key count."""
-    return variant_for_arch_call(device_arch(device), head_dim, n_k)
-
-
-def variant_for_arch_call(arch: str, head_dim: int, n_k: int) -> str:
-    """The arch table's variant, unless the launch-config module records that the other P·V
-    path is measurably faster for this head dim and key count on this arch family."""
-    return _choice(arch, head_dim, n_k)[0]
+    return VARIANTS["fp16"] if arch == INTERPRETER else VARIANTS[plan.default_pv(arch, 0, 0)[0]]
 
 
 def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> tuple[str, str]:
@@ -78,7 +54,8 @@ def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -
     key = (device, head_dim, n_k)
     choice = _CALL_CHOICES.get(key)
     if choice is None:
-        choice = _choice(device_arch(device), head_dim, n_k)
+        pv, accum = plan.default_pv(device_arch(device), head_dim, n_k)
+        choice = (VARIANTS[pv], accum)
         if isinstance(device, torch.device) and device.type == "cuda":
             if len(_CALL_CHOICES) >= 4096:
                 _CALL_CHOICES.clear()
@@ -89,47 +66,20 @@ def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -
 _CALL_CHOICES: dict[tuple, tuple[str, str]] = {}
 
 
-@functools.lru_cache(maxsize=4096)
-def _choice(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
-    """(variant, FP8 accumulation) for ``sageattn``: the arch table's, or the measured preference."""
-    if arch == INTERPRETER:
-        return VARIANTS["fp16"], "fp32+fp32"
-    row = _row(arch)
-    from sagebuild.kernels.triton import configs
-
-    dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
-    pv = configs.preferred_pv(row.family, dp, n_k) if dp is not None else None
-    accum = "fp32" if pv == "fp8acc" else "fp32+fp32"
-    pv = "fp8" if pv == "fp8acc" else pv
-    if pv == "fp8" and not row.fp8_dtype:
-        pv = None
-    return VARIANTS[pv or archs.pv_path(arch)], accum
-
-
 def available_variants(device: torch.device | str | int) -> list[str]:
     """Every variant that runs on a device: FP16 P·V wherever INT8 runs, FP8 where the arch has FP8."""
     arch = device_arch(device)
     if arch == INTERPRETER:
         return list(VARIANTS.values())
-    row = _row(arch)
-    return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if row.fp8_dtype else [])
+    plan.default_pv(arch, 0, 0)  # an unsupported arch is a clear error
+    return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if archs.get(arch).fp8_dtype else [])
 
 
-@functools.cache
 def family(arch: str) -> str:
-    """The arch family that keys the launch-config table."""
-    return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
+    """The arch family that keys the launch-config and features tables."""
+    return plan.family_of(arch)
 
 
-@functools.cache
 def fp8_dtype(arch: str) -> torch.dtype:
     """The FP8 E4M3 dtype the arch's matrix units take, or a clear error when it has none."""
-    if arch == INTERPRETER:
-        return torch.float8_e4m3fn
-    row = _row(arch)
-    if row.fp8_dtype is None:
-        raise AttentionInputError(
-            f"{arch} ({row.family}) has no FP8 matrix units, so the FP8 P·V kernel would be emulated",
-            "use sageattn_qk_int8_pv_fp16_triton (or sageattn, which picks it) on this GPU",
-        )
-    return getattr(torch, row.fp8_dtype)
+    return getattr(torch, plan.fp8_dtype_name(arch))

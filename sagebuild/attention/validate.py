@@ -12,16 +12,12 @@ from typing import Optional
 
 import torch
 
-from sagebuild.errors import SagebuildError
+from sagebuild.attention.errors import AttentionInputError
 from sagebuild.kernels.triton.configs import NATIVE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LAYOUTS = ("HND", "NHD")
 MAX_HEAD_DIM = NATIVE_HEAD_DIMS[-1]
-
-
-class AttentionInputError(SagebuildError, ValueError):
-    """The inputs of an attention call cannot be served as given."""
 
 
 def interpreter_enabled() -> bool:

@@ -39,8 +39,15 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="Show the Python traceback of an internal error (to report it)."),
+    ] = False,
 ) -> None:
     """Quantized attention that builds, verifies and benchmarks itself."""
+    from sagebuild.cli import common
+
+    common.DEBUG = debug
 
 
 for _name in COMMAND_MODULES:

@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         from sagebuild.cli._progress import status
         from sagebuild.cli.verify_cmd import resolve_profile
         from sagebuild.errors import Exit
-        from sagebuild.report.atomic import write_text_atomic
+        from sagebuild.fsio import write_text_atomic
 
         prof, why = resolve_profile(profile)
         cfg = bench.config_from_profile(

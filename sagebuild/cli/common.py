@@ -1,29 +1,33 @@
-"""Shared CLI plumbing: option types, the stderr console, JSON output, error → exit-code mapping.
+"""Shared CLI plumbing: option types, the consoles, JSON output, error → exit-code mapping.
 
-Diagnostics go to stderr; stdout carries data only (the ``--json`` document). Nothing here
-imports torch.
+Reports and tables go to ``out`` (stdout), diagnostics to ``console`` (stderr); with ``--json``
+the JSON document is the only thing on stdout, errors included. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
-import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, TypeVar
 
+import click
 import typer
-from rich.console import Console
+from rich.markup import escape
 
-from sagebuild.errors import Exit, SagebuildError
+from sagebuild import console as _consoles
+from sagebuild.errors import Exit, SagebuildError, internal_error
 
 JSON_SCHEMA_VERSION = 1
 
-console = Console(stderr=True)
-if not console.is_terminal and "COLUMNS" not in os.environ:
-    # a pipe or a CI log has no width: rich would assume 80 columns and squeeze tables
-    console.width = 160
+console = _consoles.err  # diagnostics: progress, warnings, errors
+out = _consoles.out  # reports and tables
+
+# set by the root ``--debug`` option: an internal error then shows its traceback
+DEBUG = False
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
 ProfileOpt = Annotated[
@@ -104,24 +108,60 @@ def emit_json(doc: dict[str, Any]) -> None:
 
 
 def report_error(err: SagebuildError) -> None:
-    console.print(f"[bold red]error:[/] {err.message}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
     if err.fix:
-        console.print(f"[bold]fix:[/] {err.fix}", highlight=False)
+        console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
+
+
+def as_user_error(exc: BaseException) -> SagebuildError:
+    """Any exception as the error the user sees: ours as is, a file-system or memory failure as a
+    clear line (exit 2 / 3), anything else as an internal error (exit 1)."""
+    from sagebuild.fsio import write_error
+
+    if isinstance(exc, SagebuildError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in (
+        errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR
+    ):
+        return write_error(exc.filename or "a file", exc, "access")
+    if isinstance(exc, MemoryError):
+        return SagebuildError(
+            "out of memory", fix="close other programs or pass smaller sizes", code=Exit.ENVIRONMENT
+        )
+    return internal_error(exc)
+
+
+def fail(err: SagebuildError, json_out: bool = False, command: str | None = None) -> None:
+    """Print ``err`` (and, with ``--json``, a JSON document carrying it) and exit with its code."""
+    report_error(err)
+    if json_out:
+        doc: dict[str, Any] = {"ok": False, "error": err.to_dict()}
+        if command:
+            doc = {"command": command, **doc}
+        emit_json(doc)
+    raise typer.Exit(int(err.code))
 
 
 def handle_errors(fn: F) -> F:
-    """Turn a ``SagebuildError`` into a message, its fix and the mapped exit code: no traceback."""
+    """Turn any error into a message, its fix and the mapped exit code: no traceback (``--debug``
+    shows one for internal errors). With ``--json`` a JSON document carries the error too."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        json_out = bool(kwargs.get("json_out"))
+        command = fn.__name__.removesuffix("_cmd").removesuffix("_command").rstrip("_")
         try:
             return fn(*args, **kwargs)
-        except SagebuildError as err:
-            report_error(err)
-            raise typer.Exit(int(err.code)) from None
+        except (typer.Exit, typer.Abort, click.ClickException):
+            raise
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
-            raise typer.Exit(130) from None
+            raise typer.Exit(int(Exit.INTERRUPTED)) from None
+        except Exception as exc:  # noqa: BLE001 - every error ends in one line and an exit code
+            err = as_user_error(exc)
+            if err.code == Exit.INTERNAL and DEBUG:
+                traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            fail(err, json_out, command)
 
     return wrapper  # type: ignore[return-value]
 

@@ -24,8 +24,15 @@ _TYPES: dict[str, Any] = {
 
 
 def load_schema() -> dict[str, Any]:
-    """The bundled ``report.schema.json``."""
-    return json.loads((resources.files("sagebuild.data") / "report.schema.json").read_text(encoding="utf-8"))
+    """The bundled ``report.schema.json``, with its ``plan`` definition generated from the
+    ``LaunchPlan`` dataclass (``plan.record_schema``): the record's shape has one home."""
+    from sagebuild.attention.plan import record_schema
+
+    schema = json.loads(
+        (resources.files("sagebuild.data") / "report.schema.json").read_text(encoding="utf-8")
+    )
+    schema["definitions"]["plan"] = record_schema()
+    return schema
 
 
 def _is_type(value: Any, name: str) -> bool:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sagebuild.report.atomic import copy_atomic, write_text_atomic
+from sagebuild.fsio import copy_atomic, write_text_atomic
 from sagebuild.report.junit import to_junit
 from sagebuild.report.render import to_html, to_markdown
 from sagebuild.report.schema import validate

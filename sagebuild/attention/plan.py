@@ -1,0 +1,300 @@
+"""The launch plan: everything an attention call runs, decided once, in one place.
+
+``make_plan`` takes scalars only (arch, head dim, key count, flags), so the same function plans a
+GPU call, an ahead-of-time compile for an arch that is not present, a benchmark's kernel-only
+launch and a report record. The plan yields the kernel's constexprs (``constexprs``), its report
+record (``record``) and that record's JSON schema (``record_schema``, used by the report schema).
+No torch import here: reports and CPU planning must not need it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Optional
+
+from sagebuild import archs
+from sagebuild.attention import features
+from sagebuild.attention.errors import AttentionInputError
+from sagebuild.kernels.triton import configs
+from sagebuild.kernels.triton.configs import LaunchConfig
+
+INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
+VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
+GRANULARITIES = ("per_warp", "per_block")
+BACKENDS = ("auto", "triton", "ext")
+PV_ACCUM = ("fp32+fp32", "fp32")
+LAYOUTS = ("HND", "NHD", "varlen")
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One attention call's decisions. Every field is in the report record (``record``)."""
+
+    arch: str  # canonical ("sm90", "gfx1201") or "interpreter"
+    family: str
+    variant: str  # "qk_int8_pv_fp16" | "qk_int8_pv_fp8"
+    pv_accum: Optional[str]  # FP8 only: "fp32+fp32" (two-level) | "fp32" (MMA-accumulated)
+    fp8_dtype: Optional[str]  # torch dtype name of FP8 P and V
+    head_dim: int
+    head_dim_pad: int
+    split_head_dim: bool  # 65-96 as 64 + 32 channels, 129-192 as 128 + 64
+    layout: str  # "HND" | "NHD" | "varlen"
+    causal: bool
+    config: LaunchConfig
+    q_blk: int  # Q rows per INT8 scale
+    k_blk: int  # K tokens per INT8 scale
+    quantization: str  # K/V quantized by "triton" launches or the C++ "extension"
+    tma: bool  # K/V tiles by tensor descriptors
+    pdl: bool  # the attention launch overlaps the K/V quantization launch
+    wgmma_pipe: bool  # P·V wgmma waited on in its iteration (ptxas pipelines the wgmma)
+    q_from_memory: bool  # INT8 Q read back from memory (a loaded wgmma operand)
+    v_key_order: bool  # FP8 V stored in wgmma key order
+    row_sum_parts: int  # P's partial row sums per row (1: one sum)
+    return_lse: bool
+    smooth_k: bool
+    sm_scale: float
+    table_version: str
+
+    @property
+    def fp8(self) -> bool:
+        return self.variant == VARIANTS["fp8"]
+
+    @property
+    def fp8_max(self) -> float:
+        """Largest finite FP8 value: 240 for the fnuz format (CDNA3), else 448."""
+        return 240.0 if self.fp8_dtype == "float8_e4m3fnuz" else 448.0
+
+    @property
+    def varlen(self) -> bool:
+        return self.layout == "varlen"
+
+    def constexprs(self) -> dict[str, Any]:
+        """The attention kernel's constexprs (``attn_fwd._attn_fwd_kernel``) for this plan."""
+        fp8 = self.fp8
+        return {
+            "HEAD_DIM": self.head_dim,
+            "BLOCK_D": self.head_dim_pad,
+            "BLOCK_M": self.config.block_m,
+            "BLOCK_N": self.config.block_n,
+            "Q_BLK": self.q_blk,
+            "KS_BLK": self.k_blk,
+            "CAUSAL": self.causal,
+            "PV_FP8": fp8,
+            "FP8_MAX": self.fp8_max,
+            "RETURN_LSE": self.return_lse,
+            "SMOOTH_K": self.smooth_k,
+            "IS_VARLEN": self.varlen,
+            "V_PADDED": not fp8 and self.head_dim != self.head_dim_pad,  # FP16 P·V reads V unpadded
+            "P_SHIFT": math.log2(self.fp8_max) if fp8 else 0.0,
+            "PV_DIRECT": fp8 and self.pv_accum == "fp32",
+            "SPLIT_D": self.split_head_dim,
+            "USE_TMA": self.tma,
+            "PDL": self.pdl,
+            "Q_FROM_MEMORY": self.q_from_memory,
+            "WGMMA_WAIT": self.wgmma_pipe,
+            "V_KEY_ORDER": fp8 and self.v_key_order,
+            "ROW_SUM_PARTS": self.row_sum_parts,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The plan as a report/bench record: every field; ``config`` as the string that forces
+        this very launch through ``config=`` / ``SAGEBUILD_ATTN_CONFIG``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["config"] = replace(self.config, tma=self.tma, pipe=self.wgmma_pipe).spec()
+        return out
+
+
+_SCHEMA_TYPES = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "bool": {"type": "boolean"},
+    "Optional[str]": {"type": ["string", "null"]},
+    "LaunchConfig": {"type": "string"},
+}
+
+
+def record_schema() -> dict[str, Any]:
+    """The JSON schema of ``LaunchPlan.record``, generated from the dataclass's fields (the
+    report schema's ``plan`` definition: one home for the record's shape)."""
+    props = {}
+    for f in fields(LaunchPlan):
+        if f.type not in _SCHEMA_TYPES:
+            raise TypeError(f"LaunchPlan.{f.name}: no JSON schema type for annotation {f.type!r}")
+        props[f.name] = dict(_SCHEMA_TYPES[f.type])
+    props["variant"] = {"enum": sorted(VARIANTS.values())}
+    props["layout"] = {"enum": list(LAYOUTS)}
+    props["quantization"] = {"enum": ["triton", "extension"]}
+    return {
+        "type": "object",
+        "required": [f.name for f in fields(LaunchPlan)],
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+def family_of(arch: str) -> str:
+    return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
+
+
+def _arch_row(arch: str) -> Optional[archs.Arch]:
+    """The arch table's row (None for the interpreter); an unsupported arch is a clear error."""
+    if arch == INTERPRETER:
+        return None
+    try:
+        archs.pv_path(arch)
+        return archs.get(arch)
+    except archs.UnknownArchError as exc:
+        raise AttentionInputError(
+            str(exc), "use torch.nn.functional.scaled_dot_product_attention on this GPU"
+        ) from None
+
+
+def fp8_dtype_name(arch: str) -> str:
+    """The FP8 E4M3 format the arch's matrix units take, or a clear error when it has none."""
+    row = _arch_row(arch)
+    if row is None:
+        return "float8_e4m3fn"
+    if row.fp8_dtype is None:
+        raise AttentionInputError(
+            f"{arch} ({row.family}) has no FP8 matrix units, so the FP8 P·V kernel would be emulated",
+            "use sageattn_qk_int8_pv_fp16_triton (or sageattn, which picks it) on this GPU",
+        )
+    return row.fp8_dtype
+
+
+def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
+    """What ``sageattn`` runs on an arch: ("fp16" | "fp8", FP8 accumulation): the arch table's
+    P·V path, unless the config module records the other one as measurably faster here."""
+    row = _arch_row(arch)
+    if row is None:
+        return "fp16", "fp32+fp32"
+    dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
+    pref = configs.preferred_pv(row.family, dp, n_k) if dp is not None else None
+    accum = "fp32" if pref == "fp8acc" else "fp32+fp32"
+    pv = "fp8" if pref == "fp8acc" else pref
+    if pv == "fp8" and not row.fp8_dtype:
+        pv = None
+    return pv or archs.pv_path(arch), accum
+
+
+def _check_choice(name: str, value: Any, allowed: tuple, fix: str) -> None:
+    if value not in allowed:
+        raise AttentionInputError(f"{name} must be one of {allowed}, got {value!r}", fix)
+
+
+def make_plan(
+    arch: str,
+    *,
+    head_dim: int,
+    n_k: int,
+    pv: str = "auto",
+    pv_accum: Optional[str] = None,
+    causal: bool = False,
+    layout: str = "HND",
+    qk_quant_gran: str = "per_warp",
+    backend: str = "auto",
+    config: Any = None,
+    return_lse: bool = False,
+    smooth_k: bool = True,
+    sm_scale: Optional[float] = None,
+) -> LaunchPlan:
+    """Decide a call: variant, launch config, quantization and every kernel feature.
+
+    ``n_k``: keys per sequence (the longest for varlen; 0: unknown). ``pv``: "fp16", "fp8" or
+    "auto" (``default_pv``; then ``pv_accum`` None takes its accumulation too). Bad values raise
+    ``AttentionInputError`` with the fix."""
+    _check_choice(
+        "qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"
+    )
+    _check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
+    _check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
+    _check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
+    dp = configs.padded_head_dim(head_dim)
+    if dp is None or head_dim < 1:
+        raise AttentionInputError(
+            f"head dim {head_dim} is not supported: the kernels take head dims 1 to "
+            f"{configs.NATIVE_HEAD_DIMS[-1]}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
+    row = _arch_row(arch)
+    family = family_of(arch)
+    if pv == "auto":
+        pv, accum = default_pv(arch, head_dim, n_k)
+        pv_accum = pv_accum or accum
+    fp8 = pv == "fp8"
+    accum = (pv_accum or "fp32+fp32") if fp8 else None
+    if fp8:
+        _check_choice(
+            "pv_accum_dtype", accum, PV_ACCUM,
+            "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
+        )  # fmt: skip
+    fp8_dtype = fp8_dtype_name(arch) if fp8 else None
+    if sm_scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    else:
+        try:
+            scale = float(sm_scale)
+        except (TypeError, ValueError):
+            scale = math.nan
+        if not math.isfinite(scale) or scale <= 0:
+            raise AttentionInputError(
+                f"sm_scale must be positive and finite, got {sm_scale!r}",
+                "pass a positive float, or None for 1/sqrt(head_dim)",
+            )
+    varlen = layout == "varlen"
+    quantization = "extension" if backend == "ext" else "triton"
+    ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
+    v_key_order = fp8 and ours and features.enabled("v_key_order", family)
+    v_rows = -(-n_k // configs.KEY_GROUP) * configs.KEY_GROUP if v_key_order else n_k
+    tma_layout = fp8 and ours and v_rows % 16 == 0  # TMA: V's row stride a multiple of 16 bytes
+    split = configs.split_head_dim(head_dim, dp)
+    try:
+        cfg = configs.lookup(
+            family,
+            dp,
+            configs.variant_key(pv, accum or ""),
+            bool(causal),
+            config,
+            split=split,
+            n_k=n_k,
+            tma_ok=tma_layout and features.possible("tma", family),
+        )
+    except ValueError as exc:
+        raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
+    if cfg.maxnreg is not None and row is not None and row.vendor != "cuda":
+        raise AttentionInputError(
+            f"the launch config {cfg.as_tuple()} caps registers (maxnreg), an NVIDIA-only Triton option; "
+            f"{arch} is not an NVIDIA GPU",
+            f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
+        )
+    pipe = features.enabled("wgmma_pipe", family, config_choice=cfg.pipe)
+    parts = features.ROW_SUM_PARTS if features.enabled("row_sum_parts", family) else 1
+    return LaunchPlan(
+        arch=arch,
+        family=family,
+        variant=VARIANTS[pv],
+        pv_accum=accum,
+        fp8_dtype=fp8_dtype,
+        head_dim=head_dim,
+        head_dim_pad=dp,
+        split_head_dim=split,
+        layout=layout,
+        causal=bool(causal),
+        config=cfg,
+        q_blk=cfg.q_blk(qk_quant_gran),
+        k_blk=cfg.k_blk,
+        quantization=quantization,
+        tma=tma_layout and features.enabled("tma", family, config_choice=cfg.tma),
+        pdl=ours and features.enabled("pdl", family, n_k=n_k),
+        wgmma_pipe=pipe,
+        q_from_memory=pipe and 2 * head_dim >= dp,  # an output row holds the INT8 Q row
+        v_key_order=v_key_order,
+        row_sum_parts=parts if cfg.block_n % parts == 0 else 1,
+        return_lse=bool(return_lse),
+        smooth_k=bool(smooth_k),
+        sm_scale=scale,
+        table_version=configs.CONFIG_TABLE_VERSION,
+    )

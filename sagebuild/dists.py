@@ -1,0 +1,107 @@
+"""The distributions installed in an environment: this interpreter's, or another one's (``--python``).
+
+A neutral home used by the lockfile and by the report's environment backup, so neither reaches into
+the other. Another interpreter is read in a subprocess (standard library only, under a timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Optional
+
+from sagebuild.errors import Exit, SagebuildError
+
+_TIMEOUT_S = 120.0
+
+# Defines collect(); runs in this interpreter, or in the target one (Python >= 3.9, stdlib only).
+_COLLECT = r"""
+import json, re, sys
+from importlib import metadata
+
+def collect():
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if not name:
+            continue
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in found:
+            continue
+        entry = {"version": dist.version}
+        try:
+            direct = dist.read_text("direct_url.json")
+        except OSError:
+            direct = None
+        if direct:
+            try:
+                info = json.loads(direct)
+            except ValueError:
+                info = {}
+            if info.get("dir_info", {}).get("editable"):
+                entry["source"] = "editable"
+            elif "vcs_info" in info or "archive_info" in info or "dir_info" in info:
+                entry["source"] = "url"
+                entry["url"] = info.get("url", "")
+        found[key] = entry
+    return {"prefix": sys.prefix, "executable": sys.executable,
+            "distributions": dict(sorted(found.items()))}
+"""
+_SCRIPT = _COLLECT + "\njson.dump(collect(), sys.stdout)\n"
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_this_interpreter(python: Optional[str]) -> bool:
+    """True when ``python`` is None or names the running interpreter."""
+    if not python:
+        return True
+    try:
+        return os.path.samefile(python, sys.executable)
+    except OSError:
+        return False
+
+
+def environment(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> dict[str, Any]:
+    """``{"prefix", "executable", "distributions"}`` of ``python``'s environment (default: this one).
+
+    Each distribution holds its version and, for packages not installed from an index, how they
+    were installed (editable / url): a pip ``name==version`` line could not reinstall those.
+    """
+    if is_this_interpreter(python):
+        ns: dict[str, Any] = {}
+        exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
+        return ns["collect"]()
+    assert python is not None
+    fix = "pass --python the path of a working Python interpreter (python -c 'import sys' must run)"
+    try:
+        proc = subprocess.run(
+            [python, "-c", _SCRIPT], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SagebuildError(
+            f"cannot list the distributions of {python}: {e}", fix=fix, code=Exit.ENVIRONMENT
+        ) from None
+    try:
+        doc = json.loads(proc.stdout)
+        if proc.returncode != 0 or not isinstance(doc.get("distributions"), dict):
+            raise ValueError
+    except ValueError:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise SagebuildError(
+            f"cannot list the distributions of {python} (exit {proc.returncode}): {last}",
+            fix=fix,
+            code=Exit.ENVIRONMENT,
+        ) from None
+    return doc
+
+
+def installed_distributions(python: Optional[str] = None) -> dict[str, dict[str, Any]]:
+    """Every distribution visible to ``python`` (first on ``sys.path`` wins), sorted by name."""
+    return environment(python)["distributions"]

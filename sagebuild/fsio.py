@@ -1,0 +1,168 @@
+"""Writing files safely: atomic replaces, the usual file mode, and one clear error per failed write.
+
+Each write goes to a temporary file in the destination's own directory (same filesystem, so
+``os.replace`` is an atomic rename), fsynced before the rename: a reader (or a CI artefact upload)
+never sees a half-written report or lock. New files get ``0666 & ~umask`` (0644 usually), the mode
+``open()`` would give, not ``mkstemp``'s 0600. Any ``OSError`` (a read-only mount, ``/proc``, a
+full disk, a parent that is a file) becomes a :class:`~sagebuild.errors.SagebuildError` that says
+what could not be written, where, and what to do (exit 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from sagebuild.errors import Exit, SagebuildError
+
+_WHY = {
+    errno.ENOSPC: ("the disk is full", "free some space, or write somewhere else"),
+    errno.EDQUOT: ("the disk quota is exhausted", "free some space, or write somewhere else"),
+    errno.EROFS: ("the filesystem is read-only", "pass a path on a writable filesystem"),
+    errno.EACCES: ("permission denied", "pass a path you can write, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "pass a path you can write, or fix its permissions"),
+    errno.ENOTDIR: ("a parent of it is a file, not a directory", "pass a path inside a directory"),
+    errno.EISDIR: ("it is a directory", "pass a file path, not a directory"),
+    errno.ENOENT: ("its directory does not exist", "create the directory first, or pass another path"),
+    errno.EEXIST: ("something else already exists there", "pass another path, or remove it"),
+    errno.ENAMETOOLONG: ("the name is too long", "pass a shorter path"),
+}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0666 less the umask."""
+    return 0o666 & ~_umask()
+
+
+def write_error(path: Path | str, exc: OSError, what: str = "write") -> SagebuildError:
+    """A failed write as one actionable line (exit 2)."""
+    why, fix = _WHY.get(exc.errno or -1, (exc.strerror or str(exc), "pass another path"))
+    return SagebuildError(f"cannot {what} {path}: {why}", fix=fix, code=Exit.USAGE)
+
+
+def ensure_dir(path: Path | str, what: str = "create directory") -> Path:
+    """``mkdir -p`` with a clear error for a path that is a file, on /proc, read-only, ..."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise SagebuildError(
+            f"cannot {what} {path}: it exists and is not a directory",
+            fix="pass a directory path (a new or existing directory)",
+            code=Exit.USAGE,
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e, what) from None
+    return path
+
+
+def check_writable_dir(path: Path | str, what: str = "write into") -> Path:
+    """Create ``path`` if needed and prove a file can be created in it (catches /proc, read-only)."""
+    path = ensure_dir(path, "create directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".sagebuild-probe.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise write_error(path, e, what) from None
+    return path
+
+
+def _tmp_beside(path: Path) -> tuple[int, str]:
+    if path.is_dir():
+        raise write_error(path, OSError(errno.EISDIR, "is a directory"))
+    ensure_dir(path.parent)
+    try:
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def write_bytes_atomic(path: Path | str, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and a rename; returns the path."""
+    path = Path(path)
+    fd, tmp = _tmp_beside(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise write_error(path, e) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: Path | str, text: str) -> Path:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) atomically; returns the path."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def copy_atomic(src: Path | str, dst: Path | str) -> Path:
+    """Copy a file (e.g. the build log) into place atomically."""
+    dst = Path(dst)
+    fd, tmp = _tmp_beside(dst)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, dst)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise write_error(dst, e) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dst
+
+
+def swap_dir_in(staged: Path | str, dest: Path | str, owned: Iterable[str] = ()) -> Path:
+    """Put the fully written directory ``staged`` at ``dest`` as a whole: never a mix of two runs.
+
+    ``owned`` names every file a run may write. When ``dest`` holds nothing else, it is renamed
+    aside and ``staged`` renamed into its place (two renames, then the old run is deleted). When it
+    also holds other files (a user's notes), those stay: each owned file is replaced by the new
+    run's or removed when the new run did not write it.
+    """
+    staged, dest = Path(staged), Path(dest)
+    owned = set(owned)
+    try:
+        if not dest.exists():
+            os.replace(staged, dest)
+            return dest
+        if dest.is_dir() and not dest.is_symlink() and all(p.name in owned for p in dest.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.replace(dest, old / "run")
+            os.replace(staged, dest)
+            shutil.rmtree(old, ignore_errors=True)
+            return dest
+        ensure_dir(dest)
+        new = {p.name for p in staged.iterdir()}
+        for name in sorted(owned - new):
+            stale = dest / name
+            if stale.is_file() or stale.is_symlink():
+                stale.unlink()
+        for name in sorted(new):
+            target = dest / name
+            if target.is_dir() and not target.is_symlink():
+                raise write_error(target, OSError(errno.EISDIR, "is a directory"), "replace")
+            os.replace(staged / name, target)
+        staged.rmdir()
+    except OSError as e:
+        raise write_error(dest, e, "move the run into") from None
+    return dest

@@ -1,0 +1,169 @@
+"""Every ``SAGEBUILD_*`` environment variable, registered once: name, type, default, meaning.
+
+Code reads a knob through ``get(name)``, never ``os.environ`` directly, and docs/knobs.md is
+generated from this table (``python -m sagebuild.knobs > docs/knobs.md``; a test compares them).
+Values are read once per process and cached: an attention call's plan key includes
+``plan_values()``, which must cost nothing per call. ``refresh()`` re-reads the environment
+(tests, tuning scripts that change a knob at run time).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable. ``kind``: "switch" (1/on, 0/off, unset: the default),
+    "int", "config" (a launch config string) or "path". ``plan``: part of an attention call's
+    plan key (it changes which kernel a call runs)."""
+
+    name: str
+    kind: str
+    default: str
+    meaning: str
+    plan: bool = False
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "SAGEBUILD_ATTN_CONFIG",
+        "config",
+        "unset (the versioned table)",
+        "Force one attention launch config for every call: `BLOCK_M,BLOCK_N,num_warps,num_stages"
+        "[,maxnreg][,tma][,pipe]` (tuning runs; the `config=` keyword wins).",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_TMA",
+        "switch",
+        "the config row's choice",
+        "K/V tiles by tensor descriptors (TMA) where the family can (features table): 1 for every "
+        "eligible call, 0 never (rows that need it are then skipped).",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_PDL",
+        "switch",
+        "on up to 2048 keys",
+        "Programmatic dependent launch: the attention launch overlaps the K/V quantization "
+        "launch (NVIDIA sm90+). 1 for every length, 0 never.",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_WGMMA_PIPE",
+        "switch",
+        "the config row's choice",
+        "Hopper: Q read back from memory and the P·V wgmma waited on in its iteration, so ptxas "
+        "pipelines the kernel's wgmma. 1 for every config, 0 never.",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_V_KEY_ORDER",
+        "switch",
+        "on (Hopper)",
+        "FP8 V stored in wgmma key order, so P needs no shuffles before the P·V wgmma. 1 on "
+        "(Hopper, interpreter), 0 off.",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_ROW_SUM_PARTS",
+        "switch",
+        "on (Hopper, interpreter)",
+        "P's row sums kept as 8 partial sums per row until the epilogue (no warp shuffles per "
+        "tile). 1 on where the family can, 0 off.",
+        plan=True,
+    ),
+    Knob(
+        "SAGEBUILD_PATCH_MIN_LEN",
+        "int",
+        "the measured crossover table",
+        "`patch_sdpa` sends calls with at least this many query and key tokens to the quantized "
+        "kernels (0: every length), overriding the measured crossovers.",
+    ),
+    Knob(
+        "SAGEBUILD_CACHE_DIR",
+        "path",
+        "the platform cache dir (~/.cache/sagebuild)",
+        "Where built extensions and build state are kept.",
+    ),
+    Knob(
+        "SAGEBUILD_EXT_DIR",
+        "path",
+        "<cache dir>/ext/<environment key>",
+        "Where this environment's compiled extension is written and looked up.",
+    ),
+)
+
+_BY_NAME = {k.name: k for k in KNOBS}
+_PLAN_NAMES = tuple(k.name for k in KNOBS if k.plan)
+_values: Optional[dict[str, Optional[str]]] = None
+_plan_values: tuple = ()
+
+
+class UnknownKnobError(KeyError):
+    """A name that is not in the registry: a typo in the code, caught by the tests."""
+
+
+def refresh() -> None:
+    """Re-read every knob from the environment (values are cached per process otherwise)."""
+    global _values, _plan_values
+    _values = {k.name: os.environ.get(k.name) for k in KNOBS}
+    _plan_values = tuple(_values[n] for n in _PLAN_NAMES)
+
+
+def raw(name: str) -> Optional[str]:
+    """The knob's value as set (stripped; None or "" when unset)."""
+    if name not in _BY_NAME:
+        raise UnknownKnobError(name)
+    if _values is None:
+        refresh()
+    assert _values is not None
+    value = _values[name]
+    return value.strip() if value is not None else None
+
+
+def switch(name: str) -> Optional[bool]:
+    """A switch knob: True (1/on/true/yes), False (0/off/false/no) or None (unset or other)."""
+    value = (raw(name) or "").lower()
+    if value in ("1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no"):
+        return False
+    return None
+
+
+def plan_values() -> tuple:
+    """The values of the knobs that change an attention call's plan (part of its cache key)."""
+    if _values is None:
+        refresh()
+    return _plan_values
+
+
+def markdown() -> str:
+    """docs/knobs.md, generated from ``KNOBS``."""
+    lines = [
+        "# Environment knobs",
+        "",
+        "Generated from `sagebuild/knobs.py` (`python -m sagebuild.knobs > docs/knobs.md`); a test fails",
+        "when this file and the registry differ. Knobs marked *plan* change which kernel an attention call",
+        "runs; they are read once per process (`sagebuild.knobs.refresh()` re-reads them).",
+        "",
+        "| name | kind | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for k in KNOBS:
+        kind = f"{k.kind}, plan" if k.plan else k.kind
+        lines.append(f"| `{k.name}` | {kind} | {k.default} | {k.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def describe() -> list[dict[str, Any]]:
+    """The registry with the current values, for reports."""
+    return [{"name": k.name, "value": raw(k.name), "plan": k.plan} for k in KNOBS]
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
