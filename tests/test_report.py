@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+import errno
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from sagebuild.report import atomic
+from sagebuild import fsio as atomic
+from sagebuild.errors import Exit, SagebuildError
 from sagebuild.report.schema import load_schema, validate
 from sagebuild.report.write import environment_backup, write_report
 
@@ -262,13 +264,29 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pyt
     atomic.write_text_atomic(target, "old")
 
     def boom(src, dst):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(SagebuildError, match="disk is full") as info:
         atomic.write_text_atomic(target, "new")
+    assert info.value.code == Exit.USAGE and str(target) in info.value.message
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temp file left behind
+
+
+def test_atomic_writes_get_the_umask_mode_like_build_log(tmp_path: Path):
+    old = os.umask(0o022)
+    try:
+        a = atomic.write_text_atomic(tmp_path / "report.json", "{}")
+        (tmp_path / "src.log").write_text("log")
+        b = atomic.copy_atomic(tmp_path / "src.log", tmp_path / "build.log")
+        os.umask(0o077)
+        c = atomic.write_text_atomic(tmp_path / "private.json", "{}")
+    finally:
+        os.umask(old)
+    assert a.stat().st_mode & 0o777 == 0o644
+    assert b.stat().st_mode & 0o777 == 0o644
+    assert c.stat().st_mode & 0o777 == 0o600
 
 
 def test_environment_backup_is_pip_freeze(tmp_path: Path):
