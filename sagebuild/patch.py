@@ -26,8 +26,13 @@ Scope and limits:
 * The patch is process-wide (it is a module attribute): while any ``patch_sdpa`` block or
   :func:`enable` is active, calls from all threads go through the wrapper. Nesting is counted;
   only the outermost exit restores the original, also when the block raises.
-* Calls traced by ``torch.compile``/``torch.jit`` go to the original (the kernels are launched
-  eagerly), and so do calls that need gradients (the kernels are inference-only).
+* Calls traced by ``torch.compile`` are accelerated too: the static checks of :func:`decide`
+  (dtypes, shapes, mask, dropout, gradients) run at trace time, and a call that passes them
+  becomes one custom op, ``sagebuild::patched_sdpa``, which takes the device-dependent decision
+  and launches the kernels (or the original SDPA) at run time; ``mode="reduce-overhead"``
+  captures those launches in its CUDA graphs, whose replays the statistics do not count.
+  ``torch.jit`` traces go to the original, and so do calls that need gradients (the kernels are
+  inference-only).
 """
 
 from __future__ import annotations
@@ -295,8 +300,14 @@ _original: Callable[..., Any] | None = None
 
 
 def _call_original(
-    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
-    scale: float | None, enable_gqa: bool,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
 ) -> Any:
     original = _original
     if original is None:  # called after restore through a stale reference
@@ -313,13 +324,68 @@ def _call_original(
     return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
 
 
-def _is_tracing() -> bool:
+def _jit_tracing() -> bool:
     import torch
 
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return True
     return bool(torch.jit.is_tracing() or torch.jit.is_scripting())
+
+
+def _any_device(device: Any) -> DeviceSupport:
+    """Trace-time stand-in for ``support_for``: what the device takes is decided at run time,
+    inside the op (the device's arch is not something Dynamo can trace)."""
+    return DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
+
+
+# ``sagebuild::patched_sdpa``: defined by ``_install`` (eagerly: never while Dynamo traces)
+_op: Callable[..., Any] | None = None
+
+
+def _define_op() -> None:
+    global _op
+    if _op is not None:
+        return
+    import torch
+
+    # the schema spelled out: this module's annotations are strings (no torch at import)
+    schema = "(Tensor query, Tensor key, Tensor value, bool is_causal, float? scale, bool enable_gqa) -> Tensor"
+
+    @torch.library.custom_op("sagebuild::patched_sdpa", mutates_args=(), schema=schema)
+    def patched_sdpa(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        is_causal: bool,
+        scale: float | None,
+        enable_gqa: bool,
+    ) -> torch.Tensor:
+        out = _eager_sdpa(query, key, value, None, 0.0, is_causal, scale, enable_gqa)
+        return out.contiguous()  # the fake's layout; a fresh tensor, never an input
+
+    @patched_sdpa.register_fake
+    def _(query, key, value, is_causal, scale, enable_gqa):  # type: ignore[no-untyped-def]
+        return query.new_empty((*query.shape[:-1], value.shape[-1]))
+
+    _op = patched_sdpa
+
+
+def _traced_sdpa(
+    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+    scale: float | None, enable_gqa: bool,
+) -> Any:  # fmt: skip
+    """Under ``torch.compile``: the static half of ``decide`` now, the rest in the op at run time."""
+    import torch
+
+    backend = _backend
+    verdict = decide(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+        support_for=_any_device,
+        gpu_device_types=backend.gpu_device_types,
+        grad_enabled=torch.is_grad_enabled(),
+    )  # fmt: skip
+    op = _op
+    if isinstance(verdict, str) or op is None:
+        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return op(query, key, value, bool(is_causal), scale, bool(enable_gqa))
 
 
 def _expand_kv(x: Any, groups: int) -> Any:
@@ -340,13 +406,32 @@ def scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> Any:
     """SDPA with the same signature; quantized kernels when faithful, the original otherwise."""
-    if _is_tracing():
+    import torch
+
+    if torch.compiler.is_compiling():
+        return _traced_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if _jit_tracing():
         return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return _eager_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _eager_sdpa(
+    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
+    scale: float | None, enable_gqa: bool,
+) -> Any:  # fmt: skip
+    """The decision and the call, eagerly (the wrapper's body, and the op's at run time)."""
     import torch
 
     backend = _backend
     verdict = decide(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
         support_for=backend.support_for,
         gpu_device_types=backend.gpu_device_types,
         grad_enabled=torch.is_grad_enabled(),
@@ -393,6 +478,7 @@ def _install() -> None:
     import torch
 
     fn = torch.nn.functional
+    _define_op()
     if _original is None:
         current = fn.scaled_dot_product_attention
         _original = current if current is not scaled_dot_product_attention else None

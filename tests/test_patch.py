@@ -670,3 +670,45 @@ def test_patch_crossover_script_refuses_clearly_without_a_gpu():
     assert bad.returncode == 1 and "--dims '128:4k': expected HEAD_DIM:LEN" in bad.stderr
     cpu = subprocess.run([sys.executable, str(script), "--dims", "128:4096"], capture_output=True, text=True)
     assert cpu.returncode == 2 and "needs a CUDA or ROCm GPU" in cpu.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile: traced calls become the ``sagebuild::patched_sdpa`` op and are accelerated
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_calls_are_accelerated_through_the_op(fake_gpu, backend):
+    """fullgraph=True traces with no graph break; calls that pass the static checks run the
+    kernel (counted), a masked call stays the traced original SDPA; results match eager."""
+    q, k, v = _qkv(hq=4, hk=2, lq=32)
+    mask = torch.ones(32, 32, dtype=torch.bool).tril()
+
+    def fn(a, b, c):
+        fast = F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True)
+        masked = F.scaled_dot_product_attention(a, b.repeat_interleave(2, 1), c.repeat_interleave(2, 1), mask)
+        return fast, masked
+
+    torch._dynamo.reset()
+    with patch.patch_sdpa(), torch.no_grad():
+        eager = fn(q, k, v)
+        patch.reset_stats()
+        compiled = torch.compile(fn, fullgraph=True, backend=backend)(q, k, v)
+        stats = patch.patch_stats()
+    torch._dynamo.reset()
+    assert stats.accelerated == 1 and stats.passed_through == 0, stats.to_dict()
+    assert len(fake_gpu.calls) == 2 and fake_gpu.calls[-1]["causal"] is True
+    for got, want in zip(compiled, eager):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert torch.allclose(got.float(), want.float(), atol=2e-3)
+
+
+def test_compiled_calls_needing_grad_stay_with_the_original(fake_gpu):
+    q, k, v = (t.requires_grad_() for t in _qkv(lq=32, dtype=torch.float32))
+    q16, k16, v16 = (t.detach().half().requires_grad_() for t in (q, k, v))
+    torch._dynamo.reset()
+    with patch.patch_sdpa():
+        out = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), fullgraph=True,
+                            backend="aot_eager")(q16, k16, v16)  # fmt: skip
+    torch._dynamo.reset()
+    out.float().sum().backward()  # the original's autograd: gradients flow
+    assert fake_gpu.calls == [] and q16.grad is not None
