@@ -347,7 +347,9 @@ def _define_op() -> None:
     import torch
 
     # the schema spelled out: this module's annotations are strings (no torch at import)
-    schema = "(Tensor query, Tensor key, Tensor value, bool is_causal, float? scale, bool enable_gqa) -> Tensor"
+    schema = (
+        "(Tensor query, Tensor key, Tensor value, bool is_causal, float? scale, bool enable_gqa) -> Tensor"
+    )
 
     @torch.library.custom_op("sagebuild::patched_sdpa", mutates_args=(), schema=schema)
     def patched_sdpa(
