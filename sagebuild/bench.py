@@ -55,6 +55,8 @@ class BenchConfig:
     sustain_s: float = 0.0
     # which speed-up the gate compares (``GATE_METRICS``); "sustained" needs sustain_s > 0
     gate_on: str = "cold"
+    # explicit SDPA-relative gate (``--min-speedup``): None takes the profile's (0 there: off)
+    min_speedup: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -387,6 +389,8 @@ class BenchRow:
     error: Optional[str] = None
     plan: Optional[dict[str, Any]] = None  # what ran: ``sagebuild.attention.api.launch_plan``
     sustained_speedup: Optional[float] = None  # SDPA's sustained time / this one's (``--sustain``)
+    expected_speedup: Optional[float] = None  # the profile's measured speed-up for this arch and shape
+    vs_expected: Optional[float] = None  # speed-up / expected_speedup (the regression gate's ratio)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -409,6 +413,8 @@ class BenchResult:
     speed_gate_applied: bool
     failures: list[str] = field(default_factory=list)
     gate_on: str = "cold"  # the speed-up the gate compared (``GATE_METRICS``)
+    # the regression gate: {"arch", "measured", "regression", "applied", "note"}
+    expectation: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> Exit:
@@ -430,13 +436,25 @@ class BenchResult:
                 "speed_gate_applied": self.speed_gate_applied,
                 "metric": self.gate_on,
                 "failures": list(self.failures),
+                "expectation": dict(self.expectation),
             },
         }
 
 
-def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool, metric: str = "cold") -> list[str]:
-    """Every threshold a row misses: accuracy bounds always, the speed-up of ``sageattn`` on a GPU
-    (``metric``: which one, ``GATE_METRICS``).
+def gate(
+    rows: list[BenchRow],
+    min_speedup: float,
+    speed_gate: bool,
+    metric: str = "cold",
+    expected: Optional[dict[str, float]] = None,
+    regression: float = 0.85,
+    shape_of: Callable[[int], str] = str,
+) -> list[str]:
+    """Every threshold a row misses: accuracy bounds always; on a GPU (``speed_gate``) the
+    regression gate (``sageattn``'s speed-up below ``regression`` of the profile's ``expected``
+    one for the row's shape, ``shape_of(seq)``; shapes without an expectation are not
+    speed-gated) and, when ``min_speedup`` > 0, the explicit SDPA-relative gate. Fills the rows'
+    ``expected_speedup`` / ``vs_expected``. ``metric``: which speed-up (``GATE_METRICS``).
 
     Each message starts with the provider and names ``seq=N`` (the JUnit cases key on that).
     """
@@ -460,16 +478,43 @@ def gate(rows: list[BenchRow], min_speedup: float, speed_gate: bool, metric: str
             if a["rel_l1"] > b["rel_l1_max"]:
                 out.append(f"{r.provider} relative L1 {a['rel_l1']:.5f} > {b['rel_l1_max']} at {where}")
         speed = getattr(r, GATE_METRICS[metric])
-        if (
-            speed_gate
-            and min_speedup > 0
-            and r.provider == AUTO
-            and r.kind == "whole_call"
-            and speed is not None
-            and speed < min_speedup
-        ):
+        if not (speed_gate and r.provider == AUTO and r.kind == "whole_call" and speed is not None):
+            continue
+        exp = (expected or {}).get(shape_of(r.seq))
+        if exp is not None:
+            r.expected_speedup, r.vs_expected = exp, speed / exp
+            if speed < regression * exp:
+                out.append(
+                    f"{r.provider} {what} {speed:.3f}× at {where} is {speed / exp:.2f} of the "
+                    f"expected {exp:.3f}× (regression gate: ≥ {regression:g})"
+                )
+        if min_speedup > 0 and speed < min_speedup:
             out.append(f"{r.provider} {what} {speed:.3f}× < {min_speedup:g}× at {where}")
     return out
+
+
+def expectation_for(profile: Any, arch: Optional[str], gpu: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """The profile's expected speed-ups for this arch and the report's account of them."""
+    exp = profile.bench.expected.get(arch) if arch else None
+    doc: dict[str, Any] = {
+        "arch": arch,
+        "measured": exp.measured if exp else None,
+        "regression": profile.bench.regression,
+        "applied": bool(gpu and exp),
+    }
+    if not gpu:
+        doc["note"] = "CPU timings: no speed gate"
+    elif exp is None:
+        doc["note"] = (
+            f"no expected speed-up is recorded for {arch} in profile {profile.name}: "
+            "the gate checks accuracy only (docs/kernels.md says how to report a measurement)"
+        )
+    else:
+        doc["note"] = (
+            f"regression gate: sageattn's speed-up ≥ {profile.bench.regression:g} of the recorded one "
+            f"({exp.measured}); shapes without a record are not speed-gated"
+        )
+    return (exp.speedup if exp else {}), doc
 
 
 # ---- running --------------------------------------------------------------------------------
@@ -700,7 +745,15 @@ def run_bench(
                 )
             )
         del q, k, v, ref, ready, providers, timings  # each length's buffers go before the next
-    failures = gate(rows, profile.bench.min_speedup, speed_gate=gpu, metric=cfg.gate_on)
+    from sagebuild.profiles import shape_key
+
+    min_speedup = profile.bench.min_speedup if cfg.min_speedup is None else cfg.min_speedup
+    expected, expectation = expectation_for(profile, _device_arch(dev) if gpu else None, gpu)
+    failures = gate(
+        rows, min_speedup, speed_gate=gpu, metric=cfg.gate_on, expected=expected,
+        regression=profile.bench.regression,
+        shape_of=lambda n: shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal),
+    )  # fmt: skip
     return BenchResult(
         ok=not failures,
         timing_kind="gpu" if gpu else "cpu",
@@ -711,8 +764,19 @@ def run_bench(
         sdpa_backend=backend or {"name": "unknown", "how": "not run", "ops": []},
         config=cfg,
         rows=rows,
-        min_speedup=float(profile.bench.min_speedup),
-        speed_gate_applied=gpu and profile.bench.min_speedup > 0,
+        min_speedup=float(min_speedup),
+        speed_gate_applied=gpu and (min_speedup > 0 or expectation["applied"]),
         failures=failures,
         gate_on=cfg.gate_on,
+        expectation=expectation,
     )
+
+
+def _device_arch(dev: Any) -> Optional[str]:
+    """The bench device's arch name, or None where it is not one the table knows."""
+    from sagebuild.attention import dispatch
+
+    try:
+        return dispatch.device_arch(dev)
+    except SagebuildError:
+        return None

@@ -7,6 +7,7 @@ pass thresholds. Bundled ones live in ``profiles/*.yaml`` (package ``sagebuild.p
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -68,9 +69,21 @@ class Bench:
     head_dim: int
     dtype: str
     causal: bool
-    min_speedup: float  # sage time must be ≤ SDPA time / min_speedup; 0 disables the gate
+    min_speedup: float  # explicit SDPA-relative gate: sage time ≤ SDPA time / min_speedup; 0: off
     warmup: int
     reps: int
+    # sageattn's measured speed-up over SDPA per arch and shape ("BxHxNxD", "c" appended when
+    # causal): the default speed gate is a regression check against it (``regression``)
+    expected: dict[str, Expectation] = field(default_factory=dict)
+    regression: float = 0.85  # fail below this fraction of the expected speed-up
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What one arch measured: the speed-up per shape, and where and how it was measured."""
+
+    measured: str
+    speedup: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,7 @@ class Profile:
 
 # ---- schema ---------------------------------------------------------------------------------
 
+
 def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], src: str, path: str) -> Any:
     full = f"{path}{key}"
     if key not in d:
@@ -112,8 +126,14 @@ def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], src: str, pa
 def _tname(typ: type | tuple[type, ...]) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
-    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-            "dict": "mapping", "list": "list"}.get(typ.__name__, typ.__name__)
+    return {
+        "str": "string",
+        "int": "integer",
+        "float": "number",
+        "bool": "boolean",
+        "dict": "mapping",
+        "list": "list",
+    }.get(typ.__name__, typ.__name__)
 
 
 def _spec(d: dict[str, Any], key: str, src: str) -> str:
@@ -133,8 +153,18 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
     return val
 
 
-_TOP_KEYS = {"name", "description", "vendor", "archs", "versions", "build", "kernels", "accuracy",
-             "bench", "torch_install"}
+_TOP_KEYS = {
+    "name",
+    "description",
+    "vendor",
+    "archs",
+    "versions",
+    "build",
+    "kernels",
+    "accuracy",
+    "bench",
+    "torch_install",
+}
 
 
 def parse(data: Any, source: str) -> Profile:
@@ -216,7 +246,11 @@ def parse(data: Any, source: str) -> Profile:
         min_speedup=float(bn.get("min_speedup", 0.0)),
         warmup=int(bn.get("warmup", 10)),
         reps=int(bn.get("reps", 50)),
+        expected=_expectations(bn.get("expected") or {}, source),
+        regression=float(bn.get("regression", 0.85)),
     )
+    if not 0 < bench.regression <= 1:
+        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", bench.regression)
     return Profile(
         name=name,
         description=str(data.get("description", "")),
@@ -232,7 +266,36 @@ def parse(data: Any, source: str) -> Profile:
     )
 
 
+_SHAPE_KEY = re.compile(r"\d+x\d+x\d+x\d+c?")
+
+
+def shape_key(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> str:
+    """The key of a bench shape in ``bench.expected``: ``"1x16x1024x64"``, ``"…c"`` when causal."""
+    return f"{batch}x{heads}x{seq}x{head_dim}" + ("c" if causal else "")
+
+
+def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
+    """``bench.expected``: {arch: {measured: "...", speedup: {shape: ratio}}}."""
+    if not isinstance(raw, dict):
+        raise ProfileError(source, "bench.expected", "a mapping of arch to {measured, speedup}", raw)
+    out = {}
+    for arch, entry in raw.items():
+        where = f"bench.expected.{arch}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("speedup"), dict):
+            raise ProfileError(source, where, "a mapping with measured and speedup", entry)
+        speedups = {}
+        for shape, ratio in entry["speedup"].items():
+            if not _SHAPE_KEY.fullmatch(str(shape)):
+                raise ProfileError(source, f"{where}.speedup", "keys like 1x16x1024x64 (c: causal)", shape)
+            if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
+                raise ProfileError(source, f"{where}.speedup.{shape}", "a positive number", ratio)
+            speedups[str(shape)] = float(ratio)
+        out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
+    return out
+
+
 # ---- loading --------------------------------------------------------------------------------
+
 
 def _bundled_dir() -> Any:
     return resources.files("sagebuild.profiles_data")
@@ -260,8 +323,10 @@ def _parse_text(text: str, source: str) -> Profile:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SagebuildError(f"profile {source} is not valid YAML{where}: {getattr(e, 'problem', e)}",
-                             fix=f"fix the YAML syntax in {source}") from None
+        raise SagebuildError(
+            f"profile {source} is not valid YAML{where}: {getattr(e, 'problem', e)}",
+            fix=f"fix the YAML syntax in {source}",
+        ) from None
     return parse(data, source)
 
 
@@ -298,6 +363,8 @@ def match(detected_archs: list[str]) -> tuple[Profile, str]:
                 return p, f"auto: GPU arch {name} is covered by profile {p.name}"
     cpu = next(p for p in profiles if p.vendor == "cpu")
     if detected_archs:
-        return cpu, (f"auto: no bundled profile covers {', '.join(detected_archs)}; using {cpu.name} "
-                     "(golden model only)")
+        return cpu, (
+            f"auto: no bundled profile covers {', '.join(detected_archs)}; using {cpu.name} "
+            "(golden model only)"
+        )
     return cpu, f"auto: no GPU detected; using {cpu.name}"

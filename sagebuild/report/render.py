@@ -55,20 +55,17 @@ def plan_text(plan: dict[str, Any] | None) -> str:
     parts = [plan["variant"].rsplit("_", 1)[-1]]
     if plan.get("pv_accum") == "fp32":
         parts.append("mma-acc")
-    if plan["kernel"] != "portable":
-        parts.append(plan["kernel"])
-    parts.append(",".join(map(str, plan["config"])))
+    parts.append(plan["config"])
     parts.append(f"K{plan['k_blk']}")
     if plan.get("split_head_dim"):
         parts.append("split")
-    if plan["quantization"] not in ("triton", "excluded"):
+    if plan["quantization"] != "triton":
         parts.append(f"quant:{plan['quantization']}")
-    if plan.get("pdl"):
-        parts.append("pdl")
-    if plan.get("wgmma_pipe"):
-        parts.append("wgmma-pipe")
-    if plan.get("v_key_order"):
-        parts.append("v-key-order")
+    for flag in ("pdl", "v_key_order"):
+        if plan.get(flag):
+            parts.append(flag.replace("_", "-"))
+    if plan.get("row_sum_parts", 1) > 1:
+        parts.append(f"l/{plan['row_sum_parts']}")
     return " ".join(parts)
 
 
@@ -105,7 +102,13 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _f(t and t.get("sustained_ms"))
                 + (f" ({r['sustained_speedup']:.3f}×)" if r.get("sustained_speedup") is not None else ""),
                 f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
-                _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else ""),
+                _f(r.get("speedup"), 3)
+                + ("×" if r.get("speedup") is not None else "")
+                + (
+                    f" ({r['vs_expected']:.2f} of {r['expected_speedup']:.2f}×)"
+                    if r.get("vs_expected")
+                    else ""
+                ),
                 _f(a.get("cos"), 6),
                 _f(a.get("rel_l1")),
                 _f(a.get("rmse")),
@@ -219,7 +222,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         ]
         lines += _md_table(*bench_table(b))
         g = b["gate"]
-        gate_s = f"speed gate ≥ {g['min_speedup']:g}×" if g["speed_gate_applied"] else "no speed gate"
+        gate_s = gate_summary(g)
         if g["speed_gate_applied"] and _gate_metric(b) != "cold":
             gate_s += f" ({_gate_metric(b)})"
         lines += [
@@ -235,6 +238,18 @@ def to_markdown(report: dict[str, Any]) -> str:
     if files:
         lines += ["", "Files: " + " · ".join(files)]
     return "\n".join(lines) + "\n"
+
+
+def gate_summary(g: dict[str, Any]) -> str:
+    """The bench gate in words: the regression gate against the profile's recorded speed-ups
+    (or why there is none) and the explicit SDPA-relative gate when set."""
+    parts = []
+    exp = g.get("expectation") or {}
+    if exp.get("note"):
+        parts.append(exp["note"])
+    if g.get("min_speedup", 0) > 0:
+        parts.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
+    return "; ".join(parts) or ("speed gate applied" if g["speed_gate_applied"] else "no speed gate")
 
 
 # ---- HTML -----------------------------------------------------------------------------------
