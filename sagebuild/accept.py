@@ -86,7 +86,6 @@ def _match(id_: str, title: str, cause: str, fix: str, line: Optional[str]) -> d
 def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None) -> AcceptResult:
     """Run the pipeline and write the output directory; never raises for a failing step."""
     from sagebuild import bench as bench_mod
-    from sagebuild import checks as checks_mod
     from sagebuild import lock, probe, profiles
     from sagebuild._version import __version__
     from sagebuild.report.write import environment_backup, write_report
@@ -112,40 +111,30 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
 
     def doctor() -> StepResult:
         nonlocal checks
-        checks = checks_mod.run_checks(facts, profile)
-        counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail", "skip")}
-        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        failed = [c for c in checks if c.status == "fail"]
-        if not failed:
-            return StepResult("doctor", "ok", 0, None, summary or "no checks")
-        error = "\n".join(f"{c.title}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in failed)
-        expl = [_match(f"doctor.{c.id}", c.title, c.detail, c.fix, None) for c in failed if c.fix]
+        from sagebuild.doctor import run_doctor
+
+        result = run_doctor(facts, profile, why)
+        checks = result.checks
+        if result.ok:
+            return StepResult("doctor", "ok", 0, None, result.counts_line())
         return StepResult(
-            "doctor", "fail", int(Exit.DOCTOR_FAILED), None, summary, error, expl + explain_for_report(error)
+            "doctor", "fail", int(Exit.DOCTOR_FAILED), None, result.counts_line(), result.failure_text(),
+            result.explanation(),
         )
 
     def compile_() -> StepResult:
         nonlocal compile_doc
-        from sagebuild.build.plan import make_plan
-        from sagebuild.build.run import compile as run_compile
+        from sagebuild.build.service import compile_for
 
-        plan = make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch)
-        res = run_compile(plan, log_path, progress=opts.progress)
-        compile_doc = {"plan": plan.to_dict(), "result": res.to_dict()}
-        if res.ok:
-            return StepResult(
-                "compile",
-                "ok",
-                0,
-                None,
-                f"built {Path(res.artefact or '').name} "
-                f"(MAX_JOBS={res.jobs}, sha256 {str(res.sha256)[:12]}…)",
-            )
-        error = "\n".join([str(res.error), *res.key_lines])
-        expl = list(res.explanation)
-        if not expl and log_path.is_file():
-            expl = explain_for_report(log_path.read_text(encoding="utf-8", errors="replace")[-200_000:])
-        return StepResult("compile", "fail", int(Exit.COMPILE_FAILED), None, str(res.error), error, expl)
+        outcome = compile_for(profile, facts, jobs=opts.jobs, arch=opts.arch, log_path=log_path,
+                              progress=opts.progress)
+        compile_doc = outcome.to_dict()
+        if outcome.ok:
+            return StepResult("compile", "ok", 0, None, outcome.summary())
+        return StepResult(
+            "compile", "fail", int(Exit.COMPILE_FAILED), None, outcome.summary(), outcome.failure_text(),
+            outcome.explanation(),
+        )
 
     def verify() -> StepResult:
         nonlocal verify_doc

@@ -24,8 +24,11 @@ def main(argv: list[str]) -> int:
     import torch
     from torch.utils import cpp_extension
 
-    print(f"sagebuild: torch {torch.__version__} (cuda {torch.version.cuda}, hip {torch.version.hip}), "
-          f"ninja {'yes' if cpp_extension.is_ninja_available() else 'NO (slow serial build)'}", flush=True)
+    print(
+        f"sagebuild: torch {torch.__version__} (cuda {torch.version.cuda}, hip {torch.version.hip}), "
+        f"ninja {'yes' if cpp_extension.is_ninja_available() else 'NO (slow serial build)'}",
+        flush=True,
+    )
     cpp_extension.load(
         name=spec["name"],
         sources=spec["sources"],

@@ -51,8 +51,9 @@ def python_tag(version: Optional[str] = None) -> str:
     return f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 
-def ext_dir(torch_version: str, py_version: Optional[str] = None,
-            env: Optional[Mapping[str, str]] = None) -> Path:
+def ext_dir(
+    torch_version: str, py_version: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+) -> Path:
     """The extension directory for one interpreter + torch build (``cp311-torch2.13.0+cpu``)."""
     env = os.environ if env is None else env
     if env.get(ENV_EXT_DIR):

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 
 from sagebuild import archs
 from sagebuild.build import paths
+from sagebuild.build.jobs import INVALID_FIX, invalid_message, overfill, parse_max_jobs
 from sagebuild.errors import SagebuildError
 
 # Sources of the bundled extension: CPU ops always, the CUDA/HIP file on GPU builds.
@@ -74,6 +75,7 @@ class BuildPlan:
 
 # ---- jobs -------------------------------------------------------------------------------------
 
+
 def _available_mem_gb(facts: Any) -> tuple[Optional[float], str]:
     mem = getattr(getattr(facts, "system", None), "mem_available_gb", None)
     if mem is not None:
@@ -91,8 +93,9 @@ def _cores(facts: Any) -> int:
     return int(n) if n else (os.cpu_count() or 1)
 
 
-def plan_jobs(profile: Any, facts: Any, jobs: Optional[int] = None,
-              env: Optional[Mapping[str, str]] = None) -> tuple[int, str]:
+def plan_jobs(
+    profile: Any, facts: Any, jobs: Optional[int] = None, env: Optional[Mapping[str, str]] = None
+) -> tuple[int, str]:
     """``MAX_JOBS`` and why: ``--jobs`` > ``MAX_JOBS`` env > min(memory/per-job, cores, profile cap)."""
     env = os.environ if env is None else env
     if jobs is not None:
@@ -101,10 +104,10 @@ def plan_jobs(profile: Any, facts: Any, jobs: Optional[int] = None,
         return jobs, f"--jobs {jobs} given on the command line"
     if env.get("MAX_JOBS"):
         raw = env["MAX_JOBS"]
-        if not raw.isdigit() or int(raw) < 1:
-            raise SagebuildError(f"MAX_JOBS={raw!r} is not a positive integer",
-                                 fix="export MAX_JOBS=2 (or unset it to let sagebuild choose)")
-        return int(raw), f"MAX_JOBS={raw} set in the environment"
+        n = parse_max_jobs(raw)
+        if n is None:
+            raise SagebuildError(invalid_message(raw), fix=INVALID_FIX)
+        return n, f"MAX_JOBS={raw} set in the environment"
     per_job = profile.build.mem_per_job_gb
     cap = profile.build.max_jobs
     cores = _cores(facts)
@@ -115,14 +118,17 @@ def plan_jobs(profile: Any, facts: Any, jobs: Optional[int] = None,
     by_mem = max(1, math.floor(mem / per_job))
     n = max(1, min(by_mem, cores, cap))
     limit = "memory" if n == by_mem else ("cores" if n == cores else "the profile cap")
-    reason = (f"{mem:.1f} GiB available ({src}) / {per_job:g} GiB per job = {by_mem}, {cores} cores, "
-              f"profile cap {cap} → {n} (limited by {limit})")
+    reason = (
+        f"{mem:.1f} GiB available ({src}) / {per_job:g} GiB per job = {by_mem}, {cores} cores, "
+        f"profile cap {cap} → {n} (limited by {limit})"
+    )
     if mem < per_job:
         reason += f"; less than one job's {per_job:g} GiB is free: the build may be killed for memory"
     return n, reason
 
 
 # ---- archs ------------------------------------------------------------------------------------
+
 
 def parse_arch_list(text: str, vendor: str) -> list[str]:
     """``--arch`` value ("gfx1201,gfx1100" / "9.0;8.9" / "sm90") → canonical, de-duplicated names."""
@@ -135,8 +141,10 @@ def parse_arch_list(text: str, vendor: str) -> list[str]:
         except archs.UnknownArchError as e:
             raise SagebuildError(str(e), fix="pass arch names such as gfx1201, gfx1100, sm90, 9.0") from None
         if vendor != "cpu" and arch.vendor != vendor:
-            raise SagebuildError(f"--arch {tok} is a {arch.vendor} arch but the profile is for {vendor}",
-                                 fix=f"pass {vendor} archs or pick a {arch.vendor} profile")
+            raise SagebuildError(
+                f"--arch {tok} is a {arch.vendor} arch but the profile is for {vendor}",
+                fix=f"pass {vendor} archs or pick a {arch.vendor} profile",
+            )
         if arch.name not in out:
             out.append(arch.name)
     if not out:
@@ -174,8 +182,9 @@ def _torch_archs(facts: Any) -> list[str]:
     return [d.arch for d in (getattr(t, "devices", None) or []) if getattr(d, "arch", None)]
 
 
-def plan_archs(profile: Any, facts: Any, arch: Optional[str] = None,
-               env: Optional[Mapping[str, str]] = None) -> tuple[list[str], str, list[str]]:
+def plan_archs(
+    profile: Any, facts: Any, arch: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+) -> tuple[list[str], str, list[str]]:
     """(arch list, why, warnings) for the profile's vendor."""
     vendor = profile.vendor
     warnings: list[str] = []
@@ -210,12 +219,16 @@ def plan_archs(profile: Any, facts: Any, arch: Optional[str] = None,
     if vendor == "rocm" and override:
         shown = decode_hsa_override(override)
         real = _dedup(list(getattr(facts, "kfd_archs", []) or []), vendor)
-        msg = (f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports "
-               f"{shown or 'a different arch'} instead of the GPU's real arch")
+        msg = (
+            f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports "
+            f"{shown or 'a different arch'} instead of the GPU's real arch"
+        )
         if real:
             msg += f" ({', '.join(real)}, from KFD sysfs)"
-        msg += ("; kernels are built for the arch the runtime reports. Unset it if your ROCm supports "
-                "the card natively (RDNA4 needs ROCm ≥ 6.4), then rebuild")
+        msg += (
+            "; kernels are built for the arch the runtime reports. Unset it if your ROCm supports "
+            "the card natively (RDNA4 needs ROCm ≥ 6.4), then rebuild"
+        )
         warnings.append(msg)
         if shown and source != candidates[0][0]:
             # Without torch's view, the runtime's arch under the override is the override itself.
@@ -224,8 +237,10 @@ def plan_archs(profile: Any, facts: Any, arch: Optional[str] = None,
     if found:
         unknown = [a for a in found if a not in archs.ARCHS]
         if unknown:
-            warnings.append(f"arch(s) {', '.join(unknown)} are not in sagebuild's arch table: "
-                            "the build targets them, but no kernel path is known to work there")
+            warnings.append(
+                f"arch(s) {', '.join(unknown)} are not in sagebuild's arch table: "
+                "the build targets them, but no kernel path is known to work there"
+            )
         reason = f"from {source}" + (" (several different GPUs)" if len(found) > 1 else "")
         return found, reason, warnings
     return list(profile.archs), f"no GPU detected: profile {profile.name}'s arch list", warnings
@@ -245,27 +260,45 @@ def arch_env_value(vendor: str, names: list[str]) -> str:
 
 # ---- the plan ---------------------------------------------------------------------------------
 
+
 def _torch_facts(facts: Any) -> tuple[Optional[str], Optional[str], bool]:
     t = getattr(facts, "torch", None)
     return getattr(t, "version", None), getattr(t, "build", None), bool(getattr(t, "importable", False))
 
 
-def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Optional[str] = None,
-              source: Optional[Path | str] = None, env: Optional[Mapping[str, str]] = None) -> BuildPlan:
+def make_plan(
+    profile: Any,
+    facts: Any,
+    jobs: Optional[int] = None,
+    arch: Optional[str] = None,
+    source: Optional[Path | str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> BuildPlan:
     """Decide jobs, archs, env, command and paths for the profile on the probed machine."""
     env = os.environ if env is None else env
     n_jobs, jobs_reason = plan_jobs(profile, facts, jobs, env)
     arch_list, arch_reason, warnings = plan_archs(profile, facts, arch, env)
+    given = f"--jobs {jobs}" if jobs is not None else None
+    if given is None and env.get("MAX_JOBS"):
+        given = f"MAX_JOBS={env['MAX_JOBS']}"
+    if given is not None:  # a count the user chose: the doctor's max-jobs rule applies
+        too_many = overfill(n_jobs, _available_mem_gb(facts)[0], profile.build.mem_per_job_gb, given)
+        if too_many:
+            warnings.append(f"{too_many[0]}; {too_many[1]}")
     problems: list[str] = []
 
     torch_version, torch_build, importable = _torch_facts(facts)
     if not importable:
-        problems.append("torch is not importable in the target interpreter: the extension needs it to build "
-                        f"(install it: {profile.torch_install})")
+        problems.append(
+            "torch is not importable in the target interpreter: the extension needs it to build "
+            f"(install it: {profile.torch_install})"
+        )
     elif profile.vendor != "cpu" and torch_build and torch_build != profile.vendor:
-        problems.append(f"profile {profile.name} builds {profile.vendor} code but this torch is a "
-                        f"{torch_build} build ({torch_version}); install the matching torch: "
-                        f"{profile.torch_install}")
+        problems.append(
+            f"profile {profile.name} builds {profile.vendor} code but this torch is a "
+            f"{torch_build} build ({torch_version}); install the matching torch: "
+            f"{profile.torch_install}"
+        )
 
     build_env: dict[str, str] = {"MAX_JOBS": str(n_jobs)}
     arch_env = profile.build.arch_env if profile.vendor != "cpu" else None
@@ -279,15 +312,32 @@ def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Option
     if source is not None:
         src = Path(source).expanduser().resolve()
         if not (src / "setup.py").is_file():
-            raise SagebuildError(f"--source {src}: no setup.py there",
-                                 fix="point --source at a torch-extension source tree with a setup.py "
-                                     "(e.g. a SageAttention checkout)")
+            raise SagebuildError(
+                f"--source {src}: no setup.py there",
+                fix="point --source at a torch-extension source tree with a setup.py "
+                "(e.g. a SageAttention checkout)",
+            )
         return BuildPlan(
-            profile=profile.name, vendor=profile.vendor, mode="source", jobs=n_jobs, jobs_reason=jobs_reason,
-            archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env,
-            with_gpu=profile.vendor != "cpu", python=py, ext_dir=str(base), build_dir=str(src),
-            output=str(src), command=[py, "setup.py", "build_ext", "--inplace"], cwd=str(src),
-            warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
+            profile=profile.name,
+            vendor=profile.vendor,
+            mode="source",
+            jobs=n_jobs,
+            jobs_reason=jobs_reason,
+            archs=arch_list,
+            arch_reason=arch_reason,
+            arch_env=arch_env,
+            env=build_env,
+            with_gpu=profile.vendor != "cpu",
+            python=py,
+            ext_dir=str(base),
+            build_dir=str(src),
+            output=str(src),
+            command=[py, "setup.py", "build_ext", "--inplace"],
+            cwd=str(src),
+            warnings=warnings,
+            problems=problems,
+            torch_version=torch_version,
+            torch_build=torch_build,
         )
 
     with_gpu = profile.vendor != "cpu"
@@ -296,10 +346,25 @@ def make_plan(profile: Any, facts: Any, jobs: Optional[int] = None, arch: Option
     aot = [(v, a) for v in profile.kernels for a in arch_list] if with_gpu else []
     spec = str(paths.tree_dir(base) / SPEC_FILE)
     return BuildPlan(
-        profile=profile.name, vendor=profile.vendor, mode="bundled", jobs=n_jobs, jobs_reason=jobs_reason,
-        archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env, with_gpu=with_gpu,
-        python=py, ext_dir=str(base), build_dir=str(paths.tree_dir(base)),
+        profile=profile.name,
+        vendor=profile.vendor,
+        mode="bundled",
+        jobs=n_jobs,
+        jobs_reason=jobs_reason,
+        archs=arch_list,
+        arch_reason=arch_reason,
+        arch_env=arch_env,
+        env=build_env,
+        with_gpu=with_gpu,
+        python=py,
+        ext_dir=str(base),
+        build_dir=str(paths.tree_dir(base)),
         output=str(paths.current_lib(base)),
-        sources=sources, command=[py, "-m", "sagebuild.build.ext_builder", spec],
-        aot=aot, warnings=warnings, problems=problems, torch_version=torch_version, torch_build=torch_build,
+        sources=sources,
+        command=[py, "-m", "sagebuild.build.ext_builder", spec],
+        aot=aot,
+        warnings=warnings,
+        problems=problems,
+        torch_version=torch_version,
+        torch_build=torch_build,
     )

@@ -3,7 +3,6 @@ retry at half the jobs when the compiler was killed for memory."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -11,6 +10,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Mapping, Optional
+
+from sagebuild import console
 
 # A compiler killed for memory: the OOM killer's SIGKILL (rc -9 / 137) or the messages gcc,
 # nvcc and the kernel leave behind.
@@ -52,37 +53,50 @@ def key_lines(lines: list[str], limit: int = 15) -> list[str]:
 
 
 def _use_progress(progress: bool) -> bool:
-    if not progress or os.environ.get("CI"):
-        return False
-    from sagebuild.cli.common import console
-
-    return console.is_terminal
+    return progress and console.interactive()
 
 
-def run_once(cmd: list[str], env: Mapping[str, str], cwd: Optional[str], log: IO[str], label: str,
-             progress: bool) -> tuple[int, list[str]]:
+def run_once(
+    cmd: list[str], env: Mapping[str, str], cwd: Optional[str], log: IO[str], label: str, progress: bool
+) -> tuple[int, list[str]]:
     """Run ``cmd`` once, streaming its output into ``log``; returns (rc, last lines)."""
     tail: deque[str] = deque(maxlen=4000)
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
     assert proc.stdout is not None
     if _use_progress(progress):
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        from sagebuild.cli.common import console
-
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console.err,
+            transient=True,
+        ) as bar:
             task = bar.add_task(label, total=None)
             for line in proc.stdout:
                 log.write(line)
                 tail.append(line)
                 m = _NINJA_STEP.match(line)
                 if m:
-                    bar.update(task, completed=int(m.group(1)) - 1, total=int(m.group(2)),
-                               description=f"{label} [{m.group(1)}/{m.group(2)}]")
+                    bar.update(
+                        task,
+                        completed=int(m.group(1)) - 1,
+                        total=int(m.group(2)),
+                        description=f"{label} [{m.group(1)}/{m.group(2)}]",
+                    )
     else:
         for line in proc.stdout:
             log.write(line)
@@ -93,8 +107,15 @@ def run_once(cmd: list[str], env: Mapping[str, str], cwd: Optional[str], log: IO
     return rc, list(tail)
 
 
-def run_with_oom_retry(cmd: list[str], base_env: Mapping[str, str], jobs: int, cwd: Optional[str],
-                       log_path: Path, label: str, progress: bool) -> RunOutcome:
+def run_with_oom_retry(
+    cmd: list[str],
+    base_env: Mapping[str, str],
+    jobs: int,
+    cwd: Optional[str],
+    log_path: Path,
+    label: str,
+    progress: bool,
+) -> RunOutcome:
     """Run with ``MAX_JOBS=jobs``; on an OOM kill retry once with half the jobs and say so in the log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -105,8 +126,10 @@ def run_with_oom_retry(cmd: list[str], base_env: Mapping[str, str], jobs: int, c
         if not oom:
             return RunOutcome(rc, time.monotonic() - t0, jobs, False, False, lines)
         half = max(1, jobs // 2)
-        note = (f"[sagebuild] the compiler was killed for memory with MAX_JOBS={jobs}; "
-                f"retrying once with MAX_JOBS={half}\n")
+        note = (
+            f"[sagebuild] the compiler was killed for memory with MAX_JOBS={jobs}; "
+            f"retrying once with MAX_JOBS={half}\n"
+        )
         log.write(note)
         _say(note.strip(), progress)
         rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(half)}, cwd, log, label, progress)
@@ -115,6 +138,4 @@ def run_with_oom_retry(cmd: list[str], base_env: Mapping[str, str], jobs: int, c
 
 
 def _say(text: str, progress: bool) -> None:
-    from sagebuild.cli.common import console
-
-    console.print(f"[yellow]{text}[/]", highlight=False)
+    console.err.print(f"[yellow]{text}[/]", highlight=False)

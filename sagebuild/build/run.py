@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
@@ -19,60 +18,22 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
-from sagebuild.build.proc import key_lines, run_with_oom_retry
+from sagebuild.build.proc import run_with_oom_retry
+from sagebuild.build.result import CompileResult, build_env, failed, sha256_file
+from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 
 KEEP_BUILDS = 2  # the current build and the one before it
 
 
-@dataclass
-class CompileResult:
-    ok: bool
-    mode: str
-    artefact: Optional[str]  # the verified .so (bundled) or the first new extension file (source)
-    sha256: Optional[str]
-    seconds: float
-    log_path: str
-    jobs: int
-    retried_with_half_jobs: bool = False
-    key_lines: list[str] = field(default_factory=list)
-    explanation: list[dict[str, Any]] = field(default_factory=list)
-    aot: list[dict[str, Any]] = field(default_factory=list)
-    error: Optional[str] = None  # one sentence: what failed
-    artefacts: list[dict[str, str]] = field(default_factory=list)  # source mode: every new file + sha256
-    build_info: Optional[dict[str, Any]] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def default_log_path(plan: BuildPlan) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return paths.logs_dir(Path(plan.ext_dir)) / f"compile-{stamp}.log"
-
-
-def _fail(plan: BuildPlan, log_path: Path, t0: float, error: str, lines: list[str], jobs: int,
-          retried: bool = False, aot: Optional[list[dict[str, Any]]] = None) -> CompileResult:
-    keys = key_lines(lines) if lines else []
-    return CompileResult(
-        ok=False, mode=plan.mode, artefact=None, sha256=None, seconds=time.monotonic() - t0,
-        log_path=str(log_path), jobs=jobs, retried_with_half_jobs=retried, key_lines=keys,
-        explanation=explain_for_report(error + "\n" + "\n".join(lines[-400:])), aot=aot or [], error=error,
-    )
 
 
 @contextlib.contextmanager
@@ -97,31 +58,29 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n")
     if plan.problems:
-        return _fail(plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems),
-                     list(plan.problems), plan.jobs)
+        return failed(
+            plan,
+            log_path,
+            t0,
+            "the build cannot start: " + "; ".join(plan.problems),
+            list(plan.problems),
+            plan.jobs,
+        )
     if plan.mode == "source":
-        from sagebuild.build.source import build_source
-
         return build_source(plan, log_path, progress)
     result = _build_bundled(plan, log_path, progress, t0)
     if result.ok and plan.aot:
         result.aot = run_aot(plan.aot, log_path, plan.python)
-        failed = [a for a in result.aot if a.get("ok") is False]
-        if failed:
+        broken = [a for a in result.aot if a.get("ok") is False]
+        if broken:
             result.ok = False
             result.error = "Triton ahead-of-time compile failed for " + ", ".join(
-                f"{a['variant']}@{a['arch']}" for a in failed)
-            result.key_lines = [f"{a['variant']}@{a['arch']}: {a.get('error')}" for a in failed]
-            result.explanation = explain_for_report("\n".join(str(a.get("error")) for a in failed))
+                f"{a['variant']}@{a['arch']}" for a in broken
+            )
+            result.key_lines = [f"{a['variant']}@{a['arch']}: {a.get('error')}" for a in broken]
+            result.explanation = explain_for_report("\n".join(str(a.get("error")) for a in broken))
     result.seconds = time.monotonic() - t0
     return result
-
-
-def _build_env(plan: BuildPlan) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(plan.env)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
 
 
 def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> CompileResult:
@@ -144,18 +103,27 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
         built = tree / paths.LIB_FILE
         with contextlib.suppress(FileNotFoundError):
             built.unlink()  # a stale library must not pass for this build's output
-        out = run_with_oom_retry(cmd, _build_env(plan), plan.jobs, plan.cwd, log_path,
-                                 "compiling the sagebuild extension", progress)
+        out = run_with_oom_retry(
+            cmd, build_env(plan), plan.jobs, plan.cwd, log_path, "compiling the sagebuild extension", progress
+        )
         if out.rc != 0:
             if out.oom:
-                why = "the compiler was killed for memory" + (" again, after the retry with half the jobs"
-                                                              if out.retried_with_half_jobs else "")
+                why = "the compiler was killed for memory" + (
+                    " again, after the retry with half the jobs" if out.retried_with_half_jobs else ""
+                )
             else:
                 why = f"the build exited with status {out.rc}"
-            return _fail(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
+            return failed(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
         if not built.is_file():
-            return _fail(plan, log_path, t0, f"the build exited 0 but produced no {built}", out.lines,
-                         out.jobs, out.retried_with_half_jobs)
+            return failed(
+                plan,
+                log_path,
+                t0,
+                f"the build exited 0 but produced no {built}",
+                out.lines,
+                out.jobs,
+                out.retried_with_half_jobs,
+            )
 
         build_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         staging = base / f"staging-{build_id}"
@@ -167,8 +135,15 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             _append_log(log_path, f"[sagebuild] verification: {json.dumps(report)}\n")
             if not ok:
                 why = f"the built library failed verification: {report.get('error')}"
-                return _fail(plan, log_path, t0, why,
-                             out.lines + [str(report.get("error"))], out.jobs, out.retried_with_half_jobs)
+                return failed(
+                    plan,
+                    log_path,
+                    t0,
+                    why,
+                    out.lines + [str(report.get("error"))],
+                    out.jobs,
+                    out.retried_with_half_jobs,
+                )
             info = _build_info(plan, lib, report, out.jobs, out.retried_with_half_jobs, time.monotonic() - t0)
             (staging / paths.INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             final = paths.builds_dir(base) / build_id
@@ -179,9 +154,15 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return CompileResult(
-            ok=True, mode="bundled", artefact=str(paths.current_lib(base)), sha256=info["sha256"],
-            seconds=time.monotonic() - t0, log_path=str(log_path), jobs=out.jobs,
-            retried_with_half_jobs=out.retried_with_half_jobs, build_info=info,
+            ok=True,
+            mode="bundled",
+            artefact=str(paths.current_lib(base)),
+            sha256=info["sha256"],
+            seconds=time.monotonic() - t0,
+            log_path=str(log_path),
+            jobs=out.jobs,
+            retried_with_half_jobs=out.retried_with_half_jobs,
+            build_info=info,
         )
 
 
@@ -232,12 +213,17 @@ print("SAGEBUILD_VERIFY " + json.dumps(report))
 """
 
 
-def verify_library(python: str, lib: Path, with_gpu: bool,
-                   timeout: float = 180.0) -> tuple[bool, dict[str, Any]]:
+def verify_library(
+    python: str, lib: Path, with_gpu: bool, timeout: float = 180.0
+) -> tuple[bool, dict[str, Any]]:
     """Load ``lib`` in a fresh interpreter of ``python``; check ops, kernels per key and a smoke call."""
     try:
-        proc = subprocess.run([python, "-c", _VERIFY_SCRIPT, str(lib), json.dumps(list(EXPECTED_OPS))],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [python, "-c", _VERIFY_SCRIPT, str(lib), json.dumps(list(EXPECTED_OPS))],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return False, {"error": f"loading the library took more than {timeout:.0f} s"}
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SAGEBUILD_VERIFY ")), None)
@@ -275,8 +261,9 @@ def compiler_versions(vendor: str) -> dict[str, Optional[str]]:
     return out
 
 
-def _build_info(plan: BuildPlan, lib: Path, report: dict[str, Any], jobs: int, retried: bool,
-                seconds: float) -> dict[str, Any]:
+def _build_info(
+    plan: BuildPlan, lib: Path, report: dict[str, Any], jobs: int, retried: bool, seconds: float
+) -> dict[str, Any]:
     from sagebuild._version import __version__
 
     return {
@@ -312,8 +299,9 @@ for variant, arch in json.loads(sys.argv[1]):
 """
 
 
-def run_aot(pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] = None,
-            timeout: float = 1800.0) -> list[dict[str, Any]]:
+def run_aot(
+    pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] = None, timeout: float = 1800.0
+) -> list[dict[str, Any]]:
     """Compile each (variant, arch) with Triton for the target, in a subprocess.
 
     The subprocess isolates compiler crashes and runs without ``TRITON_INTERPRET`` (the
@@ -327,16 +315,34 @@ def run_aot(pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] 
         return [{"variant": v, "arch": a, "ok": None, "skipped": msg} for v, a in pairs]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _AOT_SCRIPT, json.dumps(pairs)],
-                              capture_output=True, text=True, env=env, timeout=timeout)
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _AOT_SCRIPT, json.dumps(pairs)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
         out, err = proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = f"the ahead-of-time compile took more than {timeout:.0f} s"
     _append_log(log_path, "[sagebuild] triton ahead-of-time compile\n" + out + err)
-    done = {(d["variant"], d["arch"]): d for d in
-            (json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("SAGEBUILD_AOT "))}
+    done = {
+        (d["variant"], d["arch"]): d
+        for d in (
+            json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("SAGEBUILD_AOT ")
+        )
+    }
     tail = " | ".join(err.strip().splitlines()[-3:])
-    return [done.get((v, a), {"variant": v, "arch": a, "ok": False,
-                              "error": f"the compile process ended before this kernel: {tail}"})
-            for v, a in pairs]
+    return [
+        done.get(
+            (v, a),
+            {
+                "variant": v,
+                "arch": a,
+                "ok": False,
+                "error": f"the compile process ended before this kernel: {tail}",
+            },
+        )
+        for v, a in pairs
+    ]

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sagebuild.build.proc import run_with_oom_retry
+from sagebuild.build.result import CompileResult, build_env, failed, sha256_file
 
 if TYPE_CHECKING:
     from sagebuild.build.plan import BuildPlan
-    from sagebuild.build.run import CompileResult
 
 EXT_SUFFIXES = (".so", ".pyd")
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules"}
@@ -34,31 +34,39 @@ def extension_files(root: Path) -> dict[Path, tuple[int, int]]:
     return out
 
 
-def new_extension_files(before: dict[Path, tuple[int, int]],
-                        after: dict[Path, tuple[int, int]]) -> list[Path]:
+def new_extension_files(
+    before: dict[Path, tuple[int, int]], after: dict[Path, tuple[int, int]]
+) -> list[Path]:
     return sorted(p for p, sig in after.items() if before.get(p) != sig)
 
 
 def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResult:
-    from sagebuild.build.run import CompileResult, _build_env, _fail, sha256_file
-
     t0 = time.monotonic()
     root = Path(plan.build_dir)
     before = extension_files(root)
-    out = run_with_oom_retry(plan.command, _build_env(plan), plan.jobs, plan.cwd, log_path,
-                             f"building {root.name}", progress)
+    out = run_with_oom_retry(
+        plan.command, build_env(plan), plan.jobs, plan.cwd, log_path, f"building {root.name}", progress
+    )
     if out.rc != 0:
         why = "the compiler was killed for memory" if out.oom else f"setup.py build_ext exited with {out.rc}"
-        return _fail(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
+        return failed(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
     fresh = new_extension_files(before, extension_files(root))
     if not fresh:
-        why = (f"setup.py build_ext finished without an error but no extension file (*.so / *.pyd) appeared "
-               f"under {root}: the extensions were skipped or built elsewhere (check that setup.py found a "
-               f"CUDA/ROCm torch and that the log lists compile steps)")
-        return _fail(plan, log_path, t0, why, out.lines + [why], out.jobs, out.retried_with_half_jobs)
+        why = (
+            f"setup.py build_ext finished without an error but no extension file (*.so / *.pyd) appeared "
+            f"under {root}: the extensions were skipped or built elsewhere (check that setup.py found a "
+            f"CUDA/ROCm torch and that the log lists compile steps)"
+        )
+        return failed(plan, log_path, t0, why, out.lines + [why], out.jobs, out.retried_with_half_jobs)
     artefacts = [{"path": str(p), "sha256": sha256_file(p)} for p in fresh]
     return CompileResult(
-        ok=True, mode="source", artefact=artefacts[0]["path"], sha256=artefacts[0]["sha256"],
-        seconds=time.monotonic() - t0, log_path=str(log_path), jobs=out.jobs,
-        retried_with_half_jobs=out.retried_with_half_jobs, artefacts=artefacts,
+        ok=True,
+        mode="source",
+        artefact=artefacts[0]["path"],
+        sha256=artefacts[0]["sha256"],
+        seconds=time.monotonic() - t0,
+        log_path=str(log_path),
+        jobs=out.jobs,
+        retried_with_half_jobs=out.retried_with_half_jobs,
+        artefacts=artefacts,
     )

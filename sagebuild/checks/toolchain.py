@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sagebuild.build import jobs
 from sagebuild.checks.helpers import major_of, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
@@ -112,17 +113,13 @@ def check_max_jobs(facts: Facts, profile: Profile) -> Verdict:
     val = facts.env.get("MAX_JOBS")
     if val is None:
         return ok("MAX_JOBS not set: sagebuild compile picks it from free memory")
-    if not val.strip().isdigit() or int(val) < 1:
-        return fail(f"MAX_JOBS={val!r} is not a positive integer", "export MAX_JOBS=2 (or unset MAX_JOBS)")
-    avail = facts.system.mem_available_gb
-    need = int(val) * profile.build.mem_per_job_gb
-    if avail is not None and need > avail:
-        fit = max(1, int(avail // profile.build.mem_per_job_gb))
-        return warn(
-            f"MAX_JOBS={val} × ~{profile.build.mem_per_job_gb:g} GB per job > {avail:.1f} GB free: the "
-            "machine can freeze while compiling",
-            f"export MAX_JOBS={fit}",
-        )
+    n = jobs.parse_max_jobs(val)
+    if n is None:
+        return fail(jobs.invalid_message(val), jobs.INVALID_FIX)
+    per_job = profile.build.mem_per_job_gb
+    too_many = jobs.overfill(n, facts.system.mem_available_gb, per_job, f"MAX_JOBS={val}")
+    if too_many:
+        return warn(*too_many)
     return ok(f"MAX_JOBS={val}")
 
 

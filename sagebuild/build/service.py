@@ -1,0 +1,106 @@
+"""Compiling as a service: plan the build for a machine and profile, run it, and describe the outcome.
+
+``sagebuild compile`` and the compile step of ``sagebuild accept`` both call
+:func:`plan_build` and :func:`run_build`. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from sagebuild import probe, profiles
+from sagebuild.build import run
+from sagebuild.build.plan import BuildPlan, make_plan
+from sagebuild.build.result import CompileResult
+from sagebuild.errors import SagebuildError
+from sagebuild.explain import explain_for_report
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+_LOG_TAIL = 200_000  # bytes of a build log read back to explain a failure without key lines
+
+
+@dataclass
+class CompileOutcome:
+    """A plan and, once run, its result."""
+
+    plan: BuildPlan
+    result: CompileResult
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    def summary(self) -> str:
+        """One line: what was built, or what failed."""
+        res = self.result
+        if res.ok:
+            name = Path(res.artefact or "").name
+            return f"built {name} (MAX_JOBS={res.jobs}, sha256 {str(res.sha256)[:12]}…)"
+        return str(res.error)
+
+    def failure_text(self) -> str:
+        """The error sentence followed by the log's key lines."""
+        return "\n".join([str(self.result.error), *self.result.key_lines])
+
+    def explanation(self) -> list[dict[str, Any]]:
+        """What ``explain`` made of the failure; the log's tail when the build gave nothing to match."""
+        found = list(self.result.explanation)
+        log = Path(self.result.log_path)
+        if not found and log.is_file():
+            found = explain_for_report(_tail(log, _LOG_TAIL))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "result": self.result.to_dict()}
+
+
+def _tail(path: Path, limit: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - limit))
+        return f.read().decode("utf-8", errors="replace")
+
+
+def plan_for_machine(
+    profile_spec: str,
+    root: Path = Path("/"),
+    jobs: Optional[int] = None,
+    arch: Optional[str] = None,
+    source: Optional[Path] = None,
+) -> tuple[BuildPlan, str, Facts]:
+    """Probe the machine (or the image under ``root``), pick the profile, make the plan.
+
+    Returns the plan, why the profile was chosen, and the facts.
+    """
+    if not root.is_dir():
+        raise SagebuildError(
+            f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"
+        )
+    if source is not None and not source.is_dir():
+        raise SagebuildError(
+            f"--source {source}: not a directory", fix="pass the directory holding the extension's setup.py"
+        )
+    facts = probe.collect(root=root)
+    profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
+    return make_plan(profile, facts, jobs=jobs, arch=arch, source=source), why, facts
+
+
+def run_build(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = True) -> CompileOutcome:
+    """Run a plan; never raises for a failed build (the outcome says what failed and why)."""
+    return CompileOutcome(plan, run.compile(plan, log_path, progress=progress))
+
+
+def compile_for(
+    profile: Profile,
+    facts: Facts,
+    jobs: Optional[int] = None,
+    arch: Optional[str] = None,
+    log_path: Optional[Path] = None,
+    progress: bool = True,
+) -> CompileOutcome:
+    """Plan the bundled build for already probed facts and run it (``accept``'s compile step)."""
+    return run_build(make_plan(profile, facts, jobs=jobs, arch=arch), log_path, progress)

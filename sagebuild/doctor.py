@@ -1,0 +1,124 @@
+"""The doctor as a service: probe a machine, check it against a profile, and say where it stands.
+
+``sagebuild doctor`` prints a :class:`DoctorResult`; ``sagebuild accept`` runs the same
+:func:`run_doctor` as its first step. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from sagebuild import checks, probe, profiles
+from sagebuild.checks import Check
+from sagebuild.errors import SagebuildError
+from sagebuild.explain import explain_for_report
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
+
+
+@dataclass
+class DoctorResult:
+    """The checks of one machine against one profile, with the verdict and its sentence."""
+
+    facts: Facts
+    profile: Profile
+    why: str  # how the profile was chosen ("auto: ...", "named on the command line")
+    checks: list[Check]
+
+    @property
+    def verdict(self) -> str:
+        """``ok``, ``warn`` or ``fail``."""
+        return checks.overall(self.checks)
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (warnings pass)."""
+        return self.verdict != "fail"
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return checks.counts(self.checks)
+
+    @property
+    def summary(self) -> str:
+        """The closing sentence: where the machine stands and what to do next."""
+        return checks.verdict(self.facts, self.profile, self.why, self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    def counts_line(self) -> str:
+        """``17 ok, 1 warn, 5 skip`` (statuses with no check left out)."""
+        return ", ".join(f"{n} {s}" for s, n in self.counts.items() if n) or "no checks"
+
+    def failure_text(self) -> str:
+        """Each failed check on one line: title, what was seen, and its fix."""
+        return "\n".join(
+            f"{c.title}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in self.failures
+        )
+
+    def explanation(self) -> list[dict[str, Any]]:
+        """The failed checks' fixes as report explanations, then what ``explain`` finds in them."""
+        fixes = [
+            {"id": f"doctor.{c.id}", "title": c.title, "cause": c.detail, "fix": c.fix, "matched_line": None}
+            for c in self.failures
+            if c.fix
+        ]
+        return fixes + explain_for_report(self.failure_text()) if self.failures else fixes
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``doctor --json`` prints (without the schema version)."""
+        return {
+            "command": "doctor",
+            "profile": {"name": self.profile.name, "source": self.profile.source, "why": self.why},
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "counts": self.counts,
+            "checks": [c.to_dict() for c in self.checks],
+            "facts": self.facts.to_dict(),
+        }
+
+
+def run_doctor(facts: Facts, profile: Profile, why: str = "named") -> DoctorResult:
+    """Every registered check on already probed facts."""
+    return DoctorResult(facts, profile, why, checks.run_checks(facts, profile))
+
+
+def validate_inputs(root: Path, python: Optional[str], timeout: float) -> None:
+    """Refuse a root, interpreter or timeout the probe cannot use, before anything runs."""
+    if not timeout > 0:  # also refuses NaN
+        raise SagebuildError(
+            f"--timeout {timeout:g}: the torch probe needs a time limit of more than 0 seconds",
+            fix="pass a positive number of seconds, e.g. --timeout 60 (the default)",
+        )
+    if not root.is_dir():
+        raise SagebuildError(
+            f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"
+        )
+    if python is None:
+        return
+    p = Path(python)
+    if not p.exists():
+        raise SagebuildError(
+            f"--python {python}: no such file",
+            fix="pass the interpreter of the environment to check, e.g. --python .venv/bin/python",
+        )
+    if p.is_dir() or not os.access(p, os.X_OK):
+        raise SagebuildError(
+            f"--python {python}: not an executable file",
+            fix="pass the interpreter itself, e.g. --python .venv/bin/python",
+        )
+
+
+def diagnose(
+    profile_spec: str = "auto", root: Path = Path("/"), python: Optional[str] = None, timeout: float = 60.0
+) -> DoctorResult:
+    """Probe the machine (or the image under ``root``), pick the profile, run the checks."""
+    validate_inputs(root, python, timeout)
+    facts = probe.collect(root=root, python=python, timeout=timeout)
+    profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
+    return run_doctor(facts, profile, why)
