@@ -1,9 +1,11 @@
 """The frozen lockfile: what a working environment was, byte-for-byte reproducible, and drift checks.
 
-``snapshot`` reads the environment into a plain dict (no timestamps, no paths that differ
-between identical environments, everything sorted), ``render`` turns it into canonical JSON
-(same environment → same bytes), ``requirements`` exports a pip file that reinstalls the same
-versions, and ``diff`` lists every difference between a lock and the environment now.
+``snapshot`` reads the environment into a plain dict of what determines behaviour: the
+distributions, the torch build, the GPU archs, and the built artefact (its hash, target archs,
+torch ABI and the compilers that built it, as the build recorded them). No timestamps, durations,
+job counts or paths, and no tool looked up on today's PATH (activating a venv must not drift the
+lock). ``render`` turns it into canonical JSON (same environment → same bytes), ``requirements``
+exports a pip file that reinstalls the same versions, and ``diff`` lists each difference once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from sagebuild import dists
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.fsio import write_text_atomic
 
@@ -27,9 +30,7 @@ TORCH_INDEX = "https://download.pytorch.org/whl"
 # ---- facts ----------------------------------------------------------------------------------
 
 
-def canonical_name(name: str) -> str:
-    """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+canonical_name = dists.canonical_name
 
 
 def torch_index_url(version: str | None) -> str | None:
@@ -42,39 +43,9 @@ def torch_index_url(version: str | None) -> str | None:
     return None
 
 
-def installed_distributions() -> dict[str, dict[str, Any]]:
-    """Every distribution visible to this interpreter (first on ``sys.path`` wins), sorted by name.
-
-    Each entry holds the version and, for packages not installed from an index, how they were
-    installed (editable / url) — a pip ``name==version`` line could not reinstall those.
-    """
-    from importlib import metadata
-
-    found: dict[str, dict[str, Any]] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
-        if not name:
-            continue
-        key = canonical_name(name)
-        if key in found:
-            continue
-        entry: dict[str, Any] = {"version": dist.version}
-        try:
-            direct = dist.read_text("direct_url.json")
-        except OSError:
-            direct = None
-        if direct:
-            try:
-                info = json.loads(direct)
-            except ValueError:
-                info = {}
-            if info.get("dir_info", {}).get("editable"):
-                entry["source"] = "editable"
-            elif "vcs_info" in info or "archive_info" in info or "dir_info" in info:
-                entry["source"] = "url"
-                entry["url"] = info.get("url", "")
-        found[key] = entry
-    return dict(sorted(found.items()))
+def installed_distributions(python: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every distribution of ``python``'s environment (default: this one), sorted by name."""
+    return dists.installed_distributions(python)
 
 
 def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,34 +119,40 @@ def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     return {"archs": archs, "names": names, "driver": driver}
 
 
-def _compilers_from_facts(facts: Mapping[str, Any]) -> dict[str, str | None]:
-    tools = facts.get("tools") or {}
-    out: dict[str, str | None] = {}
-    for name in ("c++", "ninja", "nvcc", "hipcc"):
-        t = tools.get(name) or {}
-        out[name] = t.get("version") if t.get("present") else None
-    return out
+# What of the build record determines the artefact's behaviour. Not: when it was built, how long
+# it took, how many jobs, the interpreter's path, ninja (it schedules, it does not compile).
+_ARTEFACT_KEYS = ("archs", "arch_env", "dispatch_keys", "ops", "torch", "vendor")
+_TORCH_ABI_KEYS = ("version", "cuda", "hip", "git")
+_BEHAVIOUR_COMPILERS = ("c++", "nvcc", "hipcc")
+_PATH_KEYS = ("artefact", "artifact", "path", "so_path", "library")
+
+
+def _artefact_build(info: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: info[k] for k in _ARTEFACT_KEYS if k in info}
+    if isinstance(out.get("torch"), dict):
+        out["torch"] = {k: out["torch"].get(k) for k in _TORCH_ABI_KEYS if k in out["torch"]}
+    return dict(sorted(out.items()))
+
+
+def _compilers_of_build(build_info: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """The compilers the artefact was built with, as the build resolved and recorded them."""
+    recorded = (build_info or {}).get("compilers") or {}
+    return {k: recorded.get(k) for k in _BEHAVIOUR_COMPILERS if k in recorded}
 
 
 def _artefacts(build_info: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The built extension as recorded by the build (C's ``ext.build_info()``), hash re-read from disk."""
+    """The built extension as recorded by the build, hash re-read from disk where the path is known."""
     if not build_info:
         return []
     import hashlib
 
-    info = {k: v for k, v in sorted(build_info.items())}
-    path = None
-    for key in ("artefact", "artifact", "path", "so_path", "library"):
-        if isinstance(info.get(key), str):
-            path = Path(info[key])
-            break
+    info = dict(build_info)
+    path = next((Path(info[k]) for k in _PATH_KEYS if isinstance(info.get(k), str)), None)
     sha = info.get("sha256")
     if path is not None and path.is_file():
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
     name = path.name if path is not None else str(info.get("name", "sagebuild ext"))
-    # The absolute path is where the file lives, not what it is: keep only the name in the lock.
-    meta = {k: v for k, v in info.items() if k not in ("artefact", "artifact", "path", "so_path", "library")}
-    return [{"name": name, "sha256": sha, "build": meta}]
+    return [{"name": name, "sha256": sha, "build": _artefact_build(info)}]
 
 
 def snapshot(
@@ -209,7 +186,7 @@ def snapshot(
         },
         **stack,
         "gpu": _gpu_from_facts(facts),
-        "compilers": _compilers_from_facts(facts),
+        "compilers": _compilers_of_build(build_info),
         "distributions": dict(sorted((distributions or installed_distributions()).items())),
         "artefacts": _artefacts(build_info),
         "profile": _profile_dict(profile),
@@ -369,7 +346,13 @@ def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any]) -> l
 
 
 def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
-    """Every drift, grouped by kind in a fixed order (package lines name the distribution)."""
+    """Every drift, each reported once, grouped by kind in a fixed order.
+
+    A fact recorded in two places is reported where it says most: a torch upgrade is one
+    ``torch version`` line (not also ``package torch`` and the index URL it implies), a Triton
+    upgrade one ``triton version`` line. Only what the lock records today is compared, so a lock
+    written by an older sagebuild (with build times in it) does not drift on those.
+    """
     drifts: list[Drift] = []
     for kind, section in (
         ("python", "python"),
@@ -377,11 +360,22 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         ("torch", "torch"),
         ("triton", "triton"),
         ("gpu", "gpu"),
-        ("compiler", "compilers"),
     ):
         drifts += _flat(kind, locked.get(section) or {}, current.get(section) or {})
+    drifts += _flat("compiler", _behaviour_compilers(locked), _behaviour_compilers(current))
+    said = {(d.kind, d.key) for d in drifts}
+    if ("torch", "version") in said:
+        drifts = [d for d in drifts if (d.kind, d.key) != ("torch", "index_url")]
+    covered: set[str] = set()
+    if ("torch", "version") in said:
+        covered.add("torch")
+    if ("triton", "version") in said or ("triton", "distribution") in said:
+        for doc in (locked, current):
+            name = (doc.get("triton") or {}).get("distribution")
+            if name:
+                covered.add(canonical_name(str(name)))
     la, ca = locked["distributions"], current["distributions"]
-    for name in sorted(set(la) | set(ca)):
+    for name in sorted((set(la) | set(ca)) - covered):
         a = la.get(name, {}).get("version") if name in la else None
         b = ca.get(name, {}).get("version") if name in ca else None
         if a != b:
@@ -397,7 +391,9 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             drifts.append(Drift("artefact", f"{name} sha256", a.get("sha256"), b.get("sha256")))
         drifts += [
             Drift("artefact", f"{name} {d.key}", d.locked, d.current)
-            for d in _flat("artefact", a.get("build") or {}, b.get("build") or {})
+            for d in _flat(
+                "artefact", _artefact_build(a.get("build") or {}), _artefact_build(b.get("build") or {})
+            )
         ]
     lp, cp = locked.get("profile"), current.get("profile")
     if lp != cp:
@@ -411,6 +407,11 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     return drifts
 
 
+def _behaviour_compilers(doc: Mapping[str, Any]) -> dict[str, Any]:
+    recorded = doc.get("compilers") or {}
+    return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
+
+
 def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
     p = lock.get("profile")
     return p.get("name") if isinstance(p, dict) else None
@@ -420,7 +421,7 @@ def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
 
 
 def probe_facts(python: str | None = None) -> Any | None:
-    """A's probe of this machine (a ``Facts``), or None while the probe is unavailable."""
+    """The probe of this machine and ``python``'s torch (a ``Facts``), or None when unavailable."""
     try:
         from sagebuild.probe import collect
     except ImportError:
@@ -429,7 +430,7 @@ def probe_facts(python: str | None = None) -> Any | None:
 
 
 def ext_build_info() -> dict[str, Any] | None:
-    """C's record of the built extension, or None when nothing was built (or the module is absent)."""
+    """The running interpreter's record of its built extension, or None when nothing was built."""
     try:
         from sagebuild import ext
     except ImportError:
@@ -438,9 +439,21 @@ def ext_build_info() -> dict[str, Any] | None:
     return dict(info) if info else None
 
 
-def current(profile: Any | None, facts: Any | None = None) -> dict[str, Any]:
-    """Snapshot of the environment now: probe facts, installed distributions, built artefacts."""
+def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
+    """Snapshot of ``python``'s environment now (default: this interpreter's): probe facts, its
+    installed distributions and the extension built for it.
+
+    With another interpreter every fact comes from that interpreter (its probe, its
+    distributions, its extension directory), never from the one running sagebuild.
+    """
     if facts is None:
-        facts = probe_facts()
-    fd = facts.to_dict() if hasattr(facts, "to_dict") else facts
-    return snapshot(fd, profile, ext_build_info())
+        facts = probe_facts(python)
+    fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts or {})
+    ext_facts = fd.get("extension") or {}
+    if ext_facts.get("dir"):  # the probe looked in the probed interpreter's own extension directory
+        info = ext_facts.get("info") if ext_facts.get("built") else None
+    elif dists.is_this_interpreter(python):
+        info = ext_build_info()
+    else:
+        info = None
+    return snapshot(fd, profile, info, installed_distributions(python))

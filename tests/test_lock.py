@@ -84,7 +84,9 @@ def test_diff_names_every_kind_of_drift():
     now["artefacts"][0]["sha256"] = "cd" * 32
     text = [str(d) for d in lk.diff(locked, now)]
     assert "package numpy: 2.1.0 → 2.2.0" in text
-    assert "package torch: removed (was 2.11.0+cu130)" in text
+    assert "torch version: 2.11.0+cu130 → 2.11.0+rocm6.4" in text
+    # each drift once: the torch upgrade is not also a package line or an index-URL line
+    assert not any(t.startswith(("package torch:", "torch index_url:")) for t in text)
     assert "package scipy: added (1.14)" in text
     assert "torch build: cuda → rocm" in text
     assert "triton distribution: triton → pytorch-triton-rocm" in text
@@ -138,3 +140,53 @@ def test_malformed_or_foreign_lockfile_is_a_clear_error(tmp_path: Path, content:
 def test_missing_lockfile_exit_2(tmp_path: Path):
     r = runner.invoke(app, ["lock", "--check", str(tmp_path / "nope.lock")])
     assert r.exit_code == 2 and "cannot read lockfile" in r.output
+
+
+def test_lock_records_no_time_and_no_path_dependent_tools():
+    """An identical rebuild (new build time, duration, job count, ninja) and a venv activation
+    (another ninja or c++ on PATH) do not drift the lock."""
+    info = {
+        "sha256": "ab" * 32,
+        "archs": ["sm90"],
+        "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "hip": None, "git": "abc"},
+        "built_at": "2026-01-01T00:00:00+00:00",
+        "seconds": 81.2,
+        "jobs": 8,
+        "compilers": {"c++": "g++ 13.3", "ninja": "1.11.1", "nvcc": "13.0"},
+        "python": {"executable": "/venv/a/bin/python"},
+    }
+    facts = {"tools": {"ninja": {"present": True, "version": "1.11.1"}}}
+    a = lk.snapshot(facts, None, info, {"numpy": {"version": "2.1.0"}})
+    rebuilt = {**info, "built_at": "2026-02-02T10:00:00+00:00", "seconds": 79.9, "jobs": 4,
+               "compilers": {**info["compilers"], "ninja": "1.13.2"},
+               "python": {"executable": "/venv/b/bin/python"}}
+    activated = {"tools": {"ninja": {"present": True, "version": "1.13.2"}}}
+    b = lk.snapshot(activated, None, rebuilt, {"numpy": {"version": "2.1.0"}})
+    assert lk.render(a) == lk.render(b)
+    assert lk.diff(a, b) == []
+    text = lk.render(a)
+    assert "built_at" not in text and "seconds" not in text and "ninja" not in text
+    assert a["compilers"] == {"c++": "g++ 13.3", "nvcc": "13.0"}
+    assert a["artefacts"][0]["build"]["torch"] == info["torch"]
+    # a lock written with build times (older sagebuild) still checks clean against the same build
+    old = json.loads(text)
+    old["artefacts"][0]["build"]["built_at"] = "2025-01-01"
+    assert lk.diff(old, b) == []
+
+
+def test_other_interpreter_is_locked_from_its_own_environment(tmp_path: Path):
+    """``current(python=X)`` takes X's distributions (read by X), not sagebuild's interpreter's."""
+    import sys
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    dist = site / "only_in_x-1.2.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: only-in-x\nVersion: 1.2.3\n")
+    doc = lk.current(None, facts={"python": {"version": "3.11"}}, python=str(py))
+    assert doc["distributions"].get("only-in-x") == {"version": "1.2.3"}
+    assert "typer" not in doc["distributions"]  # sagebuild's own environment is not what was locked
+    assert str(py) != sys.executable

@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, console, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import JsonOpt, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import out as out_
 from sagebuild.errors import Exit
 
 _OUT_HELP = "Where to write the lockfile (a pip requirements export is written beside it)."
@@ -45,11 +47,11 @@ def lock(
                 }
             )
         elif drifts:
-            console.print(f"[bold red]{len(drifts)} drift(s)[/] from {check}:", highlight=False)
+            out_.print(f"[bold red]{len(drifts)} drift(s)[/] from {escape(str(check))}:", highlight=False)
             for d in drifts:
-                console.print(f"  - {d}", highlight=False, markup=False)
+                out_.print(f"  - {d}", highlight=False, markup=False)
         else:
-            console.print(f"[green]no drift[/]: the environment matches {check}", highlight=False)
+            out_.print(f"[green]no drift[/]: the environment matches {escape(str(check))}", highlight=False)
         exit_with(Exit.LOCK_DRIFT if drifts else Exit.OK)
         return
     prof, why = profiles.resolve(profile or "auto", archs)
@@ -66,9 +68,10 @@ def lock(
             }
         )
     else:
-        console.print(
+        out_.print(
             f"wrote {path} ({len(doc['distributions'])} distributions, profile {prof.name}: {why})"
             f"\nwrote {req} (pip install -r {req} reinstalls the same versions)",
+            markup=False,
             highlight=False,
         )
 

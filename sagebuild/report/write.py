@@ -37,10 +37,10 @@ def environment_backup(out_dir: Path, python: str | None = None, timeout: float 
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, body, why = False, "", str(e)
     if not ok:
-        from sagebuild.lock import installed_distributions
+        from sagebuild.dists import installed_distributions
 
         header += f"# pip freeze failed ({why or 'no pip'}); listing installed distributions instead\n"
-        body = "".join(f"{n}=={e['version']}\n" for n, e in installed_distributions().items())
+        body = "".join(f"{n}=={e['version']}\n" for n, e in installed_distributions(python).items())
     return write_text_atomic(Path(out_dir) / BACKUP_NAME, header + body)
 
 
