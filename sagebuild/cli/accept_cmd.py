@@ -16,6 +16,7 @@ from sagebuild.cli.common import (
     HeadsOpt,
     JobsOpt,
     JsonOpt,
+    MinSpeedupOpt,
     ProfileOpt,
     PythonOpt,
     RepsOpt,
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
         rounds: RoundsOpt = None,
         sustain: SustainOpt = None,
         gate_on: GateOnOpt = None,
+        min_speedup: MinSpeedupOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         json_out: JsonOpt = False,
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
             "rounds": rounds,
             "sustain_s": sustain,
             "gate_on": gate_on,
+            "min_speedup": min_speedup,
         }
         opts = AcceptOptions(
             profile=profile,

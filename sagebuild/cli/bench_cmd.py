@@ -14,6 +14,7 @@ from sagebuild.cli.common import (
     HeadDimOpt,
     HeadsOpt,
     JsonOpt,
+    MinSpeedupOpt,
     ProfileOpt,
     RepsOpt,
     RoundsOpt,
@@ -94,6 +95,7 @@ def register(app: typer.Typer) -> None:
         rounds: RoundsOpt = None,
         sustain: SustainOpt = None,
         gate_on: GateOnOpt = None,
+        min_speedup: MinSpeedupOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out: Annotated[
@@ -126,6 +128,7 @@ def register(app: typer.Typer) -> None:
             rounds=rounds,
             sustain_s=sustain,
             gate_on=gate_on,
+            min_speedup=min_speedup,
             seed=seed,
         )
         with status("benchmarking", json_out) as say:

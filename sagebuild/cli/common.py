@@ -81,6 +81,14 @@ SustainOpt = Annotated[
         "GPU at its power limit, what a long job sees (GPU only; default 0 = off).",
     ),
 ]
+MinSpeedupOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--min-speedup",
+        help="Also fail when sageattn's speed-up over SDPA is below this (an explicit SDPA-relative gate; "
+        "the default gate compares with the speed-up the profile recorded for this GPU).",
+    ),
+]
 GateOnOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -121,7 +129,13 @@ def as_user_error(exc: BaseException) -> SagebuildError:
     if isinstance(exc, SagebuildError):
         return exc
     if isinstance(exc, OSError) and exc.errno in (
-        errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOTDIR,
+        errno.EISDIR,
     ):
         return write_error(exc.filename or "a file", exc, "access")
     if isinstance(exc, MemoryError):
