@@ -406,3 +406,46 @@ def test_rdna4_pv_default_follows_the_isa(amd_isa, arch):
         assert matrix8 < matrix16, (loop16, loop8)  # FP8 WMMA is the faster matrix work, but
         assert row.pv == isa.faster_pv(loop16, loop8, cycles), (loop16, loop8)  # the total decides
     assert row.note.startswith(f"{row.pv} "), row.note  # the row's one line names the choice first
+
+
+def test_amdgcn_counts_find_the_innermost_matrix_loops():
+    """``isa.loops``: a label and a later branch back to it make a loop; only loops issuing matrix
+    instructions count, an outer loop around an inner one is dropped; encodings are stripped,
+    scheduling hints not counted; the kernel metadata gives spills and scratch."""
+    from sagebuild.attention import isa
+
+    asm = """
+_k:                                     ; @_k
+\ts_mov_b32 s4, 0
+.LBB0_1:                                ; =>This Loop Header: Depth=1
+\tv_wmma_i32_16x16x16_iu8 v[0:7], v[8:9], v[10:11], v[0:7]
+.LBB0_2:                                ; =>This Inner Loop Header: Depth=2
+\tv_wmma_f32_16x16x16_fp8_fp8 v[12:19], v[20:21], v[22:23], v[12:19]
+\tv_cvt_pk_fp8_f32 v1, v2, v3
+\tv_cvt_pk_f32_fp8_e32 v[4:5], v6
+\tv_cmp_lt_u32_e32 vcc_lo, 0x3a800000, v3
+\ts_delay_alu instid0(VALU_DEP_1)
+\tv_cndmask_b32_e32 v3, 0, v5, vcc_lo
+\ts_cbranch_scc0 .LBB0_2
+\ts_add_co_i32 s4, s4, 1
+\ts_cbranch_scc1 .LBB0_1
+.LBB0_3:
+\tv_add_f32_e32 v1, v1, v2
+\ts_branch .LBB0_3                      ; a loop without matrix work: ignored
+\ts_endpgm
+; NumVgprs: 24
+; ScratchSize: 16
+    .sgpr_spill_count: 0
+    .vgpr_spill_count: 2
+"""
+    assert isa.loops(asm) == [
+        {"instructions": 6, "valu": 4, "salu": 1, "matrix": {"v_wmma_f32_16x16x16_fp8_fp8": 1},
+         "cvt_to_fp8": 1, "cvt_from_fp8": 1, "compares": 1, "selects": 1},
+    ]  # fmt: skip
+    rep = isa.report(asm)
+    assert rep["spills"] and rep["kernel"]["vgpr_spills"] == 2 and rep["kernel"]["scratch_bytes"] == 16
+    assert rep["total"]["matrix"] == {"v_wmma_f32_16x16x16_fp8_fp8": 1, "v_wmma_i32_16x16x16_iu8": 1}
+    cycles = isa.issue_cycles(rep["loops"][0], isa.RDNA4_WMMA_CYCLES)
+    assert cycles == 4 + 8
+    with pytest.raises(ValueError, match="v_wmma_f32_16x16x16_fp8_fp8"):
+        isa.issue_cycles(rep["loops"][0], {})
