@@ -15,7 +15,7 @@ import typer
 
 from sagebuild._version import __version__
 
-COMMAND_MODULES = ("doctor", "profiles", "compile", "verify", "bench", "accept", "lock", "explain")
+COMMAND_MODULES = ("doctor", "profiles", "compile", "verify", "bench", "accept", "lock", "explain", "compat")
 
 app = typer.Typer(
     name="sagebuild",
