@@ -157,3 +157,29 @@ def attention_report(
         waves=cfg.num_warps,
     )
     return out
+
+
+# Issue cycles of one wave32 WMMA on RDNA4 (16·16·16 multiply-adds), from AMD's dense rates per CU
+# and clock (FP16/BF16 1024 FLOPs, FP8/BF8/INT8 2048: the RX 9070 XT's 64 CUs at 2.97 GHz give its
+# published 779 INT8 TOPS with sparsity) over a CU's two SIMD32: 256 and 512 multiply-adds per clock.
+RDNA4_WMMA_CYCLES = {
+    "v_wmma_f32_16x16x16_f16": 16,
+    "v_wmma_f32_16x16x16_bf16": 16,
+    "v_wmma_f32_16x16x16_fp8_fp8": 8,
+    "v_wmma_i32_16x16x16_iu8": 8,
+}
+
+
+def issue_cycles(loop: dict[str, Any], matrix_cycles: dict[str, int]) -> int:
+    """A key loop's issue cycles per wave: one per VALU instruction plus each matrix instruction's
+    cycles. On RDNA the WMMA executes on the SIMD's own ALUs, so VALU work and matrix work add up
+    rather than overlap (scalar instructions issue apart and are left out)."""
+    unknown = sorted(set(loop["matrix"]) - set(matrix_cycles))
+    if unknown:
+        raise ValueError(f"no issue cycles known for {', '.join(unknown)}; add them to the cycle table")
+    return loop["valu"] + sum(n * matrix_cycles[op] for op, n in loop["matrix"].items())
+
+
+def faster_pv(fp16_loop: dict[str, Any], fp8_loop: dict[str, Any], matrix_cycles: dict[str, int]) -> str:
+    """The P·V variant ("fp16" or "fp8") whose key loop (the same tile) issues in fewer cycles."""
+    return "fp8" if issue_cycles(fp8_loop, matrix_cycles) < issue_cycles(fp16_loop, matrix_cycles) else "fp16"
