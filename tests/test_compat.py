@@ -23,21 +23,21 @@ def venv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     py = root / "bin" / "python"
-    site = Path(subprocess.check_output([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())  # fmt: skip
+    site = _site(py)
     (site / "sagebuild-parent.pth").write_text(f"import site; site.addsitedir({HERE_SITE!r})\n")
     return py
 
 
 def _site(py: Path) -> Path:
-    return Path(subprocess.check_output([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())  # fmt: skip
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.check_output([py, "-c", code], text=True).strip())
 
 
 def _sagebuild(py: Path, *args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(cache)}
-    return subprocess.run([py, "-m", "sagebuild", "compat", *args], capture_output=True, text=True, env=env,
-                          cwd=cache)  # fmt: skip
+    return subprocess.run(
+        [py, "-m", "sagebuild", "compat", *args], capture_output=True, text=True, env=env, cwd=cache
+    )
 
 
 def _json(proc: subprocess.CompletedProcess) -> dict:
@@ -72,8 +72,9 @@ def test_install_status_then_pip_uninstall(venv, tmp_path):
     code = (
         "import importlib.metadata as md, sageattention\n"
         "from packaging.version import parse\n"
-        "from sageattention import (sageattn, sageattn_qk_int8_pv_fp8_cuda, sageattn_qk_int8_pv_fp8_cuda_sm90,\n"
-        "    sageattn_qk_int8_pv_fp16_cuda, sageattn_qk_int8_pv_fp16_triton, sageattn_varlen)\n"
+        "from sageattention import (sageattn, sageattn_qk_int8_pv_fp8_cuda,\n"
+        "    sageattn_qk_int8_pv_fp8_cuda_sm90, sageattn_qk_int8_pv_fp16_cuda,\n"
+        "    sageattn_qk_int8_pv_fp16_triton, sageattn_varlen)\n"
         "from sageattention.core import sageattn_qk_int8_pv_fp8_cuda as core_fp8\n"
         "import sagebuild.attention.functions as f\n"
         "assert sageattn is f.sageattn and core_fp8 is f.sageattn_qk_int8_pv_fp8_cuda\n"
@@ -87,8 +88,8 @@ def test_install_status_then_pip_uninstall(venv, tmp_path):
     # reinstalling replaces our own install in place
     again = _json(_sagebuild(venv, "install", "--json", cache=tmp_path))
     assert again["replaced_ours"] == [contents.DIST_VERSION]
-    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv), "uninstall", "-y", "sageattention"],
-                         capture_output=True, text=True)  # fmt: skip
+    pip_cmd = [sys.executable, "-m", "pip", "--python", str(venv), "uninstall", "-y", "sageattention"]
+    pip = subprocess.run(pip_cmd, capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr
     assert sorted(p.name for p in site.iterdir()) == ["sagebuild-parent.pth"]
 
@@ -98,14 +99,17 @@ def _fake_upstream(site: Path) -> None:
     files = {
         "sageattention/__init__.py": b"from .core import sageattn\n",
         "sageattention/core.py": b"def sageattn(*a, **k):\n    return 'upstream'\n",
-        "sageattention-2.2.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: sageattention\nVersion: 2.2.0\n",
+        "sageattention-2.2.0.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: sageattention\nVersion: 2.2.0\n"
+        ),
         "sageattention-2.2.0.dist-info/INSTALLER": b"pip\n",
     }
     for rel, data in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_bytes(data)
     rec = "".join(f"{rel},{contents.record_hash(d)},{len(d)}\n" for rel, d in files.items())
-    (site / "sageattention-2.2.0.dist-info/RECORD").write_text(rec + "sageattention-2.2.0.dist-info/RECORD,,\n")
+    rec += "sageattention-2.2.0.dist-info/RECORD,,\n"
+    (site / "sageattention-2.2.0.dist-info/RECORD").write_text(rec)
 
 
 def test_upstream_is_refused_then_backed_up_with_force_and_restored(venv, tmp_path):
@@ -147,8 +151,12 @@ def test_a_python_without_sagebuild_is_refused(tmp_path):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "sagebuild", "compat", "install", "--python",
-                           str(bare / "bin" / "python")], capture_output=True, text=True, env=env,
-                          cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "sagebuild", "compat", "install", "--python", str(bare / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "cannot import sagebuild" in proc.stderr
     assert not any(p.name.startswith("sageattention") for p in _site(bare / "bin" / "python").iterdir())
