@@ -608,7 +608,7 @@ def run_bench(
         arch = dispatch.device_arch(dev)
         avail = dispatch.available_variants(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        variants = [v_ for v_ in profile.kernels if v_ in avail]
+        variants = avail  # every variant this GPU runs, so the note can say which one won (issue 38)
         kern = {
             "qk_int8_pv_fp16": attention.sageattn_qk_int8_pv_fp16_triton,
             "qk_int8_pv_fp8": attention.sageattn_qk_int8_pv_fp8_triton,
@@ -754,6 +754,10 @@ def run_bench(
         regression=profile.bench.regression,
         shape_of=lambda n: shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal),
     )  # fmt: skip
+    if gpu:  # the dispatch's pick against the fastest variant, per length (issue 38)
+        from sagebuild.attention.variant_choice import compare_variants
+
+        note = f"{note}\n{compare_variants(rows, auto_variant)}"
     return BenchResult(
         ok=not failures,
         timing_kind="gpu" if gpu else "cpu",

@@ -1,0 +1,61 @@
+"""Which P·V variant ``sageattn`` picked against which one a benchmark found fastest.
+
+The dispatch table (``sagebuild.archs``, the ``pv`` column) is decided without every GPU at hand
+(RDNA4's from the ISA alone, issue 38); ``sagebuild bench`` times every variant the GPU runs, and
+this line tells a user whether the table's choice won on their card, in words they can report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")
+AUTO = "sageattn"  # the bench's provider name of the auto-dispatch call
+
+
+def _get(row: Any, key: str) -> Any:
+    """A field of a bench row, whether a ``BenchRow`` or its ``to_dict()``."""
+    return row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+
+
+def _median_ms(row: Any) -> Optional[float]:
+    timing = _get(row, "timing")
+    if timing is None:
+        return None
+    return timing.get("median_ms") if isinstance(timing, dict) else getattr(timing, "median_ms", None)
+
+
+def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
+    """One line per sequence length: "seq=N: dispatch picks X; fastest: Y (times)".
+
+    ``rows``: the bench's rows; the variants' whole-call rows are compared by their median time.
+    What the dispatch picks is the variant the ``sageattn`` row's launch plan ran at that length,
+    else ``picked``. A length where fewer than two variants have a time says so."""
+    lines = []
+    for seq in sorted({_get(r, "seq") for r in rows}):
+        here = [r for r in rows if _get(r, "seq") == seq]
+        timed: dict[str, float] = {}
+        for r in here:
+            ms = _median_ms(r)
+            if _get(r, "kind") == "whole_call" and _get(r, "provider") in VARIANTS and ms is not None:
+                timed[_get(r, "provider")] = ms
+        auto = next((r for r in here if _get(r, "provider") == AUTO), None)
+        plan = _get(auto, "plan") if auto is not None else None
+        choice = (plan or {}).get("variant") or picked or "unknown"
+        if len(timed) < 2:
+            failed = [v for v in VARIANTS if v not in timed]
+            lines.append(
+                f"seq={seq}: dispatch picks {choice}; fastest: not compared "
+                f"({', '.join(failed)} did not run or has no time)"
+            )
+            continue
+        fastest = min(timed, key=lambda v: timed[v])
+        times = ", ".join(f"{v} {ms:.3f} ms" for v, ms in sorted(timed.items(), key=lambda kv: kv[1]))
+        if choice not in timed:
+            verdict = "the pick was not timed"
+        elif fastest == choice:
+            verdict = "the pick won"
+        else:
+            verdict = f"{fastest} is {timed[choice] / timed[fastest]:.2f}x faster than the pick"
+        lines.append(f"seq={seq}: dispatch picks {choice}; fastest: {fastest} ({times}; {verdict})")
+    return "\n".join(lines)
