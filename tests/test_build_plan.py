@@ -30,6 +30,7 @@ def mem(gb: float, cores: int = 64) -> Facts:
 
 # ---- jobs ---------------------------------------------------------------------------------------
 
+
 def test_jobs_limited_by_memory() -> None:
     jobs, why = plan_jobs(RDNA4, mem(10.0), env=NO_ENV)  # 4 GiB per job
     assert jobs == 2
@@ -65,6 +66,7 @@ def test_jobs_from_fake_root_meminfo(tmp_path: Path) -> None:
 
 # ---- archs --------------------------------------------------------------------------------------
 
+
 def test_rdna4_root_without_torch_devices_uses_kfd(tmp_path: Path) -> None:
     plan = make_plan(RDNA4, facts_of(make_rdna4_native(tmp_path)), env=NO_ENV)
     assert plan.archs == ["gfx1201"]
@@ -80,7 +82,7 @@ def test_rocm_torch_devices_come_first(tmp_path: Path) -> None:
     assert plan.archs == ["gfx1201"] and "gcnArchName" in plan.arch_reason
     assert plan.problems == [] and plan.with_gpu
     assert [Path(s).name for s in plan.sources] == ["ops_cpu.cpp", "ops_cuda.cu"]
-    assert plan.aot == [("qk_int8_pv_fp16", "gfx1201")]
+    assert plan.aot == [("qk_int8_pv_fp16", "gfx1201"), ("qk_int8_pv_fp8", "gfx1201")]  # the table's FP8
 
 
 def test_two_different_cards_give_a_list(tmp_path: Path) -> None:
@@ -154,13 +156,15 @@ def test_source_needs_a_setup_py(tmp_path: Path) -> None:
 
 # ---- the CLI ------------------------------------------------------------------------------------
 
+
 def test_cli_dry_run_from_a_fake_rdna4_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sagebuild.cli.app import app
 
     root = make_rdna4_native(tmp_path)
     monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(tmp_path / "ext"))
-    res = CliRunner().invoke(app, ["compile", "--profile", "rdna4-rocm6", "--root", str(root),
-                                   "--dry-run", "--json"])
+    res = CliRunner().invoke(
+        app, ["compile", "--profile", "rdna4-rocm6", "--root", str(root), "--dry-run", "--json"]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["dry_run"] is True
@@ -172,7 +176,56 @@ def test_cli_dry_run_from_a_fake_rdna4_root(tmp_path: Path, monkeypatch: pytest.
 def test_cli_cpu_profile_ignores_arch(tmp_path: Path) -> None:
     from sagebuild.cli.app import app
 
-    res = CliRunner().invoke(app, ["compile", "--profile", "cpu", "--root", str(make_cpu_only(tmp_path)),
-                                   "--arch", "sm90", "--dry-run"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            "--profile",
+            "cpu",
+            "--root",
+            str(make_cpu_only(tmp_path)),
+            "--arch",
+            "sm90",
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0  # a CPU profile ignores --arch, and says so
     assert "ignored" in res.output
+
+
+def test_cli_warns_about_max_jobs_that_overfill_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MAX_JOBS=100000 sagebuild compile`` warns as ``doctor`` does, and keeps the user's count."""
+    from sagebuild.cli.app import app
+
+    monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("MAX_JOBS", "100000")
+    res = CliRunner().invoke(
+        app, ["compile", "--profile", "cpu", "--root", str(make_cpu_only(tmp_path)), "--dry-run"]
+    )
+    assert res.exit_code == 0, res.output
+    err = " ".join(res.stderr.split())
+    assert "warning: MAX_JOBS=100000 × ~" in err and "the machine can freeze while compiling" in err
+    assert "export MAX_JOBS=" in err and "MAX_JOBS=100000" in res.stdout  # the plan table, on stdout
+    res = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            "--profile",
+            "cpu",
+            "--root",
+            str(make_cpu_only(tmp_path)),
+            "--dry-run",
+            "--jobs",
+            "100000",
+            "--json",
+        ],
+    )
+    doc = json.loads(res.stdout)
+    assert any(w.startswith("--jobs 100000 × ~") and "pass --jobs" in w for w in doc["plan"]["warnings"])
+
+
+def test_plan_is_quiet_about_jobs_it_chose(tmp_path: Path) -> None:
+    plan = make_plan(RDNA4, facts_of(make_rdna4_native(tmp_path)), env=NO_ENV)
+    assert not any("freeze" in w for w in plan.warnings)

@@ -63,9 +63,18 @@ def healthy(vendor: str) -> Facts:
         f.torch = cpu_torch()
     built_for = {"rocm": ["gfx1201"], "cuda": ["sm90"], "cpu": []}[vendor]
     f.extension = ExtensionFacts(
-        dir="/home/me/.cache/sagebuild/ext/cp311-torch", built=True, lib_present=True, sha256_ok=True,
-        info={"archs": built_for, "jobs": 4, "sha256": "ab" * 32, "built_at": "2026-11-30T12:00:00+00:00",
-              "torch": {"version": f.torch.version}, "seconds": 51.0},
+        dir="/home/me/.cache/sagebuild/ext/cp311-torch",
+        built=True,
+        lib_present=True,
+        sha256_ok=True,
+        info={
+            "archs": built_for,
+            "jobs": 4,
+            "sha256": "ab" * 32,
+            "built_at": "2026-11-30T12:00:00+00:00",
+            "torch": {"version": f.torch.version},
+            "seconds": 51.0,
+        },
     )
     return f
 
@@ -242,6 +251,8 @@ FAILING = [
         "export PYTORCH_ROCM_ARCH='gfx1201'",
     ),
     ("arch-env", "cuda", _env(TORCH_CUDA_ARCH_LIST="8.0 8.6"), "warn", "export TORCH_CUDA_ARCH_LIST='9.0'"),
+    ("arch-env", "rocm", _env(PYTORCH_ROCM_ARCH="garbage"), "warn", "export PYTORCH_ROCM_ARCH='gfx1201'"),
+    ("arch-env", "cuda", _env(TORCH_CUDA_ARCH_LIST="9.0;gfx1201"), "warn", "TORCH_CUDA_ARCH_LIST='9.0'"),
     (
         "triton-import",
         "rocm",
@@ -456,3 +467,91 @@ def test_check_rejects_unknown_status() -> None:
         "detail": "d",
         "fix": None,
     }
+
+
+# ---- issue 37's wrong verdicts ------------------------------------------------------------------
+
+
+def test_garbage_arch_list_is_not_ok_even_without_a_gpu() -> None:
+    """A value naming no arch cannot pass because no GPU was detected to be left out of it."""
+    f = healthy("rocm")
+    f.kfd_archs, f.torch.devices = [], []
+    f.env["PYTORCH_ROCM_ARCH"] = "garbage"
+    c = by_id(f, "rdna4-rocm6")["arch-env"]
+    assert c.status == "warn" and "'garbage' names no rocm GPU arch" in c.detail
+    assert c.fix and c.fix.startswith("export PYTORCH_ROCM_ARCH='gfx1201;gfx1200' (or unset")
+    for fine in ("gfx1201", "gfx1201;gfx906", "gfx1201 gfx1100"):
+        f.env["PYTORCH_ROCM_ARCH"] = fine
+        assert by_id(f, "rdna4-rocm6")["arch-env"].status == "ok", fine
+    g = healthy("cuda")
+    for fine in ("9.0", "9.0a", "8.9;9.0+PTX", "Hopper"):
+        g.env["TORCH_CUDA_ARCH_LIST"] = fine
+        assert by_id(g, "hopper-cu12")["arch-env"].status == "ok", fine
+
+
+def test_summary_names_the_compute_nodes_it_found() -> None:
+    """/dev/kfd present but no readable arch: the summary must not claim there is no /dev/kfd."""
+    cpu = profiles.load_bundled("cpu")
+    f = healthy("cpu")
+    f.devices = DeviceFacts(kfd=True, render_nodes=["/dev/dri/renderD128"])
+    text = checks.verdict(f, cpu, "auto: no GPU detected; using cpu", checks.run_checks(f, cpu))
+    assert "no /dev/kfd" not in text
+    assert "No GPU arch found (/dev/kfd present" in text and "torch 2.13.0+cpu sees none" in text
+    f.devices = DeviceFacts(render_nodes=["/dev/dri/renderD128"])  # a display GPU's node proves nothing
+    text = checks.verdict(f, cpu, "auto", checks.run_checks(f, cpu))
+    assert "No GPU found (no /dev/kfd, /dev/dxg or /dev/nvidia*" in text
+
+
+def test_shadowing_check_names_the_installed_package_folder() -> None:
+    """An editable install run from its checkout: ./sagebuild/ exists and is the installed package."""
+    f = healthy("cpu")
+    f.conflicts = ConflictFacts(installed_here=["/home/me/project/sagebuild"])
+    c = by_id(f, "cpu")["shadowing"]
+    assert c.status == "ok" and "no sageattention/ or sagebuild/" not in c.detail
+    assert "./sagebuild/ in /home/me/project is the installed package itself" in c.detail
+
+
+def test_max_jobs_rule_is_the_build_plans() -> None:
+    """doctor and compile word an overfilling MAX_JOBS the same (one home: sagebuild.build.jobs)."""
+    from sagebuild.build.plan import make_plan
+
+    f = healthy("rocm")
+    f.env["MAX_JOBS"] = "100000"
+    c = by_id(f, "rdna4-rocm6")["max-jobs"]
+    plan = make_plan(
+        profiles.load_bundled("rdna4-rocm6"), f, env={"MAX_JOBS": "100000", "SAGEBUILD_EXT_DIR": "/x"}
+    )
+    assert c.status == "warn" and f"{c.detail}; {c.fix}" in plan.warnings
+
+
+# ---- the registry -------------------------------------------------------------------------------
+
+
+def test_check_decorator_names_the_verdict_once() -> None:
+    @checks.check("decorated", "A decorated check")
+    def check_decorated(facts: Facts, profile: profiles.Profile) -> checks.Verdict:
+        return checks.warn("seen", "do this") if facts.env.get("X") else checks.ok("fine")
+
+    @checks.check("decorated-broken", "A broken decorated check")
+    def check_decorated_broken(facts: Facts, profile: profiles.Profile) -> checks.Verdict:
+        raise RuntimeError("bug")
+
+    try:
+        f = healthy("cpu")
+        f.env["X"] = "1"
+        res = by_id(f, "cpu")
+        with pytest.raises(ValueError, match="already registered"):
+            checks.check("decorated", "again")
+    finally:
+        checks.REGISTRY.remove(check_decorated)
+        checks.REGISTRY.remove(check_decorated_broken)
+    assert res["decorated"] == checks.Check("decorated", "A decorated check", "warn", "seen", "do this")
+    broken = res["decorated-broken"]
+    assert broken.title == "A broken decorated check" and "RuntimeError: bug" in broken.detail
+    assert check_decorated(healthy("cpu"), profiles.load_bundled("cpu")).status == "ok"
+
+
+def test_registry_ids_are_unique_and_in_table_order() -> None:
+    ids = [fn.check_id for fn in checks.REGISTRY]
+    assert len(ids) == len(set(ids))
+    assert ids[:3] == ["python-version", "python-linux", "path-python"] and ids[-1] == "extension"

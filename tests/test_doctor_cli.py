@@ -136,3 +136,26 @@ def test_crashing_interpreter_fails_torch_import(tmp_path: Path) -> None:
     assert r.exit_code == 10
     c = {c["id"]: c for c in _json(r.stdout)["checks"]}["torch-import"]
     assert c["status"] == "fail" and "SIGSEGV" in c["detail"] and "reinstall torch" in c["fix"]
+
+
+def test_shadowing_accepts_the_installed_package_folder(
+    cached_probe: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from the checkout of an editable install: ./sagebuild/ exists and is the package itself."""
+    import sagebuild
+
+    repo = Path(__file__).resolve().parents[1]
+    if Path(sagebuild.__file__).resolve().parent != repo / "sagebuild":
+        pytest.skip("sagebuild is not installed from this checkout")
+    monkeypatch.chdir(repo)
+    c = {c["id"]: c for c in _json(runner.invoke(app, ["doctor", "--json"]).stdout)["checks"]}["shadowing"]
+    assert c["status"] == "ok" and "./sagebuild/" in c["detail"] and "installed package itself" in c["detail"]
+
+
+def test_profile_errors_keep_their_brackets(tmp_path: Path) -> None:
+    """Error text is not rich markup: "[gfx1201, gfx1200]" once printed as "such as , got 5"."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nvendor: rocm\narchs: 5\n")
+    r = runner.invoke(app, ["doctor", "--root", str(make_cpu_only(tmp_path)), "--profile", str(bad)], env=ENV)
+    assert r.exit_code == 2
+    assert "such as [gfx1201, gfx1200], got 5" in flat(r.stderr) and "Traceback" not in r.output

@@ -146,6 +146,37 @@ def check_hsa_override(facts: Facts, profile: Profile) -> Verdict:
     )
 
 
+# Names torch's extension builder also takes in TORCH_CUDA_ARCH_LIST (it expands them itself).
+_TORCH_NAMED_CUDA_ARCHS = (
+    "kepler",
+    "kepler+tesla",
+    "maxwell",
+    "maxwell+tegra",
+    "pascal",
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+)
+_ARCH_SHAPE = {"rocm": re.compile(r"gfx[0-9a-f]{3,4}"), "cuda": re.compile(r"sm\d{2,3}")}
+
+
+def _not_arch_names(entries: list[str], vendor: str) -> list[str]:
+    """The entries of an arch list that name no arch of ``vendor``."""
+    bad = []
+    for entry in entries:
+        if vendor == "cuda" and entry.lower() in _TORCH_NAMED_CUDA_ARCHS:
+            continue
+        name = archs.normalize(entry)
+        known = archs.ARCHS.get(name)
+        if (known is not None and known.vendor != vendor) or (
+            known is None and not _ARCH_SHAPE[vendor].fullmatch(name)
+        ):
+            bad.append(entry)
+    return bad
+
+
 @check("arch-env", "Arch list env var includes the GPU")
 def check_arch_env(facts: Facts, profile: Profile) -> Verdict:
     var = profile.build.arch_env
@@ -154,15 +185,26 @@ def check_arch_env(facts: Facts, profile: Profile) -> Verdict:
     val = facts.env.get(var)
     if not val:
         return ok(f"{var} not set: sagebuild compile sets it from the detected arch")
-    listed = {archs.normalize(x) for x in re.split(r"[;,\s]+", val) if x}
+    entries = [x for x in re.split(r"[;,\s]+", val) if x]
     found = facts.gpu_archs()
+    want = [a for a in found if a in profile.archs] or found or list(profile.archs)
+    spelled = ";".join(archs.get(a).cuda_arch_list_entry or a if a in archs.ARCHS else a for a in want)
+    fix = f"export {var}='{spelled}' (or unset {var}: sagebuild compile sets it)"
+    bad = _not_arch_names(entries, profile.vendor)
+    if bad:
+        return warn(
+            f"{var}={val}: {', '.join(repr(b) for b in bad)} names no {profile.vendor} GPU arch; a build "
+            f"that reads {var} (pip installing an extension, setup.py) fails or targets no GPU",
+            fix,
+        )
+    listed = {archs.normalize(x) for x in entries}
+    named = {x.split("+")[0].lower() for x in entries if x.lower() in _TORCH_NAMED_CUDA_ARCHS}
+    listed |= {a.name for a in archs.ARCHS.values() if a.family.lower() in named}  # "Hopper" is sm90
     missing = [a for a in found if a not in listed]
     if not missing:
         return ok(f"{var}={val}")
-    want = [a for a in found if a in profile.archs] or found
-    spelled = ";".join(archs.get(a).cuda_arch_list_entry or a if a in archs.ARCHS else a for a in want)
     return warn(
         f"{var}={val} leaves out {', '.join(missing)}: an extension built so fails with "
         "'invalid device function' (HIP) / 'no kernel image' (CUDA)",
-        f"export {var}='{spelled}' (or unset {var}: sagebuild compile sets it)",
+        fix,
     )

@@ -3,6 +3,8 @@ source folder, and the extension `sagebuild compile` built."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sagebuild import archs
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
@@ -26,6 +28,12 @@ def check_sageattention_installed(facts: Facts, profile: Profile) -> Verdict:
 def check_shadowing(facts: Facts, profile: Profile) -> Verdict:
     sh = facts.conflicts.shadowing
     if not sh:
+        own = [f"./{Path(p).name}/" for p in facts.conflicts.installed_here]
+        if own:
+            return ok(
+                f"{', '.join(own)} in {facts.cwd} is the installed package itself (an editable install): "
+                "nothing is shadowed"
+            )
         return ok(f"no sageattention/ or sagebuild/ package folder in {facts.cwd}")
     what = "; ".join(
         f"./{s.name}/ shadows "

@@ -16,11 +16,16 @@ def verdict(facts: Facts, profile: Profile, why: str, checks: list[Check]) -> st
         if gpus:
             head = f"GPU {', '.join(gpus)} found, but the cpu profile is in use ({why}). "
         else:
-            head = (
-                "No GPU found (no /dev/kfd, /dev/dxg or /dev/nvidia*, and torch "
-                f"{facts.torch.version or '(not importable)'} sees none); the cpu profile applies ({why}): "
-                "the golden model and the CPU extension only. "
-            )
+            torch_sees = f"torch {facts.torch.version or '(not importable)'} sees none"
+            nodes = _gpu_nodes(facts)
+            if nodes:
+                found = (
+                    f"No GPU arch found ({', '.join(nodes)} present, but KFD topology, rocminfo and "
+                    f"nvidia-smi gave no arch, and {torch_sees})"
+                )
+            else:
+                found = f"No GPU found (no /dev/kfd, /dev/dxg or /dev/nvidia*, and {torch_sees})"
+            head = f"{found}; the cpu profile applies ({why}): the golden model and the CPU extension only. "
         tail = (
             "For a GPU: install its driver, then the torch build its profile names "
             "(`sagebuild profiles` lists them; `sagebuild profiles show rdna4-rocm6` for an RX 9070 XT)."
@@ -43,3 +48,9 @@ def verdict(facts: Facts, profile: Profile, why: str, checks: list[Check]) -> st
         )
     nxt = f"Ready. Next: sagebuild compile --profile {profile.name}. "
     return (head + nxt + tail).rstrip()
+
+
+def _gpu_nodes(facts: Facts) -> list[str]:
+    """The compute device nodes the probe found (render nodes exist for any display GPU: not these)."""
+    d = facts.devices
+    return (["/dev/kfd"] if d.kfd else []) + (["/dev/dxg"] if d.dxg else []) + list(d.nvidia)

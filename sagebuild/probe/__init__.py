@@ -54,7 +54,7 @@ def _under_mnt(path: Optional[str]) -> bool:
 
 
 def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
-    shadows = []
+    shadows, own = [], []
     for name in SHADOW_NAMES:
         folder = cwd / name
         if not (folder / "__init__.py").is_file():
@@ -66,7 +66,8 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
             else (Path(origin) if origin else None)
         )
         if installed is not None and installed.resolve() == folder.resolve():
-            continue  # the installed package *is* this folder (an editable install): no shadowing
+            own.append(str(folder))  # the installed package *is* this folder (an editable install)
+            continue
         shadows.append(
             ShadowFact(name=name, path=str(folder), installed_at=str(installed) if installed else None)
         )
@@ -74,6 +75,7 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
         sageattention=raw_py.get("sageattention"),
         sageattention_location=raw_py.get("sageattention_origin"),
         shadowing=shadows,
+        installed_here=own,
     )
 
 

@@ -118,6 +118,7 @@ class ConflictFacts:
     sageattention: Optional[str] = None  # version of an installed `sageattention` distribution
     sageattention_location: Optional[str] = None
     shadowing: list[ShadowFact] = field(default_factory=list)
+    installed_here: list[str] = field(default_factory=list)  # cwd folders that are the installed package
 
 
 @dataclass
