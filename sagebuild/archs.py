@@ -143,3 +143,12 @@ def pv_path(name: str) -> str:
             f"use torch.nn.functional.scaled_dot_product_attention on this GPU"
         )
     return arch.pv
+
+
+def variants(name: str) -> list[str]:
+    """The kernel variants an arch's matrix units run: FP16 P·V wherever INT8 Q·Kᵀ runs, FP8 P·V
+    where the table has an FP8 matrix path; [] for an arch the table does not know or rules out."""
+    arch = ARCHS.get(normalize(name))
+    if arch is None or arch.pv is None:
+        return []
+    return ["qk_int8_pv_fp16"] + (["qk_int8_pv_fp8"] if arch.fp8_mma else [])

@@ -343,7 +343,9 @@ def make_plan(
     with_gpu = profile.vendor != "cpu"
     csrc = paths.csrc_dir()
     sources = [str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())]
-    aot = [(v, a) for v in profile.kernels for a in arch_list] if with_gpu else []
+    # every variant the arch table says each arch runs, beside the profile's (issue 38: RDNA4's FP8)
+    aot = [(v, a) for a in arch_list for v in dict.fromkeys([*profile.kernels, *archs.variants(a)])]
+    aot = aot if with_gpu else []
     spec = str(paths.tree_dir(base) / SPEC_FILE)
     return BuildPlan(
         profile=profile.name,
