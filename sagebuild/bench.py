@@ -575,7 +575,9 @@ def run_bench(
     import torch.nn.functional as F
 
     from sagebuild.attention import metrics, reference
+    from sagebuild.benchmem import check_fits
 
+    check_fits(cfg, device)  # an absent GPU or a shape that will not fit: refused before allocating
     say = progress or (lambda _msg: None)
     dev = torch.device(
         "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)

@@ -276,7 +276,7 @@ def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
     cfg = bench.config_from_profile(prof, seq=(64,), heads=1, warmup=1, reps=2)
     res = bench.run_bench(prof, cfg)
     out = Console(record=True, width=200)
-    monkeypatch.setattr(bench_cmd, "console", out)
+    monkeypatch.setattr(bench_cmd, "out", out)
     bench_cmd.render(res)
 
     def header(text: str) -> str:
@@ -295,7 +295,7 @@ def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
     }
     res.rows[1] = dataclasses.replace(res.rows[1], plan=plan)
     out = Console(record=True, width=200)
-    monkeypatch.setattr(bench_cmd, "console", out)
+    monkeypatch.setattr(bench_cmd, "out", out)
     bench_cmd.render(res)
     text = out.export_text()
     assert "kernel" in header(text) and "fp8 mma-acc 64,128,4,3 K128" in text
@@ -313,7 +313,7 @@ def test_bench_table_keeps_every_digit_in_a_narrow_terminal(monkeypatch):
     medians = [f"{r.timing.median_ms:.4f}" for r in res.rows if r.timing is not None]
     for width, dropped in ((80, True), (200, False)):
         out = Console(record=True, width=width)
-        monkeypatch.setattr(bench_cmd, "console", out)
+        monkeypatch.setattr(bench_cmd, "out", out)
         bench_cmd.render(res)
         text = out.export_text()
         table = [line for line in text.splitlines() if "│" in line or "┃" in line]
@@ -441,10 +441,10 @@ def test_launch_plan_says_what_a_call_runs(monkeypatch):
     """The plan record is decided as the call decides it: variant and FP8 accumulation, config
     and K block (from the config keyword's env var here), quantization path, table version."""
     import torch
-    from sagebuild.kernels.triton import configs
 
     from sagebuild.attention import AttentionInputError
     from sagebuild.attention.api import launch_plan
+    from sagebuild.kernels.triton import configs
 
     q, k, v = (torch.randn(1, 2, 64, 80).half() for _ in range(3))
     auto = launch_plan(q, k, v)

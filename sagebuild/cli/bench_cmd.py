@@ -21,10 +21,10 @@ from sagebuild.cli.common import (
     SeqOpt,
     SustainOpt,
     WarmupOpt,
-    console,
     emit_json,
     exit_with,
     handle_errors,
+    out,
 )
 
 
@@ -53,7 +53,7 @@ def render(res: Any) -> None:
     for optional in ("p20–p80 ms", "RMSE", "max abs", "TFLOPS", "back-to-back ms"):
         if optional not in cols:
             continue
-        if sum(width(c) + 3 for c in cols) <= console.width:
+        if sum(width(c) + 3 for c in cols) <= out.width:
             break
         cols.remove(optional)
     table = Table(title=f"sagebuild bench — {label}", title_justify="left")
@@ -64,18 +64,18 @@ def render(res: Any) -> None:
             table.add_column(col, justify="right", no_wrap=True, min_width=width(col))
     for row in rows:
         table.add_row(*(escape(row[c]) for c in cols))
-    console.print(table)
+    out.print(table)
     for r in d["rows"]:
         if r["timing"] is None:
             what = f"{escape(r['provider'])} @ seq {r['seq']}: {escape(r['error'] or '')}"
-            console.print(f"[red]error[/] {what}", highlight=False)
-    console.print(
+            out.print(f"[red]error[/] {what}", highlight=False)
+    out.print(
         escape(f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"), highlight=False
     )
-    console.print(escape(f"timing: {res.method}"), highlight=False)
-    console.print(escape(res.note), highlight=False)
+    out.print(escape(f"timing: {res.method}"), highlight=False)
+    out.print(escape(res.note), highlight=False)
     for f in res.failures:
-        console.print(f"[bold red]below threshold:[/] {escape(f)}", highlight=False)
+        out.print(f"[bold red]below threshold:[/] {escape(f)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         min_speedup: MinSpeedupOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
-        out: Annotated[
+        out_path: Annotated[
             Optional[Path], typer.Option("--out", help="Also write the result as JSON here.")
         ] = None,
         json_out: JsonOpt = False,
@@ -107,9 +107,9 @@ def register(app: typer.Typer) -> None:
         warm-up), with TFLOPS, speed-up, and the accuracy diff against the float32 reference."""
         import json
 
-        from sagebuild import bench
-        from sagebuild.cli._progress import status
+        from sagebuild import bench, benchmem
         from sagebuild.cli.verify_cmd import resolve_profile
+        from sagebuild.console import interactive, status, steps
         from sagebuild.errors import Exit
         from sagebuild.fsio import write_text_atomic
 
@@ -131,11 +131,19 @@ def register(app: typer.Typer) -> None:
             min_speedup=min_speedup,
             seed=seed,
         )
-        with status("benchmarking", json_out) as say:
-            res = bench.run_bench(prof, cfg, device=device, progress=say)
+        est = benchmem.check_fits(cfg, device)  # before anything is allocated (exit 3 if it won't fit)
+        long_cpu = est.seconds is not None and est.seconds >= benchmem.LONG_RUN_S
+        if long_cpu and not interactive(json_out):
+            progress = steps("bench", json_out)  # a line per step with an ETA, even in a pipe or CI
+        else:
+            progress = status("benchmarking", json_out)
+        with progress as say:
+            res = bench.run_bench(
+                prof, cfg, device=device, progress=benchmem.Eta(cfg, est, say) if say else None
+            )
         doc = {"command": "bench", "profile": prof.name, "profile_why": why, **res.to_dict()}
-        if out is not None:
-            write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
+        if out_path is not None:
+            write_text_atomic(out_path, json.dumps(doc, indent=2) + "\n")
         if json_out:
             emit_json(doc)
         else:

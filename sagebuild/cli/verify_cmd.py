@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, ProfileOpt, console, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import JsonOpt, ProfileOpt, emit_json, exit_with, handle_errors, out
 
 _SHAPE_HELP = "B,H,N,D of the test tensors (the seed's check is 1,8,512,64)."
 
@@ -39,8 +39,8 @@ def render(res: Any) -> None:
             f"{a['rel_l1']:.5f}" if a.get("rel_l1") is not None else "–",
             escape(detail),
         )
-    console.print(table)
-    console.print(escape(res.note), highlight=False)
+    out.print(table)
+    out.print(escape(res.note), highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +73,9 @@ def register(app: typer.Typer) -> None:
             raise SagebuildError(
                 f"--shape {shape}: expected four numbers B,H,N,D", fix="e.g. --shape 1,8,512,64"
             )
+        from sagebuild.benchmem import check_shape_fits
+
+        check_shape_fits(dims, device)  # a shape that will not fit is refused before allocating
         prof, why = resolve_profile(profile)
         res = run_verify(prof, dims, dtype=dtype, device=device, seed=seed, causal=causal, layout=layout)
         if json_out:

@@ -55,7 +55,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
     parts = [plan["variant"].rsplit("_", 1)[-1]]
     if plan.get("pv_accum") == "fp32":
         parts.append("mma-acc")
-    parts.append(plan["config"])
+    cfg = plan["config"]
+    parts.append(",".join(map(str, cfg)) if isinstance(cfg, (list, tuple)) else str(cfg))
     parts.append(f"K{plan['k_blk']}")
     if plan.get("split_head_dim"):
         parts.append("split")

@@ -1,0 +1,253 @@
+"""How much memory and time a bench will take, worked out from its shape before anything is allocated.
+
+``bench --head-dim 100000`` or ``--seq 10000000`` used to allocate until the OOM killer ended the
+process. :func:`check_fits` resolves the device (an absent GPU is an environment error, exit 3),
+estimates the peak bytes one sequence length needs on that device (and in host RAM, where the
+inputs are drawn), and refuses with a clear message what will not fit. On the CPU it also
+estimates the run's duration from a short measurement of this machine's arithmetic rate, so a long
+run can show an ETA (:class:`Eta`).
+
+The model follows ``sagebuild.bench.run_bench``: per length, Q/K/V in 16 bits, the float32 exact
+reference (``reference.exact_attention``, 1024 query rows at a time), every provider's output;
+on the CPU the golden model holds the full score matrix (float64 dots, float32 scores, the mask).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from sagebuild.errors import Exit, SagebuildError
+
+GIB = 1024**3
+_HEADROOM = 0.85  # refuse above this share of what is free: allocators and the rest of the machine
+_GPU_FIXED = 768 * 1024**2  # CUDA context, the 256 MiB L2-flush buffer, workspaces
+_HOST_FIXED = 512 * 1024**2  # the interpreter, torch and Triton themselves
+_EXACT_ROWS = 1024  # reference.exact_attention's query rows per step
+_GOLDEN_PROVIDERS = 2  # both variants' golden models on the CPU
+LONG_RUN_S = 30.0  # show an ETA above this
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Peak bytes of the largest length on the device and in host RAM, what is free, the CPU time."""
+
+    device: str
+    seq: int  # the length that needs the most
+    device_bytes: int
+    host_bytes: int
+    device_free: Optional[int]
+    host_free: Optional[int]
+    seconds: Optional[float] = None  # CPU runs only
+
+    def problems(self) -> list[str]:
+        out = []
+        gpu_free = self.device_free if self.device != "cpu" else None
+        if gpu_free is not None and self.device_bytes > _HEADROOM * gpu_free:
+            out.append(
+                f"needs about {_gib(self.device_bytes)} on {self.device}, which has {_gib(gpu_free)} free"
+            )
+        if self.host_free is not None and self.host_bytes > _HEADROOM * self.host_free:
+            out.append(f"needs about {_gib(self.host_bytes)} of RAM, {_gib(self.host_free)} is available")
+        return out
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= 0.1 * GIB else f"{n / 1024**2:.0f} MiB"
+
+
+def resolve_device(device: str = "auto") -> Any:
+    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` → a torch device this machine has.
+
+    A GPU that is not there is an environment error (exit 3), not a failed speed gate.
+    """
+    import torch
+
+    try:
+        dev = torch.device(
+            "cuda"
+            if device == "auto" and torch.cuda.is_available()
+            else "cpu"
+            if device == "auto"
+            else device
+        )
+    except (RuntimeError, ValueError):
+        raise SagebuildError(
+            f"--device {device}: not a device name", fix="pass auto, cpu, cuda or cuda:N", code=Exit.USAGE
+        ) from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise SagebuildError(
+            f"--device {device}: bench runs on cpu or cuda (ROCm GPUs are cuda devices in torch)",
+            fix="pass auto, cpu, cuda or cuda:N",
+            code=Exit.USAGE,
+        )
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise SagebuildError(
+            f"--device {device}: this torch sees no GPU",
+            fix="run `sagebuild doctor` to see why, or pass --device cpu",
+            code=Exit.ENVIRONMENT,
+        )
+    if dev.index is not None and dev.index >= count:
+        raise SagebuildError(
+            f"--device {device}: this machine has {count} GPU(s) (cuda:0 to cuda:{count - 1})",
+            fix="pass one of them, or set CUDA_VISIBLE_DEVICES",
+            code=Exit.ENVIRONMENT,
+        )
+    return dev
+
+
+def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
+    """(device bytes, host bytes) at one sequence length; pure arithmetic, no allocation."""
+    bh = cfg.batch * cfg.heads
+    e = bh * seq * cfg.head_dim  # elements of one of Q, K, V
+    rows = min(seq, _EXACT_ROWS)
+    inputs = 3 * e * 2
+    draw = e * 4 + e * 2  # one float32 draw and its 16-bit copy, on the host
+    exact = 3 * e * 4 + 2 * e * 4 + 3 * bh * rows * seq * 4  # float copies, output + chunks, S/P/exp
+    if on_gpu:
+        providers = 6 * e * 4  # outputs (float32 for the accuracy diff), quantized K/V, scales
+        device = inputs + exact + providers + _GPU_FIXED
+        host = draw + _HOST_FIXED
+        return device, host
+    # the golden model: float64 Q/K codes, the full score matrix (float64 dots, float32 scores and
+    # the causal mask), one key tile's P and the accumulator
+    golden = 2 * e * 8 + bh * seq * seq * (8 + 4 + 4 + 1) + 4 * e * 4
+    host = draw + inputs + exact + golden + _GOLDEN_PROVIDERS * e * 4 + _HOST_FIXED
+    return host, host
+
+
+def _rates() -> tuple[float, float]:
+    """(float64 matmul flop/s, elementwise float32 ops/s) of this CPU, measured in ~50 ms."""
+    import torch
+
+    a = torch.rand(256, 256, dtype=torch.float64)
+    x = torch.rand(1 << 20)
+    torch.matmul(a, a)
+    t0 = time.perf_counter()
+    for _ in range(8):
+        torch.matmul(a, a)
+    mm = 8 * 2 * 256**3 / max(time.perf_counter() - t0, 1e-6)
+    t0 = time.perf_counter()
+    for _ in range(8):
+        torch.exp2(x)
+    ew = 8 * x.numel() / max(time.perf_counter() - t0, 1e-6)
+    return mm, ew
+
+
+def cpu_seconds(cfg: Any, rates: Optional[tuple[float, float]] = None) -> float:
+    """A rough duration of a CPU bench: golden models, SDPA and the exact reference at every length."""
+    mm, ew = rates or _rates()
+    calls = 1 + cfg.warmup + cfg.reps
+    total = 0.0
+    for n in cfg.seq:
+        bh = cfg.batch * cfg.heads
+        flops = 4.0 * bh * n * n * cfg.head_dim
+        # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
+        golden = flops / mm + 250.0 * bh * n * n / ew
+        sdpa = flops / mm + 4.0 * bh * n * n / ew
+        exact = flops / (2 * mm) + 6.0 * bh * n * n / ew
+        total += calls * (_GOLDEN_PROVIDERS * golden + sdpa) + exact
+    return total
+
+
+def estimate(cfg: Any, dev: Any) -> Estimate:
+    import psutil
+
+    on_gpu = dev.type == "cuda"
+    per_seq = [(bytes_needed(cfg, n, on_gpu), n) for n in cfg.seq]
+    (device_bytes, host_bytes), seq = max(per_seq, key=lambda t: t[0][0])
+    host_bytes = max(h for (_, h), _ in per_seq)
+    device_free = None
+    if on_gpu:
+        import torch
+
+        try:
+            device_free = int(torch.cuda.mem_get_info(dev)[0])
+        except RuntimeError:
+            device_free = None
+    return Estimate(
+        device=str(dev),
+        seq=seq,
+        device_bytes=int(device_bytes),
+        host_bytes=int(host_bytes),
+        device_free=device_free,
+        host_free=int(psutil.virtual_memory().available),
+        seconds=None if on_gpu else cpu_seconds(cfg),
+    )
+
+
+def check_fits(cfg: Any, device: str = "auto") -> Estimate:
+    """Resolve the device and refuse (exit 3) a bench that would not fit it; returns the estimate."""
+    dev = resolve_device(device)
+    est = estimate(cfg, dev)
+    problems = est.problems()
+    if problems:
+        shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
+        raise SagebuildError(
+            f"bench {shape} {' and '.join(problems)}: refused before allocating anything",
+            fix="pass smaller --seq, --batch, --heads or --head-dim"
+            + (
+                " (the CPU golden model holds the whole seq × seq score matrix)"
+                if est.device == "cpu"
+                else ""
+            ),
+            code=Exit.ENVIRONMENT,
+        )
+    return est
+
+
+def check_shape_fits(shape: tuple[int, ...], device: str = "auto") -> Estimate:
+    """:func:`check_fits` for one B,H,N,D call (verify's smoke test): one call per provider."""
+    from types import SimpleNamespace
+
+    b, h, n, d = shape
+    return check_fits(SimpleNamespace(batch=b, heads=h, seq=(n,), head_dim=d, warmup=0, reps=0), device)
+
+
+class Eta:
+    """Wraps a progress callback: each message gains the elapsed time and, on a long CPU run, an ETA.
+
+    The a-priori estimate is replaced by the observed pace once one length has finished (work at a
+    length grows with its square).
+    """
+
+    def __init__(self, cfg: Any, est: Estimate, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._t0 = time.monotonic()
+        self._work = {n: float(n) * n for n in cfg.seq}
+        self._total = sum(self._work.values())
+        self._order = list(cfg.seq)
+        self._guess = est.seconds
+        self.enabled = est.seconds is not None and est.seconds >= LONG_RUN_S
+
+    def _done_work(self, current_seq: Optional[int]) -> float:
+        if current_seq is None or current_seq not in self._order:
+            return 0.0
+        return sum(self._work[n] for n in self._order[: self._order.index(current_seq)])
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            self._say(message)
+            return
+        elapsed = time.monotonic() - self._t0
+        seq = _seq_of(message)
+        done = self._done_work(seq)
+        guess_left = max(0.0, (self._guess or 0.0) - elapsed)
+        left = elapsed / done * (self._total - done) if done > 0 else guess_left
+        self._say(f"{message} (elapsed {_hms(elapsed)}, about {_hms(left)} left)")
+
+
+def _seq_of(message: str) -> Optional[int]:
+    import re
+
+    m = re.search(r"seq=(\d+)", message)
+    return int(m.group(1)) if m else None
+
+
+def _hms(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
