@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sagebuild.kernels.triton import configs
 
 from sagebuild.attention import (
     dispatch,
@@ -19,6 +18,7 @@ from sagebuild.attention import (
 )
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import exact_attention, golden_attention
+from sagebuild.kernels.triton import configs
 
 pytestmark = pytest.mark.gpu
 
@@ -237,9 +237,8 @@ def test_golden_model_divides_on_the_gpu_as_on_the_cpu():
 def test_triton_quantization_is_bit_equal_to_the_contract_on_the_gpu(blk):
     """Given the same K mean, the GPU's INT8 codes and scales and FP8 V codes and scales equal the
     plain-torch statement of the layout bit for bit (IEEE divisions everywhere, exact rounding)."""
-    from sagebuild.kernels.triton import layout, quant
-
     from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
+    from sagebuild.kernels.triton import layout, quant
 
     _, k, v = _inputs(1, 4, 1000, 128, dist="k_offset", seed=8)
     kq, ks, km, vq, vs = quant.quant_kv(layout.dense(k), layout.dense(v), 128, True, torch.float8_e4m3fn, blk)

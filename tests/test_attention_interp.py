@@ -13,8 +13,6 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from sagebuild.kernels.triton import configs, layout, quant
-from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, q_tile_fits_out
 
 from sagebuild.attention import (
     AttentionInputError,
@@ -26,6 +24,8 @@ from sagebuild.attention import (
 )
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import golden_attention, golden_varlen, quant_int8_blocks, quant_v_fp8
+from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton.attn_fwd import QuantizedKV, QuantizedQ, attention_forward, q_tile_fits_out
 
 DEV = "cpu"
 CFG = configs.LaunchConfig(32, 16, 4, 1)  # small tiles: several M and N tiles at these shapes
@@ -630,8 +630,9 @@ def test_plan_cache_reuses_decisions_and_never_caches_bad_input(monkeypatch):
 
 def test_launcher_defers_to_triton_while_a_launch_hook_is_set():
     """Profilers hook Triton's launches; with a hook set the binder-free path must stand aside."""
-    from sagebuild.kernels.triton import launcher
     from triton import knobs
+
+    from sagebuild.kernels.triton import launcher
 
     assert not launcher.hooks_installed()
     chain = knobs.runtime.launch_enter_hook

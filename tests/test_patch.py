@@ -623,9 +623,8 @@ def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
     goes to SDPA unchanged with the speed reason, one at it is accelerated, and one at it with
     fewer batch × heads than the table was measured at goes to SDPA (its length grows to equal
     work); families without a row accelerate all three."""
-    from sagebuild.kernels.triton import configs
-
     from sagebuild.attention import dispatch
+    from sagebuild.kernels.triton import configs
 
     monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
     patch._dispatch_support_cached.cache_clear()

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sagebuild.kernels.triton import configs, quant
 
 from sagebuild import archs
 from sagebuild.attention import dispatch, sageattn_qk_int8_pv_fp8_triton
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import exact_attention
+from sagebuild.kernels.triton import configs, quant
 
 RDNA4 = ("gfx1201", "gfx1200")
 COS_MIN, REL_L1_MAX = 0.999, 0.05  # issue 38: the bounds of Hopper's FP8 path

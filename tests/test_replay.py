@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sagebuild.kernels.triton import configs, quant
 
 from sagebuild.attention import api, replay, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+from sagebuild.kernels.triton import configs, quant
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"

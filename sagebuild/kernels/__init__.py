@@ -1,7 +1,4 @@
-"""The bundled kernel sources, installed under ``sagebuild.kernels``.
-
-They live at the repository's top-level ``kernels/`` (Triton in ``triton/``, the C++/CUDA
-extension in ``csrc/``), mapped here by ``pyproject.toml``. That folder deliberately has no
-``__init__.py``: as a regular package named ``kernels`` it would shadow Hugging Face's
-``kernels`` (a dependency of transformers) whenever the checkout is on ``sys.path``.
+"""The bundled kernel sources, installed under ``sagebuild.kernels``: Triton in ``triton/``, the
+C++/CUDA extension in ``csrc/``, both mapped from the repository's top-level ``kernels/`` by
+``pyproject.toml`` (which says why that folder has no ``__init__.py``).
 """
