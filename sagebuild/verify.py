@@ -88,8 +88,10 @@ def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
     m = matches[0]
     if m.id in _ARCH_MISSING:
         target = arch or "<your GPU arch>"
-        return (f"the kernels or the extension were not compiled for this GPU's arch ({target})",
-                f"sagebuild compile --arch {target}")
+        return (
+            f"the kernels or the extension were not compiled for this GPU's arch ({target})",
+            f"sagebuild compile --arch {target}",
+        )
     return m.cause, m.fix
 
 
@@ -337,3 +339,74 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
     vc.seconds = round(time.perf_counter() - t0, 4)
     vc.ok = not vc.problems
     return vc
+
+
+def verify_plan(
+    profile: Any, shape: tuple[int, int, int, int] = DEFAULT_SHAPE, causal: bool = False
+) -> dict[str, Any]:
+    """What ``sagebuild verify`` would check on each of the profile's archs, decided as a call on
+    that arch decides it, without a GPU (``--dry-run``): per arch the variants its matrix units
+    run (``archs.variants``), whether verify checks each (the profile's kernels), its launch
+    config, FP8 format, the matrix instructions its AOT compile must show and the profile's
+    accuracy bound; and the variant ``sageattn`` picks at this shape, with the reason: the
+    config module's measured preference where it has one, else the arch table's row (its note)."""
+    from sagebuild import archs
+    from sagebuild.attention import plan as launch
+    from sagebuild.kernels.triton import configs
+
+    _, _, n, d = shape
+    out: dict[str, Any] = {"profile": profile.name, "shape": list(shape), "causal": causal, "archs": []}
+    for name in profile.archs:
+        row = archs.get(name)
+        entry: dict[str, Any] = {"arch": row.name, "family": row.family, "products": row.products}
+        out["archs"].append(entry)
+        if row.pv is None:
+            entry["unsupported"] = row.note or "no int8 matrix units"
+            continue
+        auto = launch.make_plan(row.name, head_dim=d, n_k=n, causal=causal)
+        dp = configs.padded_head_dim(d)
+        if configs.preferred_pv(row.family, dp, n) is not None:
+            reason = f"measured preference for {row.family} at head dim {dp} and {n} keys (configs.py)"
+        else:
+            reason = row.note or f"the arch table's P·V column for {row.name}: {row.pv}"
+        entry["default"] = {"variant": auto.variant, "pv_accum": auto.pv_accum, "reason": reason}
+        entry["variants"] = []
+        for variant in archs.variants(row.name):
+            fp8 = variant.endswith("fp8")
+            p = launch.make_plan(row.name, head_dim=d, n_k=n, causal=causal, pv="fp8" if fp8 else "fp16")
+            bound = profile.accuracy.get(variant)
+            entry["variants"].append(
+                {
+                    "variant": variant,
+                    "verified": variant in profile.kernels,
+                    "config": p.config.spec(),
+                    "fp8_format": p.fp8_dtype,
+                    "matrix": [row.int8_mma] + ([row.fp8_mma] if fp8 else []),
+                    "bounds": {"cos_min": bound.cos_min, "rel_l1_max": bound.rel_l1_max} if bound else None,
+                }
+            )
+    return out
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """``verify_plan`` as lines for the terminal: per arch the default and its reason, then a line
+    per variant."""
+    b, h, n, d = plan["shape"]
+    lines = [
+        f"sagebuild verify — plan (dry run) for profile {plan['profile']}: {b}×{h}×{n}×{d}"
+        + (" causal" if plan["causal"] else "")
+    ]
+    for a in plan["archs"]:
+        lines.append(f"{a['arch']} ({a['family']}: {a['products']})")
+        if "unsupported" in a:
+            lines.append(f"  not supported by the quantized kernels: {a['unsupported']}")
+            continue
+        lines.append(f"  sageattn picks {a['default']['variant']} — {a['default']['reason']}")
+        for v in a["variants"]:
+            bound = v["bounds"]
+            acc = f"cos ≥ {bound['cos_min']}, rel L1 ≤ {bound['rel_l1_max']}" if bound else "no profile bound"
+            what = "checked" if v["verified"] else "not in the profile's kernels (bench times it)"
+            fmt = f", {v['fp8_format']}" if v["fp8_format"] else ""
+            matrix = " + ".join(v["matrix"])
+            lines.append(f"  {v['variant']}: {what}; config {v['config']}{fmt}; matrix {matrix}; {acc}")
+    return "\n".join(lines)

@@ -60,6 +60,12 @@ def register(app: typer.Typer) -> None:
         layout: Annotated[str, typer.Option("--layout", help="HND (B,H,N,D) or NHD (B,N,H,D).")] = "HND",
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the test tensors.")] = 0,
         json_out: JsonOpt = False,
+        dry_run: Annotated[
+            bool,
+            typer.Option(
+                "--dry-run", help="Print the plan per variant and the default's reason; run nothing."
+            ),
+        ] = False,
     ) -> None:
         """Run each kernel variant on small random tensors: shape, dtype, device, finite values and
         accuracy against the float32 reference within the profile's bounds. On a CPU-only machine
@@ -73,6 +79,16 @@ def register(app: typer.Typer) -> None:
             raise SagebuildError(
                 f"--shape {shape}: expected four numbers B,H,N,D", fix="e.g. --shape 1,8,512,64"
             )
+        if dry_run:  # the plan for the profile's archs, without a GPU (sagebuild/verify.py)
+            from sagebuild.verify import plan_text, verify_plan
+
+            prof, why = resolve_profile(profile)
+            vplan = verify_plan(prof, dims, causal)
+            if json_out:
+                emit_json({"command": "verify", "dry_run": True, "profile_why": why, **vplan})
+            else:
+                typer.echo(plan_text(vplan))
+            return
         from sagebuild.benchmem import check_shape_fits
 
         check_shape_fits(dims, device)  # a shape that will not fit is refused before allocating

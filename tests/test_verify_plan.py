@@ -1,0 +1,52 @@
+"""``sagebuild verify --dry-run``: the plan per variant for the profile's archs, without a GPU,
+with the default ``sageattn`` picks and its reason (issue 38: RDNA4's from the ISA)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from sagebuild import archs, profiles
+from sagebuild.cli.app import app
+from sagebuild.verify import plan_text, verify_plan
+
+runner = CliRunner()
+
+
+def test_rdna4_plan_names_both_variants_and_the_defaults_reason():
+    plan = verify_plan(profiles.load_bundled("rdna4-rocm6"))
+    assert [a["arch"] for a in plan["archs"]] == ["gfx1201", "gfx1200"]
+    for a in plan["archs"]:
+        row = archs.get(a["arch"])
+        assert a["default"] == {"variant": f"qk_int8_pv_{row.pv}", "pv_accum": None, "reason": row.note}
+        fp16, fp8 = a["variants"]
+        assert fp16["variant"] == "qk_int8_pv_fp16" and fp16["verified"] and fp16["fp8_format"] is None
+        assert fp8["variant"] == "qk_int8_pv_fp8" and fp8["fp8_format"] == "float8_e4m3fn"
+        assert fp8["matrix"] == [row.int8_mma, row.fp8_mma] and fp8["config"] == fp16["config"] == "64,32,4,1"
+    text = plan_text(plan)
+    assert f"gfx1201 (RDNA4: {archs.get('gfx1201').products})" in text
+    assert f"sageattn picks qk_int8_pv_fp16 — {archs.get('gfx1201').note}" in text
+    assert "v_wmma_f32_16x16x16_fp8_fp8" in text
+
+
+def test_reasons_for_other_archs_come_from_their_row_or_a_measured_preference():
+    rdna3 = verify_plan(profiles.load_bundled("rdna3-rocm6"))["archs"][0]
+    assert rdna3["default"]["reason"] == archs.get("gfx1100").note
+    assert [v["variant"] for v in rdna3["variants"]] == ["qk_int8_pv_fp16"]  # no FP8 units
+    hopper = verify_plan(profiles.load_bundled("hopper-cu12"), shape=(1, 8, 512, 64))["archs"][0]["default"]
+    assert hopper["variant"] == "qk_int8_pv_fp16" and "measured preference" in hopper["reason"]
+    cdna3 = verify_plan(profiles.load_bundled("cdna3-rocm6"))["archs"][0]
+    assert cdna3["default"]["variant"] == "qk_int8_pv_fp8"
+    assert cdna3["variants"][1]["fp8_format"] == "float8_e4m3fnuz"
+
+
+def test_cli_dry_run_prints_the_plan_and_runs_nothing():
+    res = runner.invoke(app, ["verify", "--profile", "rdna4-rocm6", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "plan (dry run) for profile rdna4-rocm6" in res.output
+    assert "sageattn picks qk_int8_pv_fp16 — fp16 (ISA)" in res.output
+    res = runner.invoke(app, ["verify", "--profile", "rdna4-rocm6", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["dry_run"] and doc["archs"][0]["default"]["variant"] == "qk_int8_pv_fp16"
