@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from sagebuild import archs
+from sagebuild import archs, profiles
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -80,8 +80,6 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
         if profile.vendor == "cpu":
             return ok("no GPU detected; the cpu profile applies")
         return skip("no GPU arch detected (torch, KFD, rocminfo and nvidia-smi saw none)")
-    from sagebuild import profiles
-
     best, _ = profiles.match(found)
     unsupported = []
     for a in found:
