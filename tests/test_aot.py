@@ -449,3 +449,17 @@ _k:                                     ; @_k
     assert cycles == 4 + 8
     with pytest.raises(ValueError, match="v_wmma_f32_16x16x16_fp8_fp8"):
         isa.issue_cycles(rep["loops"][0], {})
+
+
+def test_compile_step_compiles_both_rdna4_variants(tmp_path):
+    """``sagebuild compile --profile rdna4-rocm6``'s Triton step (``build.run.run_aot`` on the plan's
+    pairs, ``archs.variants``): both variants for gfx1201, their matrix instructions reported as the
+    compile prints them."""
+    from sagebuild.build.run import run_aot
+
+    pairs = [(v, "gfx1201") for v in archs.variants("gfx1201")]
+    assert [v for v, _ in pairs] == ["qk_int8_pv_fp16", "qk_int8_pv_fp8"]
+    fp16, fp8 = run_aot(pairs, tmp_path / "aot.log")
+    assert fp16["ok"] and fp16["instruction"] == "v_wmma_i32_16x16x16_iu8", fp16
+    assert fp8["ok"] and fp8["instruction"] == "v_wmma_i32_16x16x16_iu8; v_wmma_f32_16x16x16_fp8_fp8", fp8
+    assert archs.variants("gfx1100") == ["qk_int8_pv_fp16"] and archs.variants("gfx1030") == []

@@ -301,7 +301,8 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from sagebuild.kernels.triton import configs, quant
+    from sagebuild.attention import features
+    from sagebuild.kernels.triton import quant
 
     row = archs.get(archs.normalize(arch))
     fp8 = bool(row.fp8_mma)
@@ -322,7 +323,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
-                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=configs.use_pdl(row.family, 0)),
+                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=features.enabled("pdl", row.family)),
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),
