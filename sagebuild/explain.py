@@ -9,11 +9,14 @@ own failure output, and ``docs/troubleshooting.md`` is rendered from the same en
 from __future__ import annotations
 
 import functools
+import io
 import re
+import stat
+from collections import deque
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Optional
 
 from sagebuild.errors import Exit, SagebuildError
 
@@ -140,8 +143,114 @@ def load_database() -> tuple[Failure, ...]:
     return parse_database(yaml.safe_load(text))
 
 
+# Bounds on what is searched: a log is streamed, never read whole. Its last TAIL_BYTES are kept
+# (the failure is at the end of a build log), each line cut at MAX_LINE characters (a minified
+# blob or /dev/zero is one endless "line"), and a stream that never ends (a FIFO, /dev/zero) is
+# read for at most MAX_READ bytes. Matching then costs time linear in at most TAIL_BYTES.
+TAIL_BYTES = 2 * 1024 * 1024
+MAX_LINE = 4096
+MAX_READ = 256 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LogText:
+    """The part of a log that is searched, and what was left out (``note`` is None when nothing was)."""
+
+    text: str
+    bytes_read: int
+    truncated: bool
+    note: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_read": self.bytes_read, "truncated": self.truncated, "note": self.note}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1024**2:.0f} MiB" if n >= 1024**2 else f"{n / 1024:.0f} KiB"
+
+
+def read_log(
+    stream: BinaryIO,
+    size: Optional[int] = None,
+    tail_bytes: int = TAIL_BYTES,
+    max_line: int = MAX_LINE,
+    max_read: int = MAX_READ,
+) -> LogText:
+    """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters.
+
+    ``size``: the length of a regular (seekable) file; reading then starts ``tail_bytes`` before
+    its end instead of at the start.
+    """
+    skipped = 0
+    if size is not None and size > tail_bytes:
+        stream.seek(size - tail_bytes)
+        skipped = size - tail_bytes
+    kept: deque[bytes] = deque()
+    kept_bytes = 0
+    cut_lines = 0
+    line = bytearray()  # the current line (at most max_line bytes of it)
+    line_len = 0
+    total = 0
+    stopped = False
+
+    def keep(done: bytes) -> None:
+        nonlocal kept_bytes
+        kept.append(done)
+        kept_bytes += len(done) + 1
+        while kept_bytes > tail_bytes and kept:
+            kept_bytes -= len(kept.popleft()) + 1
+
+    while True:
+        if total >= max_read:
+            stopped = True
+            break
+        chunk = stream.read(min(_CHUNK, max_read - total))
+        if not chunk:
+            break
+        total += len(chunk)
+        parts = chunk.split(b"\n")
+        for i, part in enumerate(parts):
+            room = max_line - len(line)
+            if room > 0:
+                line += part[:room]
+            line_len += len(part)
+            if i < len(parts) - 1:  # a line ends here
+                if line_len > max_line:
+                    cut_lines += 1
+                keep(bytes(line))
+                line.clear()
+                line_len = 0
+    if line or line_len:
+        if line_len > max_line:
+            cut_lines += 1
+        keep(bytes(line))
+    dropped_head = total - min(total, kept_bytes)
+    notes = []
+    if skipped or dropped_head > 0:
+        notes.append(
+            f"searched the last {_mib(min(kept_bytes, tail_bytes))} of "
+            f"{_mib(skipped + total)}{' read' if stopped else ''}"
+        )
+    if stopped:
+        notes.append(f"stopped reading after {_mib(max_read)} (an endless stream?)")
+    if cut_lines:
+        notes.append(f"{cut_lines} line(s) longer than {max_line} characters were cut")
+    text = b"\n".join(kept).decode("utf-8", errors="replace")
+    truncated = bool(notes)
+    return LogText(text, skipped + total, truncated, "; ".join(notes) or None)
+
+
+def bound_text(text: str, tail_bytes: int = TAIL_BYTES, max_line: int = MAX_LINE) -> str:
+    """The same bounds for text already in memory (a step's error, a compiler's key lines)."""
+    if len(text) <= tail_bytes and all(len(ln) <= max_line for ln in text.split("\n")):
+        return text
+    return read_log(io.BytesIO(text.encode("utf-8", errors="replace")), None, tail_bytes, max_line).text
+
+
 def explain(text: str) -> list[Match]:
     """Every known failure found in ``text``, in the order they first appear in the log."""
+    text = bound_text(text)
     found: list[tuple[int, Match]] = []
     for failure in load_database():
         hit = failure.first_hit(text)
@@ -168,18 +277,37 @@ def explain(text: str) -> list[Match]:
     return [m for _, m in found]
 
 
-def explain_file(path: Path) -> list[Match]:
-    """:func:`explain` on a log file (bytes that are not UTF-8 are replaced, never fatal)."""
+def read_log_file(path: Path) -> LogText:
+    """:func:`read_log` on a path: regular files are read from their tail, anything else (a FIFO,
+    a character device) is streamed under the read cap; clear errors (exit 2) otherwise."""
     hint = "pass an existing log file, or '-' to read stdin"
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise SagebuildError(f"{path} is a directory, not a log file", fix=hint)
+        with open(path, "rb") as fh:
+            return read_log(fh, st.st_size if stat.S_ISREG(st.st_mode) else None)
     except FileNotFoundError:
         raise SagebuildError(f"log file not found: {path}", fix=hint) from None
     except IsADirectoryError:
         raise SagebuildError(f"{path} is a directory, not a log file", fix=hint) from None
     except PermissionError:
         raise SagebuildError(f"cannot read {path}: permission denied", fix="check its permissions") from None
-    return explain(text)
+    except OSError as e:
+        raise SagebuildError(f"cannot read {path}: {e.strerror or e}", fix=hint) from None
+
+
+def explain_file(path: Path) -> list[Match]:
+    """:func:`explain` on a log file (streamed and bounded; bytes that are not UTF-8 are replaced)."""
+    return explain(read_log_file(path).text)
+
+
+def explain_log_tail(path: Path) -> list[dict[str, Any]]:
+    """:func:`explain_for_report` on a log file's tail; never raises."""
+    try:
+        return explain_for_report(read_log_file(path).text)
+    except SagebuildError as e:
+        return [{"id": "explain-error", "title": f"reading the log failed: {e.message}"}]
 
 
 def troubleshooting_markdown() -> str:

@@ -353,3 +353,92 @@ def test_cli_missing_file_exits_2(tmp_path):
     result = runner.invoke(app, ["explain", str(tmp_path / "nope.log")])
     assert result.exit_code == 2
     assert "log file not found" in result.output and "Traceback" not in result.output
+
+
+# ---- real logs from public issue threads (tests/fixtures/logs; each file names its thread) ----
+
+FIXTURES = ROOT / "tests" / "fixtures" / "logs"
+REAL_LOGS = {
+    "nvcc-cicc-killed-pointcept-12.log": "compiler-killed-oom",
+    "nvcc-cudafe-killed-curobo-109.log": "compiler-killed-oom",
+    "nvcc-quoted-cicc-path-magi-21.log": "compiler-killed-oom",
+    "nvcc-cannot-allocate-pytorch-28886.log": "compiler-killed-oom",
+    "gcc-cc1plus-killed-pytorch-49078.log": "compiler-killed-oom",
+    "gcc-ice-killed-pytorch-17666.log": "compiler-killed-oom",
+    "gcc-cc1-killed-charmcraft-625.log": "compiler-killed-oom",
+    "clang-killed-travis-5624.log": "compiler-killed-oom",
+    "rocm-clang-llvm-oom-pytorch-8899.log": "compiler-killed-oom",
+    "ninja-signal9-cmlfs-107.log": "compiler-killed-oom",
+    "comfyui-torch-oom-comfyui-11726.log": "gpu-out-of-memory",
+    "comfyui-cuda-oom-comfyui-2021.log": "gpu-out-of-memory",
+    "sageattention-comfyui-oom-sageattention-250.log": "gpu-out-of-memory",
+    # compiler crashes that are not memory: must not be called an OOM
+    "nvcc-cicc-segfault-warpx-4613.log": None,
+    "rocm-clang-aborted-rocm-arch-590.log": None,
+}
+
+
+def test_every_fixture_is_listed_and_cites_its_thread():
+    assert {p.name for p in FIXTURES.glob("*.log")} == set(REAL_LOGS)
+    for name in REAL_LOGS:
+        first = (FIXTURES / name).read_text().splitlines()[0]
+        assert first.startswith("# ") and "https://github.com/" in first, name
+
+
+@pytest.mark.parametrize("name", sorted(REAL_LOGS))
+def test_real_log_is_recognised(name):
+    ids = [m.id for m in explain_file(FIXTURES / name)]
+    expected = REAL_LOGS[name]
+    if expected is None:
+        assert "compiler-killed-oom" not in ids and "gpu-out-of-memory" not in ids, ids
+    else:
+        assert expected in ids, (name, ids)
+
+
+# ---- bounded reading ----------------------------------------------------------------------------
+
+
+def test_explain_streams_a_large_log_and_reports_the_tail(tmp_path):
+    from sagebuild.explain import TAIL_BYTES, read_log_file
+
+    log = tmp_path / "big.log"
+    with log.open("w") as fh:
+        line = "x" * 99 + "\n"
+        for _ in range(3 * TAIL_BYTES // len(line)):
+            fh.write(line)
+        fh.write("g++: fatal error: Killed signal terminated program cc1plus\n")
+    read = read_log_file(log)
+    assert read.truncated and "last" in read.note and len(read.text) <= TAIL_BYTES + 200
+    assert [m.id for m in explain(read.text)] == ["compiler-killed-oom"]
+
+
+def test_explain_cuts_endless_lines_and_streams():
+    import io
+
+    from sagebuild.explain import read_log
+
+    blob = b"a" * 5_000_000 + b"\nclang++: error: unable to execute command: Killed\n"
+    read = read_log(io.BytesIO(blob), None, max_line=4096)
+    assert max(len(x) for x in read.text.splitlines()) <= 4096
+    assert "cut" in read.note
+    assert [m.id for m in explain(read.text)] == ["compiler-killed-oom"]
+    # an endless stream stops at the read cap
+    capped = read_log(io.BytesIO(b"\0" * 3_000_000), None, max_read=1_000_000)
+    assert capped.bytes_read == 1_000_000 and "stopped reading" in capped.note
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_cli_explain_dev_zero_is_bounded():
+    import resource
+
+    def limit():  # 1.5 GiB of address space: reading /dev/zero whole would fail, not swap
+        resource.setrlimit(resource.RLIMIT_AS, (1536 * 2**20, 1536 * 2**20))
+
+    r = subprocess.run(
+        [sys.executable, "-m", "sagebuild", "explain", "/dev/zero", "--json"],
+        capture_output=True, text=True, timeout=60, preexec_fn=limit,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["matched"] is False and doc["read"]["truncated"] is True
+    assert "Traceback" not in r.stderr

@@ -1,5 +1,9 @@
 """``sagebuild explain FILE|-``: name the known failure in a build or run log and print the fix.
 
+The log is streamed, never read whole: its last 2 MiB are searched, lines are cut at 4096
+characters and an endless stream (``/dev/zero``, a FIFO) is read for at most 256 MiB; what was left
+out is said (on stderr, and as ``truncated`` in ``--json``).
+
 Exit status: 0 whether or not something matched — "no known failure matched" is an answer, not
 an error, and the command is used inside pipelines (``cmd 2>&1 | sagebuild explain -``) whose own
 status should decide; ``--json`` carries ``matched: true|false`` for scripts. 2 when the file
@@ -15,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors
+from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors, out
 
 
 @handle_errors
@@ -26,28 +30,38 @@ def explain_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Match a build or run log against known failures and print cause and fix."""
-    from sagebuild.explain import explain, explain_file
+    from sagebuild.explain import explain, read_log, read_log_file
 
     if log == "-":
-        name, matches = "<stdin>", explain(sys.stdin.read())
+        name, text = "<stdin>", read_log(sys.stdin.buffer)
     else:
-        name, matches = log, explain_file(Path(log))
+        name, text = log, read_log_file(Path(log))
+    matches = explain(text.text)
     if json_out:
-        emit_json({"log": name, "matched": bool(matches), "matches": [m.to_dict() for m in matches]})
+        emit_json(
+            {
+                "log": name,
+                "matched": bool(matches),
+                "matches": [m.to_dict() for m in matches],
+                "read": text.to_dict(),
+            }
+        )
         return
+    if text.note:
+        console.print(f"[yellow]note:[/] {escape(name)}: {escape(text.note)}", highlight=False)
     if not matches:
-        console.print(f"no known failure matched in {escape(name)}", highlight=False)
-        console.print(
+        out.print(f"no known failure matched in {escape(name)}", highlight=False)
+        out.print(
             "see docs/troubleshooting.md, or run `sagebuild doctor` to check this machine", highlight=False
         )
         return
     for i, m in enumerate(matches, 1):
         if i > 1:
-            console.print()
-        console.print(f"[bold red]{i}. {escape(m.title)}[/]  [dim]({m.id})[/]", highlight=False)
-        console.print(f"   [dim]line {m.line_number}:[/] {escape(m.matched_line)}", highlight=False)
-        console.print(f"   [bold]cause:[/] {escape(m.cause)}", highlight=False)
-        console.print(f"   [bold green]fix:[/] {escape(m.fix)}", highlight=False)
+            out.print()
+        out.print(f"[bold red]{i}. {escape(m.title)}[/]  [dim]({m.id})[/]", highlight=False)
+        out.print(f"   [dim]line {m.line_number}:[/] {escape(m.matched_line)}", highlight=False)
+        out.print(f"   [bold]cause:[/] {escape(m.cause)}", highlight=False)
+        out.print(f"   [bold green]fix:[/] {escape(m.fix)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
