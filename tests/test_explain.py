@@ -302,7 +302,9 @@ def test_bundled_yaml_parses_and_has_sources():
 def test_explain_file_errors(tmp_path):
     with pytest.raises(SagebuildError, match="not found"):
         explain_file(tmp_path / "missing.log")
-    (tmp_path / "bin.log").write_bytes(b"\xff\xfe garbage\nRuntimeError: Ninja is required to load C++ extensions\n")
+    (tmp_path / "bin.log").write_bytes(
+        b"\xff\xfe garbage\nRuntimeError: Ninja is required to load C++ extensions\n"
+    )
     assert [m.id for m in explain_file(tmp_path / "bin.log")] == ["ninja-missing"]
 
 
@@ -314,8 +316,11 @@ def test_troubleshooting_doc_is_up_to_date():
 
 
 def test_generator_check_mode(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_troubleshooting.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_troubleshooting.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -436,7 +441,10 @@ def test_cli_explain_dev_zero_is_bounded():
 
     r = subprocess.run(
         [sys.executable, "-m", "sagebuild", "explain", "/dev/zero", "--json"],
-        capture_output=True, text=True, timeout=60, preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
