@@ -330,6 +330,13 @@ FAILING = [
     ("max-jobs", "rocm", _env(MAX_JOBS="16"), "warn", "export MAX_JOBS=6"),
     ("build-disk", "rocm", _set("system.disk_free_gb", 1.0), "fail", "free at least 4.0 GB"),
     (
+        "sageattention-compat",
+        "rocm",
+        _set("conflicts", ConflictFacts(sageattention="2.2.0+sagebuild.0.0.1", sageattention_location="/x")),
+        "warn",
+        "sagebuild compat install",
+    ),
+    (
         "sageattention-installed",
         "rocm",
         _both(

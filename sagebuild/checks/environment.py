@@ -16,6 +16,8 @@ def check_sageattention_installed(facts: Facts, profile: Profile) -> Verdict:
     c = facts.conflicts
     if c.sageattention is None:
         return ok("no `sageattention` distribution installed")
+    if "+sagebuild." in c.sageattention:  # ours (`sagebuild compat install`): no conflict
+        return ok(f"sageattention {c.sageattention} is sagebuild's own (`sagebuild compat`)")
     return warn(
         f"sageattention {c.sageattention} is installed ({c.sageattention_location}): code that imports "
         "`sageattention` gets that build, not sagebuild's kernels",
