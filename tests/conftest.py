@@ -6,6 +6,7 @@ TRITON_INTERPRET must be set before triton is first imported, hence at this modu
 from __future__ import annotations
 
 import os
+from typing import Iterator, Optional
 
 import pytest
 import torch
@@ -72,8 +73,14 @@ def _bf16_dots_in_interpreter() -> None:
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         if tl.bfloat16 in (a.dtype.scalar, b.dtype.scalar):
-            a, b = (it.TensorHandle(it._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32),
-                                    tl.float32) if x.dtype.scalar == tl.bfloat16 else x for x in (a, b))
+            a, b = (
+                it.TensorHandle(
+                    it._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32), tl.float32
+                )
+                if x.dtype.scalar == tl.bfloat16
+                else x
+                for x in (a, b)
+            )
         return original(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     it.InterpreterBuilder.create_dot = create_dot
@@ -87,14 +94,39 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 @pytest.fixture(autouse=True)
 def _fresh_attention_caches() -> None:
-    """Each test starts without cached plans, replays and constexprs: tests patch module-level
-    knobs that those caches would otherwise outlive (``api.clear_caches``)."""
+    """Each test starts without cached plans, replays and constexprs, with the knobs read from
+    its environment: tests patch module-level tables and knobs that those caches would otherwise
+    outlive (``api.clear_caches`` also calls ``knobs.refresh``)."""
     from sagebuild.attention import api
 
     api.clear_caches()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
+    """Re-read the knobs once every fixture is torn down: monkeypatch restores a test's
+    ``SAGEBUILD_*`` variables in its own teardown, after which the registry's cached values
+    (``sagebuild.knobs``) would still hold the test's."""
+    yield
+    from sagebuild import knobs
+
+    knobs.refresh()
+
+
+def _installed_triton() -> str:
+    import triton
+
+    return ".".join(triton.__version__.split(".")[:2])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    triton_now = _installed_triton()
+    for item in items:
+        for mark in item.iter_markers("triton_version"):
+            if triton_now not in mark.args:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"pins what Triton {' / '.join(mark.args)} emits; Triton {triton_now} is installed"
+                ))  # fmt: skip
     if HAS_GPU:
         # The extension's own tests build it and load that build; one process can load only one
         # build, so they run before any test that loads the extension from the cache.

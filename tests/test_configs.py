@@ -1,0 +1,156 @@
+"""The launch-config table (``kernels/triton/configs.py``): rows, lookups, config strings, split
+head dims, the measured P·V preferences and ``patch_sdpa``'s crossovers. No kernel runs here."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagebuild import knobs
+from sagebuild.kernels.triton import configs
+
+
+def test_long_sequence_rows_and_wide_k_scale_blocks():
+    """Rows with min_keys serve only calls with that many keys; 'fp8' rows serve both FP8
+    accumulations; a 128-key tile quantizes K in 128-token blocks, other tiles in 64."""
+    long_ = configs.lookup("Hopper", 128, "fp8", False, n_k=16384)
+    short = configs.lookup("Hopper", 128, "fp8", False, n_k=4096)
+    assert long_.block_n == 128 and long_.k_blk == 128
+    assert short.block_n == 64 and short.k_blk == configs.K_BLK == 64
+    assert configs.lookup("Hopper", 128, "fp8", False) == short  # n_k unknown: the general row
+    assert configs.lookup("Hopper", 128, "fp8acc", True, n_k=16384) == long_
+    assert configs.lookup("Hopper", 128, "fp16", False, n_k=16384).block_n == 64
+    # head dim 256 (and the 192 split): the accumulation picks the row
+    assert configs.lookup("Hopper", 256, "fp8acc", False).as_tuple() == (64, 64, 4, 3)
+    assert configs.lookup("Hopper", 256, "fp8", False).num_warps == 8
+    assert configs.lookup("Hopper", 256, "fp8acc", False, split=True).as_tuple() == (64, 64, 4, 3)
+    assert configs.LaunchConfig(32, 256, 4, 1).k_blk == 64  # wider tiles gather per-column scales
+    assert configs.LaunchConfig(32, 16, 4, 1).k_blk == 64
+    assert any(r.min_keys == 8192 for r in configs._TABLE)
+
+
+def test_tma_rows_need_a_call_that_can_load_by_tma():
+    """A row whose config loads K/V by TMA serves a lookup only with ``tma_ok`` (the plan decides
+    it: ``test_plan.py``); otherwise the next row serves, the same tiles where they exist."""
+    row = configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True)
+    assert row.tma and row.pipe and row.as_tuple() == (64, 128, 4, 2, 168) and row.k_blk == 128
+    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096).tma  # tma_ok defaults to False
+    assert not configs.lookup("Hopper", 128, "fp8", False, n_k=4096, tma_ok=True).tma  # two-level
+    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=2048, tma_ok=True).tma
+    wide = configs.lookup("Hopper", 256, "fp8acc", False, tma_ok=True)  # head dim 256: same tiles
+    assert wide.tma and wide.as_tuple() == configs.lookup("Hopper", 256, "fp8acc", False).as_tuple()
+    assert not configs.lookup("Hopper", 256, "fp8acc", False).tma
+    assert any(r.config.tma for r in configs._TABLE)
+
+
+def test_the_table_ends_with_a_catch_all_and_every_family_is_served():
+    last = configs._TABLE[-1]
+    assert (last.family, last.head_dim, last.variant, last.causal, last.min_keys) == ("*", "*", "*", "*", 0)
+    for family in ("Hopper", "Ampere", "Ada", "Blackwell", "CDNA2", "CDNA3", "CDNA4", "RDNA3", "RDNA4",
+                   "interpreter", "unknown"):  # fmt: skip
+        for d in configs.NATIVE_HEAD_DIMS:
+            for variant in ("fp16", "fp8", "fp8acc"):
+                cfg = configs.lookup(family, d, variant, True, n_k=1 << 20, tma_ok=True)
+                assert configs.parse_config(cfg.spec()) == cfg, (family, d, variant)
+    assert configs.lookup("interpreter", 64, "fp16", False) == configs.LaunchConfig(32, 16, 4, 1)
+
+
+def test_launch_config_strings_with_and_without_a_register_cap():
+    plain = configs.parse_config("64,64,4,3")
+    assert plain.maxnreg is None and plain.launch_options() == {"num_warps": 4, "num_stages": 3}
+    capped = configs.parse_config("64, 64, 4, 3, 168")
+    assert capped.launch_options() == {"num_warps": 4, "num_stages": 3, "maxnreg": 168}
+    assert capped.as_tuple() == (64, 64, 4, 3, 168) and not capped.tma
+    tma = configs.parse_config("64,128,4,2,168,TMA")
+    assert tma.tma and tma.as_tuple() == (64, 128, 4, 2, 168) and tma.spec() == "64,128,4,2,168,tma"
+    assert configs.parse_config("64,64,4,3,tma") == configs.LaunchConfig(64, 64, 4, 3, tma=True)
+    both = configs.LaunchConfig(64, 128, 4, 2, 168, tma=True, pipe=True)
+    assert both.spec() == "64,128,4,2,168,tma,pipe" and both.as_tuple() == (64, 128, 4, 2, 168)
+    assert (
+        configs.parse_config("64,128,4,2,168,tma,pipe")
+        == both
+        == configs.parse_config("64,128,4,2,168,Pipe,tma")
+        == configs.parse_config((64, 128, 4, 2, 168, "tma", "pipe"))
+    )
+    assert configs.parse_config("64,64,4,3,pipe") == configs.LaunchConfig(64, 64, 4, 3, pipe=True)
+    assert configs.parse_config(both) is both
+    for row in configs._TABLE:  # every row can be forced as it is
+        assert configs.parse_config(row.config.spec()) == row.config
+    bad_configs = (("64,64,4,3,300", "maxnreg"), ("64,64,4", "4 or 5 integers"),
+                   ("64,48,4,3", "power of two"), ("64,64,4,3,tma,168", "integers"),
+                   ("tma", "4 or 5 integers"), ("64,64,4,3,tma,tma", "integers"),
+                   ("8,64,4,3", "at least 16"), ("64,64,4,0", "num_stages"))  # fmt: skip
+    for bad, msg in bad_configs:
+        with pytest.raises(ValueError, match=msg):
+            configs.parse_config(bad)
+
+
+def test_the_config_knob_and_keyword(monkeypatch):
+    """The keyword wins over SAGEBUILD_ATTN_CONFIG, which wins over the table; a bad knob value
+    is a clear error."""
+    monkeypatch.setenv(configs.ENV_VAR, "16,16,4,1")
+    knobs.refresh()
+    assert configs.lookup("Hopper", 128, "fp16", False).as_tuple() == (16, 16, 4, 1)
+    assert configs.lookup("Hopper", 128, "fp16", False, "32,32,4,2").as_tuple() == (32, 32, 4, 2)
+    monkeypatch.setenv(configs.ENV_VAR, "16,17,4,1")
+    knobs.refresh()
+    with pytest.raises(ValueError, match="power of two"):
+        configs.lookup("Hopper", 128, "fp16", False)
+    monkeypatch.delenv(configs.ENV_VAR)
+    knobs.refresh()
+    assert configs.lookup("Hopper", 128, "fp16", False).as_tuple() == (128, 64, 8, 3)
+
+
+def test_split_head_dims_and_their_table_rows():
+    """Head dims 65–96 and 129–192 run as two pieces (64 + 32, 128 + 64); rows keyed with the split
+    width (96) apply only where a family has them, else the padded head dim's rows as before."""
+    split = [d for d in range(1, 257) if configs.split_head_dim(d, configs.padded_head_dim(d))]
+    assert split == list(range(65, 97)) + list(range(129, 193))
+    assert configs.split_width(128) == 96 and configs.split_width(256) == 192
+    hopper_fp16_128 = configs.lookup("Hopper", 128, "fp16", False)
+    assert configs.lookup("Hopper", 128, "fp16", False, split=True) != hopper_fp16_128
+    ampere = configs.lookup("Ampere", 128, "fp16", True)
+    assert configs.lookup("Ampere", 128, "fp16", True, split=True) == ampere
+    assert configs.lookup("Hopper", 128, "fp16", False, "32,32,4,2", split=True).as_tuple() == (32, 32, 4, 2)
+
+
+def test_padded_head_dims_and_variant_keys():
+    assert [configs.padded_head_dim(d) for d in (1, 64, 65, 128, 129, 256, 257)] == [64, 64, 128, 128, 256,
+                                                                                      256, None]  # fmt: skip
+    assert configs.variant_key("fp8", "fp32") == "fp8acc"
+    assert configs.variant_key("fp8", "fp32+fp32") == "fp8" and configs.variant_key("fp16", "fp32") == "fp16"
+
+
+def test_q_blocks_per_granularity():
+    cfg = configs.LaunchConfig(128, 64, 8, 3)
+    assert cfg.q_blk("per_block") == 128 and cfg.q_blk("per_warp") == 16
+    assert configs.LaunchConfig(32, 16, 4, 1).q_blk("per_warp") == 16  # at least one MMA's rows
+    assert configs.LaunchConfig(64, 64, 1, 1).q_blk("per_warp") == 64
+
+
+def test_measured_pv_preferences():
+    """Hopper: FP16 P·V at head dim 64 up to 4K keys, MMA-accumulated FP8 elsewhere; no other
+    family has a measured preference (the arch table's default stands)."""
+    assert configs.preferred_pv("Hopper", 64, 4096) == "fp16"
+    assert configs.preferred_pv("Hopper", 64, 4097) == "fp8acc"
+    assert configs.preferred_pv("Hopper", 128, 1) == "fp8acc"
+    assert (
+        configs.preferred_pv("Ampere", 64, 1) is None and configs.preferred_pv("CDNA3", 128, 1 << 20) is None
+    )
+
+
+def test_sdpa_crossover_rows_scale_with_batch_heads_and_the_knob_overrides(monkeypatch):
+    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
+    knobs.refresh()
+    assert configs.sdpa_crossover("Hopper", 128, False) == 4096
+    assert configs.sdpa_crossover("Hopper", 128, True) == 5120
+    assert configs.sdpa_crossover("Hopper", 64, False, batch_heads=4) == 16384  # 8192·sqrt(16/4)
+    assert configs.sdpa_crossover("Hopper", 64, False, batch_heads=64) == 8192
+    assert configs.sdpa_crossover("CDNA3", 64, False) is None
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
+    knobs.refresh()
+    assert configs.sdpa_crossover("CDNA3", 64, False) == 0
+    assert configs.sdpa_crossover("CDNA3", 64, False, use_env=False) is None
+    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "lots")
+    knobs.refresh()
+    with pytest.raises(ValueError, match="whole number"):
+        configs.sdpa_crossover("Hopper", 128, False)
