@@ -3,19 +3,28 @@
 One output directory holds everything: ``environment-backup.txt`` (taken first, before anything
 is built), the build log, ``report.json/.md/.html``, ``junit.xml`` and the lockfile. The run
 stops at the first failing step unless ``keep_going``; the exit code is the first failure's
-(10/20/30/40). A failed step's error text goes through ``sagebuild.explain`` and the
-explanation lands in the report.
+(10/20/30/40; 2/3 when the run's settings were refused, 1 for an internal error). A failed step's
+error text goes through ``sagebuild.explain`` and the explanation lands in the report.
+
+Whatever fails, an internal error included, the report and junit.xml are written and name the
+step and the error. A run is written into a temporary folder beside ``--out`` and swapped in
+whole, so the output folder never mixes two runs, and a run that cannot finish writing (a full
+disk) leaves the previous run as it was.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import shutil
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from sagebuild import fsio
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.explain import explain_for_report
 
@@ -28,6 +37,11 @@ STEP_EXIT = {
 }
 LOCK_NAME = "sagebuild.lock"
 BUILD_LOG = "build.log"
+BACKUP_NAME = "environment-backup.txt"
+REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
+# every file a run writes: what the swap replaces, or removes when the new run did not write it
+RUN_FILES = (*REPORT_FILES, BUILD_LOG, BACKUP_NAME, LOCK_NAME, f"{LOCK_NAME}.requirements.txt")
+INTERNAL = "internal error (a sagebuild bug, please report it)"
 
 
 @dataclass
@@ -63,6 +77,7 @@ class AcceptResult:
     exit_code: int
     report: dict[str, Any]
     paths: dict[str, Path]
+    problems: list[str] = field(default_factory=list)  # what went wrong outside the steps (the lockfile)
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` document: verdict, steps and where every file is."""
@@ -76,6 +91,7 @@ class AcceptResult:
                 for s in self.report["steps"]
             ],
             "files": {k: str(v) for k, v in sorted(self.paths.items())},
+            "problems": self.problems,
         }
 
 
@@ -83,23 +99,86 @@ def _match(id_: str, title: str, cause: str, fix: str, line: Optional[str]) -> d
     return {"id": id_, "title": title, "cause": cause, "fix": fix, "matched_line": line}
 
 
+def _failed_step(name: str, exc: BaseException) -> StepResult:
+    """A step that raised: ours with its code, fix and explanation; anything else an internal error."""
+    if isinstance(exc, SagebuildError):
+        text = str(exc)
+        expl = [_match(f"{name}.error", f"{name} stopped", exc.message, exc.fix, None)] if exc.fix else []
+        return StepResult(
+            name, "fail", int(STEP_EXIT[name]), None, exc.message, text, expl + explain_for_report(text)
+        )
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
+    summary = f"{INTERNAL} in {name}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
+
+
+def _staging_dir(out: Path) -> Path:
+    """A fresh folder beside ``out`` (same filesystem: the swap is a rename); clear errors for an
+    ``--out`` that is a file, below a file, under /proc or on a read-only mount (exit 2)."""
+    if out.exists() and not out.is_dir():
+        raise SagebuildError(
+            f"--out {out}: it exists and is not a directory",
+            fix="pass a directory for the run's files (a new or existing one)",
+            code=Exit.USAGE,
+        )
+    parent = fsio.check_writable_dir(out.parent if str(out.parent) else Path("."), "write the run beside")
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.run-", dir=parent))
+    except OSError as e:
+        raise fsio.write_error(out, e, "write the run into") from None
+
+
 def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None) -> AcceptResult:
-    """Run the pipeline and write the output directory; never raises for a failing step."""
+    """Run the pipeline and write the output directory; never raises for a failing step.
+
+    Raises ``SagebuildError`` only when the output cannot be written at all (exit 2).
+    """
+    out = Path(opts.out).expanduser()
+    staging = _staging_dir(out)
+    try:
+        result = _run(opts, staging, out, say)
+        say("moving the run into place")
+        fsio.swap_dir_in(staging, out, owned=RUN_FILES)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result.paths = {k: out / p.name for k, p in result.paths.items()}
+    return result
+
+
+def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], None]) -> AcceptResult:
     from sagebuild import bench as bench_mod
-    from sagebuild import lock, probe, profiles
+    from sagebuild import benchmem, lock, probe, profiles
     from sagebuild._version import __version__
-    from sagebuild.report.write import environment_backup, write_report
-    from sagebuild.verify import run_verify
+    from sagebuild.report.write import environment_backup
 
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
     say("saving pip freeze (before anything changes)")
-    backup = environment_backup(out, opts.python)
+    backup = environment_backup(run_dir, opts.python)
 
-    say("probing the machine")
-    facts = probe.collect(root=opts.root, python=opts.python)
-    profile, why = profiles.resolve(opts.profile, facts.gpu_archs())
-    bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)  # usage errors before any step runs
+    # the run's settings, checked before any step runs; a refusal is the failure of the step it
+    # belongs to, and the report still says so
+    refused: Optional[tuple[str, BaseException]] = None
+    facts: Any = None
+    profile: Any = None
+    why = ""
+    bench_cfg: Any = None
+    try:
+        say("probing the machine")
+        facts = probe.collect(root=opts.root, python=opts.python)
+        profile, why = profiles.resolve(opts.profile, facts.gpu_archs())
+    except Exception as e:  # noqa: BLE001 - reported as the doctor step's failure
+        refused = ("doctor", e)
+    if refused is None:
+        try:
+            bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)
+            benchmem.check_fits(bench_cfg)  # a shape that will not fit: refused before 10 min of build
+        except Exception as e:  # noqa: BLE001
+            refused = ("bench", e)
+    if refused is None:
+        try:
+            benchmem.check_shape_fits(opts.verify_shape)
+        except Exception as e:  # noqa: BLE001
+            refused = ("verify", e)
 
     steps: list[StepResult] = []
     checks: list[Any] = []
@@ -107,7 +186,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
     verify_doc: Optional[dict[str, Any]] = None
     bench_doc: Optional[dict[str, Any]] = None
     first_failure: Optional[str] = None
-    log_path = out / BUILD_LOG
+    log_path = run_dir / BUILD_LOG
 
     def doctor() -> StepResult:
         nonlocal checks
@@ -138,6 +217,8 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
 
     def verify() -> StepResult:
         nonlocal verify_doc
+        from sagebuild.verify import run_verify
+
         res = run_verify(profile, opts.verify_shape)
         verify_doc = res.to_dict()
         n_ok = sum(r.ok for r in res.results)
@@ -182,7 +263,23 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         )
 
     runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
+    exit_code = 0
     for name in STEPS:
+        if refused is not None:
+            where, exc = refused
+            if name == where:
+                step = _failed_step(name, exc)
+                if isinstance(exc, SagebuildError):
+                    step.exit_code = int(exc.code)  # a refused setting keeps its own code (2, 3)
+                first_failure, exit_code = name, step.exit_code
+                say(f"{name}: refused: {step.summary}")
+            else:
+                when = "before" if STEPS.index(name) < STEPS.index(where) else "after"
+                step = StepResult(
+                    name, "skip", 0, None, f"not run: {where}'s settings were refused {when} start"
+                )
+            steps.append(step)
+            continue
         if first_failure and not opts.keep_going:
             steps.append(
                 StepResult(
@@ -190,51 +287,53 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
                 )
             )
             continue
-        say(name)
+        say(f"{name}: running")
         t0 = time.monotonic()
         try:
             step = runners[name]()
-        except SagebuildError as e:
-            text = str(e)
-            step = StepResult(
-                name,
-                "fail",
-                int(STEP_EXIT[name]),
-                None,
-                e.message,
-                text,
-                ([_match(f"{name}.error", f"{name} stopped", e.message, e.fix, None)] if e.fix else [])
-                + explain_for_report(text),
-            )
-        except Exception as e:  # noqa: BLE001 - an unexpected failure is a failed step with its traceback
-            text = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-8000:]
-            step = StepResult(
-                name,
-                "fail",
-                int(STEP_EXIT[name]),
-                None,
-                f"{type(e).__name__}: {e}"[:300],
-                text,
-                explain_for_report(text),
-            )
+        except Exception as e:  # noqa: BLE001 - a step that raised is a failed step, never a traceback
+            step = _failed_step(name, e)
         step.seconds = round(time.monotonic() - t0, 3)
         steps.append(step)
+        say(f"{name}: {step.status} in {step.seconds:.1f} s — {step.summary}")
         if step.status == "fail" and first_failure is None:
-            first_failure = name
+            first_failure, exit_code = name, step.exit_code
 
-    exit_code = int(STEP_EXIT[first_failure]) if first_failure else 0
+    problems: list[str] = []
+    lock_path: Optional[Path] = None
+    req_path: Optional[Path] = None
     say("writing the lockfile and the report")
-    lock_path, req_path = lock.write(lock.current(profile, facts), out / LOCK_NAME)
+    try:
+        lock_doc = lock.current(profile, facts, python=opts.python) if profile is not None else None
+        if lock_doc is not None:
+            lock_path, req_path = lock.write(lock_doc, run_dir / LOCK_NAME)
+    except SagebuildError as e:
+        if e.code == Exit.USAGE and "cannot write" in e.message:
+            raise  # the disk: nothing else of this run can be written either
+        problems.append(f"no lockfile: {e.message}")
+    except Exception as e:  # noqa: BLE001 - the report still gets written
+        problems.append(f"no lockfile: {INTERNAL}: {type(e).__name__}: {e}")
+    if problems and exit_code == 0:
+        exit_code = int(Exit.INTERNAL) if INTERNAL in problems[0] else int(Exit.ENVIRONMENT)
+
     files = {
         "environment_backup": backup.name,
         "build_log": BUILD_LOG if log_path.is_file() else None,
-        "lockfile": lock_path.name,
-        "requirements": req_path.name,
+        "lockfile": lock_path.name if lock_path else None,
+        "requirements": req_path.name if req_path else None,
         "report_json": "report.json",
         "report_md": "report.md",
         "report_html": "report.html",
         "junit": "junit.xml",
     }
+    result_doc = (compile_doc or {}).get("result")
+    if isinstance(result_doc, dict) and result_doc.get("log_path") == str(log_path):
+        result_doc["log_path"] = str(out / BUILD_LOG)  # where it lives after the swap
+    profile_doc = (
+        {**profile.to_dict(), "why": why}
+        if profile is not None
+        else {"name": opts.profile, "why": f"not resolved: {steps[0].summary}"}
+    )
     report = {
         "report": "sagebuild-report",
         "schema_version": 1,
@@ -242,8 +341,8 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ok": exit_code == 0,
         "exit_code": exit_code,
-        "profile": {**profile.to_dict(), "why": why},
-        "facts": facts.to_dict(),
+        "profile": profile_doc,
+        "facts": facts.to_dict() if facts is not None else None,
         "checks": [c.to_dict() for c in checks],
         "steps": [s.to_dict() for s in steps],
         "compile": compile_doc,
@@ -251,6 +350,50 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         "bench": bench_doc,
         "files": files,
     }
-    paths = write_report(report, out, build_log=log_path if log_path.is_file() else None)
-    paths.update({"environment_backup": backup, "lockfile": lock_path, "requirements": req_path})
-    return AcceptResult(exit_code, report, paths)
+    report = _conforming(report)
+    paths = _write_report(report, run_dir, log_path)
+    paths["environment_backup"] = backup
+    if lock_path and req_path:
+        paths.update({"lockfile": lock_path, "requirements": req_path})
+    return AcceptResult(int(report["exit_code"]), report, paths, problems)
+
+
+def _write_report(report: dict[str, Any], run_dir: Path, log_path: Path) -> dict[str, Path]:
+    from sagebuild.report.write import write_report
+
+    return write_report(report, run_dir, build_log=log_path if log_path.is_file() else None)
+
+
+def _conforming(report: dict[str, Any]) -> dict[str, Any]:
+    """The report, with any section that does not match the schema replaced by the internal error
+    it is: that step fails (exit 1) and names the violations, and the rest is still written."""
+    from sagebuild.report.schema import validate
+
+    report = json.loads(json.dumps(report, default=str))  # Paths etc. become the strings JSON holds
+    errors = validate(report)
+    if not errors:
+        return report
+    by_section: dict[str, list[str]] = {}
+    for err in errors:
+        section = err[2:].split(".", 1)[0].split("[", 1)[0].split(":", 1)[0]
+        by_section.setdefault(section, []).append(err)
+    steps = {s["name"]: s for s in report["steps"]}
+    for section, errs in by_section.items():
+        text = f"the report's {section} record does not match its schema:\n  " + "\n  ".join(errs[:20])
+        if section in ("compile", "verify", "bench"):
+            report[section] = None
+            step = steps[section]
+            step.update(
+                status="fail", exit_code=int(Exit.INTERNAL), summary=f"{INTERNAL}: {text.splitlines()[0]}"
+            )
+            step["error"] = text
+        elif section in ("facts",):
+            report[section] = None
+        elif section == "checks":
+            report["checks"] = []
+        else:
+            raise ValueError(f"{INTERNAL}: {text}")  # the frame itself is wrong: nothing sound to write
+        if report["exit_code"] == 0:
+            report["exit_code"] = int(Exit.INTERNAL)
+        report["ok"] = False
+    return report

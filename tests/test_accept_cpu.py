@@ -89,7 +89,7 @@ def test_accept_cpu_end_to_end(tmp_path: Path):
     drifted.write_text(json.dumps(lock))
     bad = _cli(["lock", "--check", str(drifted)], env)
     assert bad.returncode == 50
-    assert "package typer: 0.0.0 →" in bad.stderr and "sha256" in bad.stderr
+    assert "package typer: 0.0.0 →" in bad.stdout and "sha256" in bad.stdout  # a report: stdout
 
 
 def _failing_compile(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,6 +29,7 @@ from sagebuild.cli.common import (
     emit_json,
     exit_with,
     handle_errors,
+    out,
 )
 
 _OUT = (
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def accept_cmd(
         profile: ProfileOpt = "auto",
-        out: Annotated[Path, typer.Option("--out", "-o", help=_OUT)] = Path("sagebuild-out"),
+        out_dir: Annotated[Path, typer.Option("--out", "-o", help=_OUT)] = Path("sagebuild-out"),
         keep_going: Annotated[bool, typer.Option("--keep-going", help=_KEEP)] = False,
         jobs: JobsOpt = None,
         arch: ArchOpt = None,
@@ -62,16 +63,20 @@ def register(app: typer.Typer) -> None:
         min_speedup: MinSpeedupOpt = None,
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
+        compat: Annotated[
+            bool, typer.Option("--compat", help="After a passing run, install `sageattention` (compat install).")
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         """The four-step acceptance: doctor, compile, verify, bench — ending in a report and a
-        lockfile. Stops at the first failing step (exit 10/20/30/40) unless --keep-going."""
+        lockfile. Stops at the first failing step (exit 10/20/30/40) unless --keep-going. Prints one
+        line per step as it goes (stderr); the run is swapped into --out whole when it ends."""
         from rich.markup import escape
 
         from sagebuild.accept import AcceptOptions, run_accept
         from sagebuild.bench import parse_int_list
-        from sagebuild.cli._progress import interactive, status
-        from sagebuild.errors import SagebuildError
+        from sagebuild.console import interactive, steps
+        from sagebuild.errors import Exit, SagebuildError
 
         dims = parse_int_list(verify_shape, "verify-shape")
         if len(dims) != 4:
@@ -93,7 +98,7 @@ def register(app: typer.Typer) -> None:
         }
         opts = AcceptOptions(
             profile=profile,
-            out=out,
+            out=out_dir,
             keep_going=keep_going,
             jobs=jobs,
             arch=arch,
@@ -103,18 +108,30 @@ def register(app: typer.Typer) -> None:
             bench=overrides,
             progress=interactive(json_out),
         )
-        with status("sagebuild accept", json_out) as say:
-            res = run_accept(opts, say or (lambda _m: None))
+        with steps("accept", json_out) as say:
+            res = run_accept(opts, say)
+        for problem in res.problems:
+            console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False)
+        compat_doc, exit_code = None, res.exit_code
+        if compat and res.exit_code == 0:  # the kernels passed here: let `sageattention` callers have them
+            from sagebuild.compat import installer
+
+            try:
+                done = installer.install(python)
+                compat_doc = {"installed": done["installed"], "site_packages": done["site_packages"]}
+            except SagebuildError as err:
+                compat_doc, exit_code = {"error": err.message, "fix": err.fix}, int(err.code)
+                console.print(f"[bold red]compat:[/] {escape(err.message)} (fix: {escape(err.fix or '')})")
         if json_out:
-            emit_json(res.summary())
+            emit_json({**res.summary(), **({"compat": compat_doc} if compat else {})})
         else:
             style = {"ok": "[green]ok[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
             for s in res.report["steps"]:
-                console.print(
-                    f"{style[s['status']]:>22} {s['name']:<8} {escape(s['summary'])}", highlight=False
-                )
+                out.print(f"{style[s['status']]:>22} {s['name']:<8} {escape(s['summary'])}", highlight=False)
                 for m in s["explanation"][:2]:
-                    console.print(
+                    if not m.get("cause") or not m.get("fix"):
+                        continue
+                    out.print(
                         f"         likely cause: {escape(m['cause'])}\n         fix: {escape(m['fix'])}",
                         highlight=False,
                     )
@@ -123,5 +140,20 @@ def register(app: typer.Typer) -> None:
                 if res.exit_code == 0
                 else f"[bold red]not accepted (exit {res.exit_code})[/]"
             )
-            console.print(f"{verdict} — report: {escape(str(res.paths['html']))}", highlight=False)
-        exit_with(res.exit_code)
+            out.print(f"{verdict} — report: {escape(str(res.paths['html']))}", highlight=False)
+            if compat_doc and "installed" in compat_doc:
+                where = compat_doc["site_packages"]
+                out.print(f"sageattention {compat_doc['installed']} installed into {escape(where)}")
+        from sagebuild.cli import common
+
+        if common.DEBUG:  # the tracebacks the report keeps, for a bug report
+            for s in res.report["steps"]:
+                if s["exit_code"] == int(Exit.INTERNAL) and s.get("error"):
+                    console.print(escape(s["error"]), highlight=False)
+        if res.exit_code == int(Exit.INTERNAL):
+            console.print(
+                "[bold red]an internal error (a sagebuild bug) stopped a step:[/] please report it with "
+                f"{escape(str(res.paths['json']))} (`sagebuild --debug accept` adds the traceback)",
+                highlight=False,
+            )
+        exit_with(exit_code)
