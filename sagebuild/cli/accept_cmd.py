@@ -64,7 +64,8 @@ def register(app: typer.Typer) -> None:
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         compat: Annotated[
-            bool, typer.Option("--compat", help="After a passing run, install `sageattention` (compat install).")
+            bool,
+            typer.Option("--compat", help="After a passing run, install `sageattention` (compat install)."),
         ] = False,
         json_out: JsonOpt = False,
     ) -> None:
