@@ -269,6 +269,8 @@ def _attn_fwd_kernel(
     GROUP,
     N_Q,
     N_K,
+    T_Q,
+    T_K,
     KS_NBLK,
     q_scale_mul,
     sm_scale,
@@ -302,10 +304,10 @@ def _attn_fwd_kernel(
     b = pid_bh // H
     h = pid_bh % H
     hk = h // GROUP
-    q_base, n_q = seq_base(CUQ, b, N_Q, stride_qb, stride_qn, IS_VARLEN)
-    k_base, n_k = seq_base(CUK, b, N_K, stride_kb, stride_kn, IS_VARLEN)
-    v_base, _ = seq_base(CUK, b, N_K, stride_vb, stride_vn, IS_VARLEN)
-    o_base, _ = seq_base(CUQ, b, N_Q, stride_ob, stride_on, IS_VARLEN)
+    q_base, n_q = seq_base(CUQ, b, N_Q, T_Q, stride_qb, stride_qn, IS_VARLEN)
+    k_base, n_k = seq_base(CUK, b, N_K, T_K, stride_kb, stride_kn, IS_VARLEN)
+    v_base, _ = seq_base(CUK, b, N_K, T_K, stride_vb, stride_vn, IS_VARLEN)
+    o_base, _ = seq_base(CUQ, b, N_Q, T_Q, stride_ob, stride_on, IS_VARLEN)
     q_base += h.to(tl.int64) * stride_qh
     k_base += hk.to(tl.int64) * stride_kh
     v_base += hk.to(tl.int64) * stride_vh
@@ -583,6 +585,8 @@ def attention_forward(
             group,
             q.max_len,
             kv.k.max_len,
+            q.total,
+            kv.k.total,
             kv.k_scale.shape[-1],
             plan.sm_scale * LOG2E,
             plan.sm_scale,

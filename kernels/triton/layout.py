@@ -57,6 +57,11 @@ class SeqView(NamedTuple):
     def is_varlen(self) -> bool:
         return self.cu is not None
 
+    @property
+    def total(self) -> int:
+        """Packed tokens (varlen: the sequences' offsets are clamped to it), else max_len."""
+        return self.t.shape[0] if self.cu is not None else self.max_len
+
     def strides(self) -> tuple[int, int, int]:
         return (self.stride_b, self.stride_h, self.stride_n)
 

@@ -105,11 +105,16 @@ def to_int8(r):
 
 
 @triton.jit
-def seq_base(CU, b, N, stride_b, stride_n, IS_VARLEN: tl.constexpr):
-    """(offset of sequence b's first token, its length) for dense or packed inputs."""
+def seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
+    """(offset of sequence b's first token, its length) for dense or packed inputs.
+
+    Packed: the cumulative lengths are read on the device, never checked on the host (that
+    would synchronise every call), so they are clamped here: a sequence lies within the T
+    packed tokens and has at most N of them, whatever the caller passed."""
     if IS_VARLEN:
-        start = tl.load(CU + b)
-        n = tl.load(CU + b + 1) - start
+        start = tl.minimum(tl.maximum(tl.load(CU + b), 0), T)
+        end = tl.minimum(tl.maximum(tl.load(CU + b + 1), start), T)
+        n = tl.minimum(end - start, N)
         base = start.to(tl.int64) * stride_n
     else:
         n = N
@@ -162,6 +167,7 @@ def _kv_stats_kernel(
     stride_vn,
     H,
     N,
+    T,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     SPLIT_D: tl.constexpr,
@@ -176,8 +182,8 @@ def _kv_stats_kernel(
     pid_d = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    kbase, n = seq_base(CU, b, N, stride_kb, stride_kn, IS_VARLEN)
-    vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
+    kbase, n = seq_base(CU, b, N, T, stride_kb, stride_kn, IS_VARLEN)
+    vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
     kbase += h.to(tl.int64) * stride_kh
     vbase += h.to(tl.int64) * stride_vh
     offs_d = pid_d * SPLIT_D + tl.arange(0, SPLIT_D)
@@ -270,6 +276,7 @@ def _quant_blocks_kernel(
     stride_wd,
     H,
     N,
+    T,
     NBLK,
     scale_mul,
     HEAD_DIM: tl.constexpr,
@@ -305,8 +312,8 @@ def _quant_blocks_kernel(
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    xbase, n = seq_base(CU, b, N, stride_xb, stride_xn, IS_VARLEN)
-    qbase, _ = seq_base(CU, b, N, stride_qb, stride_qn, IS_VARLEN)
+    xbase, n = seq_base(CU, b, N, T, stride_xb, stride_xn, IS_VARLEN)
+    qbase, _ = seq_base(CU, b, N, T, stride_qb, stride_qn, IS_VARLEN)
     xbase += h.to(tl.int64) * stride_xh
     qbase += h.to(tl.int64) * stride_qh
     rows = pid_n * BLK + tl.arange(0, BLK)
@@ -316,7 +323,7 @@ def _quant_blocks_kernel(
     x = tl.load(
         X + xbase + rows.to(tl.int64)[:, None] * stride_xn + offs_d[None, :], mask=mask, other=0.0
     ).to(tl.float32)
-    vbase, _ = seq_base(CU, b, N, stride_vb, stride_vn, IS_VARLEN)
+    vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
     if INLINE_STATS:
         ksum, vmax = _column_stats(
@@ -336,7 +343,7 @@ def _quant_blocks_kernel(
     tl.store(XQ + qbase + rows.to(tl.int64)[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
-        wbase, _ = seq_base(CU, b, N, stride_wb, stride_wn, IS_VARLEN)
+        wbase, _ = seq_base(CU, b, N, T, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
         v = tl.load(
             V + vbase + rows.to(tl.int64)[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0
@@ -460,25 +467,33 @@ def kv_stats(
     vv = v if want_v else k
     split_d = min(32, head_dim_pad)
     grid = (k.batch * k.heads, launcher.cdiv(head_dim_pad, split_d))
-    _kv_stats_kernel[grid](
-        k.t,
-        vv.t,
-        km if km is not None else vs,
-        vs if vs is not None else km,
-        k.cu,
-        *k.strides(),
-        *vv.strides(),
-        k.heads,
-        k.max_len,
-        HEAD_DIM=k.head_dim,
-        BLOCK_D=head_dim_pad,
-        SPLIT_D=split_d,
-        CHUNK=64,
-        SMOOTH_K=smooth_k,
-        V_FP8=want_v,
-        FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
-        IS_VARLEN=k.is_varlen,
+    launcher.launch(
+        _kv_stats_kernel,
+        grid,
+        (
+            k.t,
+            vv.t,
+            km if km is not None else vs,
+            vs if vs is not None else km,
+            k.cu,
+            *k.strides(),
+            *vv.strides(),
+            k.heads,
+            k.max_len,
+            k.total,
+        ),
+        dict(
+            HEAD_DIM=k.head_dim,
+            BLOCK_D=head_dim_pad,
+            SPLIT_D=split_d,
+            CHUNK=64,
+            SMOOTH_K=smooth_k,
+            V_FP8=want_v,
+            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+            IS_VARLEN=k.is_varlen,
+        ),
         num_warps=4,
+        key=launch_key,
     )
     return km, vs
 
@@ -566,6 +581,7 @@ def quant_blocks(
             ww.stride_d,
             x.heads,
             x.max_len,
+            x.total,
             nblk,
             float(scale_mul),
         ),

@@ -111,6 +111,7 @@ def clear_caches() -> None:
     """Forget plans, replays and per-key constexprs, and re-read the knobs (``knobs.refresh``):
     for tests and tuning scripts that change a knob or a module-level table at run time."""
     _PLANS.clear()
+    _VARLEN_PLANS.clear()
     _REPLAYS.clear()
     launcher.forget_constexprs()
     knobs.refresh()
@@ -482,26 +483,51 @@ def attend_varlen(
     config: Any = None,
 ) -> torch.Tensor:
     """The varlen implementation entry point (custom ops and the public functions call it).
-    No host synchronisation: ``cu_seqlens`` stay on the device."""
+
+    No host synchronisation: device-resident ``cu_seqlens`` are not read on the host (the
+    kernels clamp every sequence to the packed tensor); the plan and the launches' bindings
+    are cached per signature like dense calls'."""
+    key = None
+    try:
+        key = (
+            _plan_key(q, k, v, is_causal, sm_scale, smooth_k, qk_quant_gran, pv, config, "varlen"),
+            cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device, cu_seqlens_q.data_ptr() & 15,
+            cu_seqlens_k.shape, cu_seqlens_k.dtype, cu_seqlens_k.device, cu_seqlens_k.data_ptr() & 15,
+            int(max_seqlen_q), int(max_seqlen_k),
+        )  # fmt: skip
+        hash(key)
+    except (AttributeError, TypeError, ValueError):
+        key = None
+    plan = _VARLEN_PLANS.get(key) if key is not None and key[0] is not None else None
     q, k, v, cuq, cuk = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    d = q.shape[-1]
-    plan = make_plan(
-        dispatch.device_arch(q.device),
-        head_dim=d,
-        n_k=int(max_seqlen_k),
-        pv=pv,
-        causal=bool(is_causal),
-        layout="varlen",
-        qk_quant_gran=qk_quant_gran,
-        config=config,
-        smooth_k=smooth_k,
-        sm_scale=check_sm_scale(sm_scale, d),
-    )
+    if plan is None:
+        d = q.shape[-1]
+        plan = make_plan(
+            dispatch.device_arch(q.device),
+            head_dim=d,
+            n_k=int(max_seqlen_k),
+            pv=pv,
+            causal=bool(is_causal),
+            layout="varlen",
+            qk_quant_gran=qk_quant_gran,
+            config=config,
+            smooth_k=smooth_k,
+            sm_scale=check_sm_scale(sm_scale, d),
+        )
+        if key is not None and key[0] is not None:
+            if len(_VARLEN_PLANS) >= launcher.MAX_ENTRIES:
+                _VARLEN_PLANS.clear()
+            _VARLEN_PLANS[key] = plan
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     fp8 = _fp8_torch_dtype(plan)
-    kq, ks, km, vq, vs = quant.quant_kv(kvw, vvw, plan.head_dim_pad, smooth_k, fp8, plan.k_blk)
+    kq, ks, km, vq, vs = quant.quant_kv(
+        kvw, vvw, plan.head_dim_pad, smooth_k, fp8, plan.k_blk, launch_key=key
+    )
     kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vvw, vs)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    attention_forward(qv, kv, layout.packed(out, cuq, int(max_seqlen_q)), plan)
+    attention_forward(qv, kv, layout.packed(out, cuq, int(max_seqlen_q)), plan, launch_key=key)
     return out
+
+
+_VARLEN_PLANS: dict[tuple, LaunchPlan] = {}

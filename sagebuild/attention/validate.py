@@ -168,7 +168,10 @@ def check_varlen(
     max_seqlen_q: int,
     max_seqlen_k: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Validated packed [total, H, D] q, k, v and int32 cumulative lengths on the inputs' device."""
+    """Validated packed [total, H, D] q, k, v and int32 cumulative lengths on the inputs' device.
+
+    The lengths' values are checked when they are on the CPU; on a GPU they are not read here
+    (no host synchronisation per call) and the kernels clamp them."""
     check_tensors({"q": q, "k": k, "v": v})
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3:
@@ -201,7 +204,14 @@ def check_varlen(
             )
         if cu.dtype not in (torch.int32, torch.int64):
             raise _fail(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
-        host = cu.detach().to("cpu", torch.int64)
+        if cu.device.type != "cpu":
+            # reading device values here would synchronise every call: the kernels clamp each
+            # sequence to the packed tensor instead, so bad values cannot reach other memory
+            cus.append(
+                cu if cu.dtype == torch.int32 and cu.device == q.device else cu.to(q.device, torch.int32)
+            )
+            continue
+        host = cu.detach().to(torch.int64)
         lens = host[1:] - host[:-1]
         if int(host[0]) != 0 or bool((lens < 0).any()) or int(host[-1]) != total:
             raise _fail(
