@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sagebuild.attention import api, replay, sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
+from sagebuild import knobs
+from sagebuild.attention import (
+    api,
+    features,
+    replay,
+    sageattn_qk_int8_pv_fp8_triton,
+    sageattn_qk_int8_pv_fp16_triton,
+)
 from sagebuild.kernels.triton import configs, quant
 
 GPU = torch.cuda.is_available()
@@ -69,18 +76,6 @@ def test_replayed_calls_equal_the_full_path(case, stats, monkeypatch):
     assert not torch.equal(o_b, first[0] if isinstance(first, tuple) else first)
 
 
-def test_kv_quantized_in_the_kernel_replays(monkeypatch):
-    monkeypatch.setenv(configs.FUSE_ENV_VAR, "1024")
-    api.clear_caches()
-    kw = {"config": CFG, "quantization_backend": "triton"}
-    FP8(*_qkv(1), **kw)
-    FP8(*_qkv(1), **kw)  # recorded
-    b = _qkv(2)
-    out = FP8(*b, **kw)
-    api.clear_caches()
-    assert _same(out, FP8(*b, **kw))
-
-
 def test_tma_tiles_replay(monkeypatch):
     """K/V loaded by tensor descriptors replay like the rest: the recorded launch holds host-built
     descriptors over the call's K/V buffers; the replay keeps only their specs and builds them
@@ -89,15 +84,15 @@ def test_tma_tiles_replay(monkeypatch):
     interpreter the forced small config."""
     from sagebuild.attention.api import launch_plan
 
-    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
-    api.clear_caches()
+    monkeypatch.setenv(features.KNOB["tma"], "1")
+    api.clear_caches()  # re-reads the knobs
     n, d = (4096, 128) if GPU else (256, 64)
     kw = {"config": CFG, "quantization_backend": "triton", "pv_accum_dtype": "fp32"}
     a = _qkv(1, n=n, d=d)
     plan = launch_plan(*a, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32", quantization_backend="triton")
-    if GPU and plan["kernel"] != "portable_tma":
-        pytest.skip(f"no TMA on this GPU ({plan['kernel']})")
-    assert plan["kernel"] == "portable_tma", plan
+    if GPU and not plan["tma"]:
+        pytest.skip(f"no TMA on this GPU ({plan['family']})")
+    assert plan["tma"], plan
     FP8(*a, **kw)
     FP8(*a, **kw)  # recorded
     reps = [r for r in api._REPLAYS.values() if r is not None]
@@ -144,13 +139,25 @@ def test_a_call_with_other_tensor_ops_is_never_replayed():
 
 
 def test_environment_knobs_are_part_of_the_key(monkeypatch):
-    """The plan key reads the knobs through os.environ's own mapping: a variable set, changed or
-    removed while the process runs gives another key (another plan, another replay)."""
+    """The plan key holds the plan knobs' values, read once per process (``knobs.refresh`` re-reads
+    them): a variable set, changed or removed gives another key (another plan, another replay)
+    from the next refresh on, and never costs an environment read per call."""
     monkeypatch.delenv(configs.ENV_VAR, raising=False)
-    unset = configs.knob_values()
+    knobs.refresh()
+    unset = knobs.plan_values()
     monkeypatch.setenv(configs.ENV_VAR, "64,64,4,3")
-    first = configs.knob_values()
+    assert knobs.plan_values() == unset  # not re-read per call
+    knobs.refresh()
+    first = knobs.plan_values()
     monkeypatch.setenv(configs.ENV_VAR, "64,32,4,3")
-    second = configs.knob_values()
+    api.clear_caches()
+    second = knobs.plan_values()
     monkeypatch.delenv(configs.ENV_VAR)
-    assert len({unset, first, second}) == 3 and configs.knob_values() == unset
+    knobs.refresh()
+    assert len({unset, first, second}) == 3 and knobs.plan_values() == unset
+    q, k, v = _qkv(1, n=40)
+    assert api._plan_key(q, k, v) != (api._plan_key(q, k, v, "x"))
+    monkeypatch.setenv(features.KNOB["pdl"], "1")
+    before = api._plan_key(q, k, v)
+    knobs.refresh()
+    assert api._plan_key(q, k, v) != before

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import errno
+import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -27,6 +27,14 @@ def _acc(cos: float, rel: float) -> dict:
         "nan_count": 0,
         "inf_count": 0,
     }
+
+
+def _plan_record(n_k: int) -> dict:
+    """What the bench records for an sm90 call with ``n_k`` keys (``LaunchPlan.record``)."""
+    from sagebuild.attention.plan import make_plan
+
+    return make_plan("sm90", head_dim=64, n_k=n_k, pv="fp8", pv_accum="fp32", config=(
+        "64,128,4,3" if n_k >= 8192 else "64,64,4,3,168")).record()  # fmt: skip
 
 
 def sample_report(speedups=(0.9, 1.2, 1.5), failed_gate: bool = True) -> dict:
@@ -55,16 +63,7 @@ def sample_report(speedups=(0.9, 1.2, 1.5), failed_gate: bool = True) -> dict:
                 "speedup": sp,
                 "accuracy": _acc(0.9999, 0.012),
                 "bounds": {"cos_min": 0.9998, "rel_l1_max": 0.015},
-                "plan": {
-                    "variant": "qk_int8_pv_fp8",
-                    "pv_accum": "fp32",
-                    "kernel": "portable",
-                    "config": [64, 128, 4, 3] if s >= 8192 else [64, 64, 4, 3, 168],
-                    "k_blk": 128 if s >= 8192 else 64,
-                    "split_head_dim": False,
-                    "quantization": "triton",
-                    "table_version": "2026.11.30.7",
-                },
+                "plan": _plan_record(s),
             }
         )
     failures = ["sageattn speed-up 0.900× < 1× at seq=1024"] if failed_gate else []
@@ -179,20 +178,25 @@ def test_sample_report_is_valid_and_violations_are_found():
 
 
 def test_bench_rows_carry_their_launch_plan():
-    """Each row may say what ran (kernel, config, K block, table version); the Markdown table
-    shows it, and a malformed plan is refused."""
+    """Each row may say what ran (the launch plan's record); the Markdown table shows it in a few
+    words, and a malformed plan is refused (an unknown key, a missing one, a wrong type)."""
     from sagebuild.report.render import plan_text
 
     report = sample_report()
     assert validate(report) == []
-    assert plan_text(report["bench"]["rows"][-1]["plan"]) == "fp8 mma-acc 64,128,4,3 K128"
+    assert plan_text(report["bench"]["rows"][-1]["plan"]) == "fp8 mma-acc 64,128,4,3 K128 v-key-order l/8"
+    assert (
+        plan_text(report["bench"]["rows"][1]["plan"]) == "fp8 mma-acc 64,64,4,3,168 K64 pdl v-key-order l/8"
+    )
     assert plan_text(None) == "–"
     bad = sample_report()
-    bad["bench"]["rows"][1]["plan"]["kernel"] = "magic"
+    bad["bench"]["rows"][1]["plan"]["kernel"] = "portable"  # the old record's key
     del bad["bench"]["rows"][3]["plan"]["table_version"]
+    bad["bench"]["rows"][5]["plan"]["row_sum_parts"] = "eight"
     errs = validate(bad)
     assert any("rows[1].plan" in e and "kernel" in e for e in errs), errs
     assert any("rows[3].plan" in e and "table_version" in e for e in errs), errs
+    assert any("rows[5].plan" in e and "row_sum_parts" in e for e in errs), errs
 
 
 def test_schema_file_is_versioned():
@@ -240,7 +244,7 @@ def test_write_report_files(tmp_path: Path):
 
     md = paths["markdown"].read_text()
     assert md.startswith("## sagebuild accept: ❌ FAILED (exit 40)")
-    assert "| 16384 | sageattn | whole_call | fp8 mma-acc 64,128,4,3 K128 |" in md
+    assert "| 16384 | sageattn | whole_call | fp8 mma-acc 64,128,4,3 K128 v-key-order l/8 |" in md
     assert "| bench | ❌ fail | 40 |" in md and "below threshold" in md
 
 

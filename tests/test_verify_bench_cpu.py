@@ -283,16 +283,9 @@ def test_bench_table_shows_the_kernel_only_when_rows_carry_a_plan(monkeypatch):
         return next(line for line in text.splitlines() if "provider" in line)
 
     assert "kernel" not in header(out.export_text())
-    plan = {
-        "variant": "qk_int8_pv_fp8",
-        "pv_accum": "fp32",
-        "kernel": "portable",
-        "config": [64, 128, 4, 3],
-        "k_blk": 128,
-        "split_head_dim": False,
-        "quantization": "triton",
-        "table_version": "t",
-    }
+    from sagebuild.attention.plan import make_plan
+
+    plan = make_plan("sm90", head_dim=64, n_k=16384, pv="fp8", pv_accum="fp32", config="64,128,4,3").record()
     res.rows[1] = dataclasses.replace(res.rows[1], plan=plan)
     out = Console(record=True, width=200)
     monkeypatch.setattr(bench_cmd, "out", out)
@@ -431,10 +424,15 @@ def test_kernel_only_adapter_matches_the_whole_call():
     ):
         run, plan = bench._kernel_only(var, q, k, v, "HND", False)
         assert torch.equal(run(), whole(q, k, v, quantization_backend="triton")), var
-        assert plan["variant"] == var and plan["kernel"] == "portable" and plan["quantization"] == "excluded"
+        assert plan["variant"] == var and plan["quantization"] == "triton" and plan["layout"] == "HND"
         run, plan = bench._kernel_only(var, q, k, v, "HND", False, config="32,128,4,1")  # tuning runs
-        assert plan["config"] == [32, 128, 4, 1] and plan["k_blk"] == 128
+        assert plan["config"] == "32,128,4,1" and plan["k_blk"] == 128
         assert torch.equal(run(), whole(q, k, v, quantization_backend="triton", config="32,128,4,1")), var
+    # NHD inputs: the launch transposes them as the call does
+    qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    run, plan = bench._kernel_only("qk_int8_pv_fp16", qn, kn, vn, "NHD", True)
+    whole = attention.sageattn_qk_int8_pv_fp16_triton(qn, kn, vn, tensor_layout="NHD", is_causal=True)
+    assert plan["layout"] == "NHD" and plan["causal"] and torch.equal(run().transpose(1, 2), whole)
 
 
 def test_launch_plan_says_what_a_call_runs(monkeypatch):
@@ -450,14 +448,22 @@ def test_launch_plan_says_what_a_call_runs(monkeypatch):
     auto = launch_plan(q, k, v)
     assert auto["variant"] == "qk_int8_pv_fp16" and auto["pv_accum"] is None  # interpreter: FP16
     assert auto["table_version"] == configs.CONFIG_TABLE_VERSION and auto["split_head_dim"] is True
+    from sagebuild import knobs
+    from sagebuild.attention import features
+
     monkeypatch.setenv(configs.ENV_VAR, "32,128,4,1")
+    knobs.refresh()
     fp8 = launch_plan(q, k, v, is_causal=True, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32")
-    assert fp8["pv_accum"] == "fp32" and fp8["config"] == [32, 128, 4, 1] and fp8["k_blk"] == 128
-    assert fp8["kernel"] == "portable" and fp8["quantization"] in ("triton", "extension", "in_kernel")
-    assert fp8["config_spec"] == "32,128,4,1"
-    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")  # 64 keys: FP8 V rows of 64 bytes, TMA-eligible
+    assert fp8["pv_accum"] == "fp32" and fp8["config"] == "32,128,4,1" and fp8["k_blk"] == 128
+    assert (
+        fp8["arch"] == "interpreter" and fp8["quantization"] == "triton" and fp8["causal"] and not fp8["tma"]
+    )
+    assert launch_plan(q, k, v, quantization_backend="ext")["quantization"] == "extension"
+    monkeypatch.setenv(features.KNOB["tma"], "1")  # 64 keys: FP8 V rows of 64 bytes, TMA-eligible
+    knobs.refresh()
     tma = launch_plan(q, k, v, variant="qk_int8_pv_fp8", quantization_backend="triton")
-    assert tma["kernel"] == "portable_tma" and tma["config_spec"] == "32,128,4,1,tma"
+    assert tma["tma"] and tma["config"] == "32,128,4,1,tma"
+    assert not launch_plan(q, k, v, variant="qk_int8_pv_fp16")["tma"]  # FP16 V: no descriptors
     with pytest.raises(AttentionInputError, match="unknown variant"):
         launch_plan(q, k, v, variant="fp4")
     with pytest.raises(AttentionInputError):
