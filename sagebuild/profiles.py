@@ -236,6 +236,13 @@ def parse(data: Any, source: str) -> Profile:
     dtype = bn.get("dtype", "float16")
     if dtype not in ("float16", "bfloat16"):
         raise ProfileError(source, "bench.dtype", "float16 or bfloat16", dtype)
+    for key in ("batch", "heads", "head_dim", "reps"):
+        if key in bn and isinstance(bn[key], int) and not isinstance(bn[key], bool) and bn[key] < 1:
+            raise ProfileError(source, f"bench.{key}", "an integer ≥ 1", bn[key])
+    for key in ("warmup", "min_speedup"):
+        val = bn.get(key, 0)
+        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
+            raise ProfileError(source, f"bench.{key}", "a number ≥ 0", val)
     bench = Bench(
         batch=_req(bn, "batch", int, source, "bench."),
         heads=_req(bn, "heads", int, source, "bench."),
@@ -305,21 +312,77 @@ def bundled_names() -> list[str]:
     return sorted(p.name[:-5] for p in _bundled_dir().iterdir() if p.name.endswith(".yaml"))
 
 
+# A profile is a page of YAML: anything larger, or expanding to more nodes through aliases (the
+# "billion laughs" bomb: 1 KB that expands exponentially), is refused before it is built.
+MAX_PROFILE_BYTES = 256 * 1024
+MAX_PROFILE_NODES = 20_000
+_PICK = "pass a profile YAML file or a bundled name (sagebuild profiles)"
+
+
 def load_file(path: Path | str) -> Profile:
+    """Read a user's profile file: a regular file, at most 256 KiB, UTF-8 text; clear errors else."""
+    import stat
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO or device?)"
+            raise SagebuildError(f"profile {path} is {what}", fix=_PICK)
+        if st.st_size > MAX_PROFILE_BYTES:
+            raise SagebuildError(
+                f"profile {path} is {st.st_size:,} bytes; a profile is at most {MAX_PROFILE_BYTES:,}",
+                fix=_PICK,
+            )
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PROFILE_BYTES + 1)
     except OSError as e:
+        raise SagebuildError(f"cannot read profile {path}: {e.strerror or e}", fix=_PICK) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise SagebuildError(
-            f"cannot read profile {path}: {e.strerror}",
-            fix="pass an existing YAML file or a bundled name (sagebuild profiles)",
+            f"profile {path} is not UTF-8 text (byte {e.start}: a binary file?)", fix=_PICK
         ) from None
+    if "\x00" in text:
+        raise SagebuildError(f"profile {path} contains NUL bytes (a binary file?)", fix=_PICK)
     return _parse_text(text, str(path))
+
+
+def _expanded_nodes(node: Any, limit: int) -> int:
+    """How many nodes ``node`` would be with every alias expanded (stops counting past ``limit``)."""
+    memo: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        cur, done = stack.pop()
+        if id(cur) in memo:
+            continue
+        if isinstance(cur, yaml.ScalarNode):
+            memo[id(cur)] = 1
+            continue
+        kids = (
+            [x for pair in cur.value for x in pair] if isinstance(cur, yaml.MappingNode) else list(cur.value)
+        )
+        if done:
+            memo[id(cur)] = min(limit + 1, 1 + sum(memo[id(k)] for k in kids))
+            continue
+        stack.append((cur, True))
+        stack.extend((k, False) for k in kids if id(k) not in memo)
+    return memo[id(node)]
 
 
 def _parse_text(text: str, source: str) -> Profile:
     try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_nodes(node, MAX_PROFILE_NODES) > MAX_PROFILE_NODES:
+            raise SagebuildError(
+                f"profile {source} expands to more than {MAX_PROFILE_NODES:,} YAML nodes through its "
+                "aliases (&anchor/*alias); a profile needs a few dozen",
+                fix=f"write {source} without nested aliases",
+            )
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise SagebuildError(f"profile {source} is nested too deeply", fix=f"fix {source}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -142,3 +142,71 @@ def test_show_json_and_errors(tmp_path: Path) -> None:
     broken.write_text("name: [unclosed\n")
     r = runner.invoke(app, ["profiles", "show", str(broken)])
     assert r.exit_code == 2 and "not valid YAML" in flat(r.stderr) and "line" in flat(r.stderr)
+
+
+# ---- hostile profile files (issue 37): bounded, clear errors, never a hang or a traceback ----
+
+
+def _bomb() -> str:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i, name in enumerate("bcdefghi"):
+        prev = "abcdefghi"[i]
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    import time
+
+    from sagebuild.errors import SagebuildError
+    from sagebuild.profiles import load_file
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb())
+    assert path.stat().st_size < 1024
+    t0 = time.monotonic()
+    with pytest.raises(SagebuildError, match="aliases"):
+        load_file(path)
+    assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "not UTF-8"),
+        (b"name: x\x00\n", "NUL"),
+        (b"a: " + b"x" * 300_000, "at most"),
+    ],
+)
+def test_binary_or_huge_profile_is_a_clear_error(tmp_path, content, needle):
+    from sagebuild.errors import Exit, SagebuildError
+    from sagebuild.profiles import load_file
+
+    path = tmp_path / "p.yaml"
+    path.write_bytes(content)
+    with pytest.raises(SagebuildError, match=needle) as info:
+        load_file(path)
+    assert info.value.code == Exit.USAGE
+
+
+def test_fifo_profile_is_refused_without_blocking(tmp_path):
+    import os
+
+    from sagebuild.errors import SagebuildError
+    from sagebuild.profiles import load_file
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SagebuildError, match="not a regular file"):
+        load_file(fifo)
+
+
+@pytest.mark.parametrize("key", ["heads", "batch", "head_dim", "reps"])
+def test_bench_sizes_must_be_at_least_one(key):
+    from sagebuild.profiles import ProfileError, load_bundled, parse
+
+    doc = load_bundled("cpu").to_dict()
+    doc.pop("source", None)
+    doc["bench"][key] = 0
+    with pytest.raises(ProfileError, match=f"bench.{key}"):
+        parse(doc, "test.yaml")
