@@ -162,7 +162,7 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        json_out = bool(kwargs.get("json_out"))
+        json_out = kwargs.get("json_out", kwargs.get("json")) is True
         command = fn.__name__.removesuffix("_cmd").removesuffix("_command").rstrip("_")
         try:
             return fn(*args, **kwargs)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, RootOpt, console, emit_json, handle_errors
+from sagebuild.cli.common import JsonOpt, RootOpt, emit_json, handle_errors, out
 
 
 def _match_here(root: Path) -> tuple[str, str, list[str]]:
@@ -89,9 +89,9 @@ def register(app: typer.Typer) -> None:
                 r["torch"] or "any",
                 r["description"],
             )
-        console.print(table)
-        console.print(f"[bold]*[/] {doc['match']}: {doc['why']}", highlight=False)
-        console.print("show one: sagebuild profiles show NAME", highlight=False)
+        out.print(table)
+        out.print(f"[bold]*[/] {doc['match']}: {doc['why']}", highlight=False)
+        out.print("show one: sagebuild profiles show NAME", highlight=False)
 
     @sub.command("show")
     @handle_errors
