@@ -362,3 +362,26 @@ def test_shadowing_folder_in_cwd(tmp_path: Path) -> None:
     ]
     (tmp_path / "sageattention/__init__.py").unlink()
     assert _conflicts(raw, tmp_path).shadowing == []
+
+
+def test_fifo_and_device_files_under_a_root_are_not_read(tmp_path):
+    """doctor --root never blocks on a FIFO where a file is expected (issue 37)."""
+    import os
+    import subprocess
+    import sys
+
+    from sagebuild.probe.system import Root, read_text_capped
+
+    (tmp_path / "etc").mkdir()
+    os.mkfifo(tmp_path / "etc" / "os-release")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "version").write_text("Linux version 6.8.0 " + "x" * (2 << 20))
+    root = Root(tmp_path)
+    assert root.read("/etc/os-release") is None
+    assert len(root.read("/proc/version")) == 1 << 20  # capped
+    assert read_text_capped(Path("/dev/zero")) is None
+    r = subprocess.run(
+        [sys.executable, "-m", "sagebuild", "doctor", "--root", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in r.stderr and r.returncode in (0, 10), r.stderr[-2000:]

@@ -168,13 +168,19 @@ def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str,
     lib, info_path = paths.current_lib(base), paths.current_info(base)
     facts.lib_present = lib.is_file()
     try:
-        facts.info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        facts.info = json.loads(system.read_text_capped(info_path) or "")
+    except ValueError:
         return facts
     facts.built = True
     if facts.lib_present:
-        digest = hashlib.sha256(lib.read_bytes()).hexdigest()
-        facts.sha256_ok = digest == facts.info.get("sha256")
+        digest = hashlib.sha256()
+        try:
+            with open(lib, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+        except OSError:
+            pass
+        facts.sha256_ok = digest.hexdigest() == facts.info.get("sha256")
     else:
         facts.sha256_ok = False
     return facts

@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
@@ -44,6 +45,26 @@ _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECA
 REDACTED = "***"
 
 
+MAX_READ_BYTES = 1024 * 1024  # the files probed (os-release, /proc and /sys nodes, versions) are small
+
+
+def read_text_capped(path: Path, limit: int = MAX_READ_BYTES) -> Optional[str]:
+    """A regular file's first ``limit`` bytes as text; None for anything else.
+
+    A FIFO, socket or device under a probed root would block or never end (``doctor --root``
+    hung on one): only regular files are opened, and without blocking.
+    """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(limit)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
 class Root:
     """Paths of one system root: ``Root("/tmp/x").path("/dev/kfd")`` → ``/tmp/x/dev/kfd``."""
 
@@ -58,10 +79,8 @@ class Root:
         return self.base / str(p).lstrip("/")
 
     def read(self, p: str | Path) -> Optional[str]:
-        try:
-            return self.path(p).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
+        """A regular file under the root (capped at 1 MiB); None when absent or not a regular file."""
+        return read_text_capped(self.path(p))
 
     def exists(self, p: str | Path) -> bool:
         return os.path.lexists(self.path(p))
@@ -188,9 +207,8 @@ def kfd_archs(root: Root) -> list[str]:
         return (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
 
     for node in sorted(nodes.iterdir(), key=order):
-        try:
-            text = (node / "properties").read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        text = read_text_capped(node / "properties")
+        if text is None:
             continue
         m = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.MULTILINE)
         if not m:
