@@ -127,7 +127,9 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _verify_table(verify: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _verify_table(verify: dict[str, Any], icons: bool = True) -> tuple[list[str], list[list[str]]]:
+    """The verify results; ``icons``: emoji marks (Markdown) or plain words (HTML: stock Chromium
+    on Debian has no colour-emoji font and draws an empty box)."""
     head = ["variant", "result", "cos (min)", "rel L1 (max)", "problems / fix"]
     rows = []
     for r in verify["results"]:
@@ -136,7 +138,7 @@ def _verify_table(verify: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append(
             [
                 r["variant"],
-                _ICON["ok" if r["ok"] else "fail"],
+                (_ICON["ok" if r["ok"] else "fail"] if icons else ("ok" if r["ok"] else "fail")),
                 f"{_f(a.get('cos'), 6)} ({_f(b.get('cos_min'), 6)})",
                 f"{_f(a.get('rel_l1'))} ({_f(b.get('rel_l1_max'))})",
                 note or "–",
@@ -328,7 +330,7 @@ def to_html(report: dict[str, Any]) -> str:
         parts += [
             f"<h2>Verify ({escape(v['mode'])} on {escape(v['device'])})</h2>",
             f"<p>{escape(v['note'])}</p>",
-            _html_table(*_verify_table(v)),
+            _html_table(*_verify_table(v, icons=False), status_col=1),
         ]
     parts += [
         "<h2>Doctor checks</h2>",
