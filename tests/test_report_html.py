@@ -12,9 +12,15 @@ def test_html_report_has_no_emoji():
     from sagebuild.report.render import to_html
 
     report = sample_report()
-    report["verify"] = {"mode": "golden", "device": "cpu", "note": "golden model", "shape": [1, 1, 64, 64], "dtype": "float16",
-                        "results": [{"variant": "qk_int8_pv_fp16", "ok": True, "problems": [], "accuracy": None,
-                                     "bounds": None}]}  # fmt: skip
+    result = {"variant": "qk_int8_pv_fp16", "ok": True, "problems": [], "accuracy": None, "bounds": None}
+    report["verify"] = {
+        "mode": "golden",
+        "device": "cpu",
+        "note": "golden model",
+        "shape": [1, 1, 64, 64],
+        "dtype": "float16",
+        "results": [result],
+    }
     html = to_html(report)
     assert '<td class="ok">ok</td>' in html
     assert not re.search("[\u2600-\u27bf\U0001f300-\U0001faff]", html)
