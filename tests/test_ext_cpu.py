@@ -64,6 +64,7 @@ def ops(built: dict[str, Any]) -> Any:
 
 # ---- the contract, as the golden model states it -----------------------------------------------
 
+
 def ref_quant_int8(x: torch.Tensor, km: torch.Tensor | None, blk: int, mul: float):
     y = x.float() - km if km is not None else x.float()
     q, step = quant_int8_blocks(y, blk)
@@ -84,6 +85,7 @@ def bhnd(b: int, h: int, n: int, d: int, dtype: torch.dtype, layout: str, seed: 
 
 
 # ---- the build ----------------------------------------------------------------------------------
+
 
 def test_build_records_verified_metadata(built: dict[str, Any]) -> None:
     res = built["result"]
@@ -134,7 +136,7 @@ def test_k_mean_and_k_quant_match_the_contract(ops: Any, dtype: torch.dtype, lay
 @pytest.mark.parametrize("blk", [128, 32, 16])
 def test_q_quant_folds_the_softmax_scale(ops: Any, blk: int) -> None:
     q = bhnd(1, 4, 257, 128, torch.float16, "NHD", seed=2)
-    mul = 128 ** -0.5 * LOG2E
+    mul = 128**-0.5 * LOG2E
     x, s = ops.quant_per_block_int8(q, None, blk, mul)
     rx, rs = ref_quant_int8(q, None, blk, mul)
     assert s.shape == (1, 4, math.ceil(257 / blk))
@@ -169,8 +171,24 @@ def test_v_fp8_per_channel_matches_torch_rounding(ops: Any, fnuz: bool, dtype: t
 
 def test_fp8_encoder_edge_values(ops: Any) -> None:
     # one channel whose amax is 448 → scale 1: the values are encoded as they are
-    vals = torch.tensor([448.0, -448.0, 0.0, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -10, 1.0625, 1.1875,
-                         240.0, 232.0, 447.0, 1e-12, -17.5, 0.013671875])
+    vals = torch.tensor(
+        [
+            448.0,
+            -448.0,
+            0.0,
+            2.0**-9,
+            2.0**-10,
+            3 * 2.0**-10,
+            1.0625,
+            1.1875,
+            240.0,
+            232.0,
+            447.0,
+            1e-12,
+            -17.5,
+            0.013671875,
+        ]
+    )
     v8, vs = ops.quant_v_fp8_per_channel(vals.reshape(1, 1, -1, 1), False)
     assert vs.item() == 1.0 and v8.stride(-2) == 1
     expect = vals.to(torch.float8_e4m3fn)
@@ -190,16 +208,19 @@ def test_ops_reject_bad_inputs(ops: Any) -> None:
 def test_fake_impls_support_torch_compile(ops: Any) -> None:
     k = bhnd(1, 2, 40, 32, torch.float16, "HND", seed=4)
     km = ops.k_mean(k)
-    for op, args in [(torch.ops.sagebuild.k_mean.default, (k,)),
-                     (torch.ops.sagebuild.quant_per_block_int8.default, (k, km, 16, 0.5)),
-                     (torch.ops.sagebuild.quant_per_block_int8.default, (k, None, 16, 0.5)),
-                     (torch.ops.sagebuild.quant_v_fp8_per_channel.default, (k, True))]:
+    for op, args in [
+        (torch.ops.sagebuild.k_mean.default, (k,)),
+        (torch.ops.sagebuild.quant_per_block_int8.default, (k, km, 16, 0.5)),
+        (torch.ops.sagebuild.quant_per_block_int8.default, (k, None, 16, 0.5)),
+        (torch.ops.sagebuild.quant_v_fp8_per_channel.default, (k, True)),
+    ]:
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
     def pre(q: torch.Tensor, kk: torch.Tensor):
         m = torch.ops.sagebuild.k_mean(kk)
-        return torch.ops.sagebuild.quant_per_block_int8(q, None, 16, 2.0)[1], \
-            torch.ops.sagebuild.quant_per_block_int8(kk, m, 16, 1.0)[0]
+        return torch.ops.sagebuild.quant_per_block_int8(q, None, 16, 2.0)[
+            1
+        ], torch.ops.sagebuild.quant_per_block_int8(kk, m, 16, 1.0)[0]
 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -221,19 +242,28 @@ def test_get_quant_ops_is_none_for_devices_without_kernels(ops: Any) -> None:
 
 # ---- fresh interpreters -------------------------------------------------------------------------
 
+
 def _py(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def test_loads_in_a_fresh_interpreter(built: dict[str, Any]) -> None:
-    out = _py("""
+    out = _py(
+        """
         import torch
         from sagebuild import ext
         ops = ext.get_quant_ops("cpu")
         k = torch.ones(1, 1, 4, 8, dtype=torch.float16)
         print(ops is not None, float(ops.k_mean(k).sum()), ext.build_info()["sha256"])
-    """, built["env"])
+    """,
+        built["env"],
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "8.0", built["result"].sha256]
 
@@ -252,13 +282,16 @@ def test_a_broken_or_foreign_build_is_explained_not_raised(built: dict[str, Any]
     (foreign / "builds/x" / paths.INFO_FILE).write_text(json.dumps(info))
     with open(corrupt / "builds/x" / paths.LIB_FILE, "ab") as f:
         f.write(b"garbage")
-    out = _py(f"""
+    out = _py(
+        f"""
         import os, sagebuild, torch
         from sagebuild import ext
         for d in ({str(foreign)!r}, {str(corrupt)!r}):
             os.environ["SAGEBUILD_EXT_DIR"] = d
             print(ext.get_quant_ops("cpu") is None, "|", ext.load_error())
-    """, {})
+    """,
+        {},
+    )
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.strip().splitlines()
     assert first.startswith("True |")
@@ -267,6 +300,7 @@ def test_a_broken_or_foreign_build_is_explained_not_raised(built: dict[str, Any]
 
 
 # ---- atomic install ----------------------------------------------------------------------------
+
 
 def test_failed_build_leaves_the_working_one(built: dict[str, Any], tmp_path: Path) -> None:
     base = built["dir"]
@@ -295,6 +329,7 @@ def test_problems_stop_the_build_before_it_starts(tmp_path: Path) -> None:
 
 # ---- external trees (--source) and the OOM retry ------------------------------------------------
 
+
 def _tree(tmp_path: Path, body: str) -> Path:
     d = tmp_path / "tree"
     (d / "pkg").mkdir(parents=True)
@@ -303,10 +338,13 @@ def _tree(tmp_path: Path, body: str) -> Path:
 
 
 def test_source_without_a_so_is_a_failure(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, """
+    tree = _tree(
+        tmp_path,
+        """
         print("running build_ext")
         print("skipping 'sageattention._qattn' extension: no CUDA found")
-    """)
+    """,
+    )
     plan = make_plan(CPU, local_facts(), source=tree, env={"SAGEBUILD_EXT_DIR": str(tmp_path / "e")})
     res = run_compile(plan, tmp_path / "s.log", progress=False)
     assert not res.ok and "no extension file" in res.error
@@ -314,7 +352,9 @@ def test_source_without_a_so_is_a_failure(tmp_path: Path) -> None:
 
 
 def test_source_oom_is_retried_with_half_the_jobs(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, """
+    tree = _tree(
+        tmp_path,
+        """
         import os, pathlib, signal
         here = pathlib.Path(__file__).parent
         with open(here / "jobs.txt", "a") as f:
@@ -324,14 +364,16 @@ def test_source_oom_is_retried_with_half_the_jobs(tmp_path: Path) -> None:
             print("c++: fatal error: Killed signal terminated program cc1plus", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         (here / "pkg" / "_qattn.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\\x7fELF fake")
-    """)
+    """,
+    )
     plan = make_plan(CPU, local_facts(), jobs=4, source=tree, env={"SAGEBUILD_EXT_DIR": str(tmp_path / "e")})
     res = run_compile(plan, tmp_path / "o.log", progress=False)
     assert res.ok, res.error
     assert res.retried_with_half_jobs and res.jobs == 2
     assert [ln.split()[0] for ln in (tree / "jobs.txt").read_text().splitlines()] == ["4", "2"]
-    assert res.artefacts == [{"path": str(tree / "pkg/_qattn.cpython-311-x86_64-linux-gnu.so"),
-                              "sha256": res.sha256}]
+    assert res.artefacts == [
+        {"path": str(tree / "pkg/_qattn.cpython-311-x86_64-linux-gnu.so"), "sha256": res.sha256}
+    ]
     assert "retrying once with MAX_JOBS=2" in Path(res.log_path).read_text()
 
 
@@ -349,8 +391,10 @@ def test_cli_source_failure_exits_20(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     tree = _tree(tmp_path, "print('nothing to build')\n")
     monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(tmp_path / "e"))
-    res = CliRunner().invoke(app, ["compile", "--profile", "cpu", "--source", str(tree), "--json",
-                                   "--log", str(tmp_path / "cli.log")])
+    res = CliRunner().invoke(
+        app,
+        ["compile", "--profile", "cpu", "--source", str(tree), "--json", "--log", str(tmp_path / "cli.log")],
+    )
     assert res.exit_code == 20, res.output
     doc = json.loads(res.stdout)
     assert doc["result"]["ok"] is False and "no extension file" in doc["result"]["error"]
@@ -385,3 +429,39 @@ def test_triton_aot_step_checks_each_variant_and_arch(built: dict[str, Any], tmp
     assert good["ok"] is True and good["instruction"] == "v_wmma_i32_16x16x16_iu8"
     assert bad["ok"] is False and "no_such_variant" in res.key_lines[0]
     assert paths.current_lib(built["dir"]).is_file()  # the extension itself still built and installed
+
+
+def test_extension_cache_is_keyed_by_environment(tmp_path):
+    """Two venvs with the same Python and torch get two extension directories (issue 37.5); the
+    build plan, the probe and the runtime loader name the same one for one environment."""
+    import sys
+
+    from sagebuild.build import paths
+
+    env = {"SAGEBUILD_CACHE_DIR": str(tmp_path)}
+    a = paths.ext_dir("2.13.0+cpu", "3.12.1", env, prefix="/venvs/a")
+    b = paths.ext_dir("2.13.0+cpu", "3.12.1", env, prefix="/venvs/b")
+    assert a != b and a.parent == b.parent == tmp_path / "ext"
+    assert a.name.startswith("cp312-torch2.13.0+cpu-")
+    assert paths.ext_dir("2.13.0+cpu", "3.12.1", env, prefix="/venvs/a") == a
+    assert paths.ext_dir("2.13.0+cpu", None, env) == paths.ext_dir("2.13.0+cpu", None, env, prefix=sys.prefix)
+    # SAGEBUILD_EXT_DIR still names the directory outright
+    assert (
+        paths.ext_dir("2.13.0+cpu", env={"SAGEBUILD_EXT_DIR": str(tmp_path / "x")}, prefix="/a")
+        == tmp_path / "x"
+    )
+
+
+def test_probe_and_plan_agree_on_this_environment_s_directory(tmp_path, monkeypatch):
+    from sagebuild import probe
+    from sagebuild.build import paths
+
+    monkeypatch.delenv("SAGEBUILD_EXT_DIR", raising=False)
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    facts = probe.collect()
+    assert facts.python.prefix
+    import torch
+
+    assert facts.extension.dir == str(paths.ext_dir(facts.torch.version, facts.python.version, None,
+                                                    facts.python.prefix))  # fmt: skip
+    assert facts.extension.dir == str(paths.running_ext_dir()) or torch.__version__ != facts.torch.version

@@ -52,13 +52,20 @@ def python_tag(version: Optional[str] = None) -> str:
 
 
 def ext_dir(
-    torch_version: str, py_version: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    torch_version: str,
+    py_version: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    prefix: Optional[str] = None,
 ) -> Path:
-    """The extension directory for one interpreter + torch build (``cp311-torch2.13.0+cpu``)."""
+    """The extension directory for one environment (``cp311-torch2.13.0+cpu-<key>``: the key from
+    the interpreter's ``prefix`` (default: this one's), torch and the sources, sagebuild.envkey)."""
+    from sagebuild.envkey import environment_key
+
     env = os.environ if env is None else env
     if env.get(ENV_EXT_DIR):
         return Path(env[ENV_EXT_DIR]).expanduser()
-    return cache_root(env) / "ext" / f"{python_tag(py_version)}-torch{torch_version}"
+    key = environment_key(prefix, torch_version)
+    return cache_root(env) / "ext" / f"{python_tag(py_version)}-torch{torch_version}-{key}"
 
 
 def current_dir(base: Path) -> Path:

@@ -307,7 +307,7 @@ def make_plan(
 
     py = getattr(getattr(facts, "python", None), "executable", None) or sys.executable
     py_version = getattr(getattr(facts, "python", None), "version", None)
-    base = paths.ext_dir(torch_version or "unknown", py_version, env)
+    base = paths.ext_dir(torch_version or "unknown", py_version, env, getattr(facts.python, "prefix", None))
 
     if source is not None:
         src = Path(source).expanduser().resolve()

@@ -85,6 +85,7 @@ def _this_python() -> PythonFacts:
     return PythonFacts(
         version=platform.python_version(),
         executable=sys.executable,
+        prefix=sys.prefix,
         platform=sys.platform,
         in_venv=sys.prefix != sys.base_prefix or bool(os.environ.get("CONDA_PREFIX")),
     )
@@ -163,7 +164,7 @@ def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str,
 
     if not torch_facts.version:
         return ExtensionFacts()
-    base = paths.ext_dir(torch_facts.version, py_facts.version or None, env)
+    base = paths.ext_dir(torch_facts.version, py_facts.version or None, env, py_facts.prefix)
     facts = ExtensionFacts(dir=str(base))
     lib, info_path = paths.current_lib(base), paths.current_info(base)
     facts.lib_present = lib.is_file()

@@ -33,6 +33,7 @@ class PythonFacts:
 
     version: Optional[str] = None
     executable: Optional[str] = None
+    prefix: Optional[str] = None  # sys.prefix of the target: one per venv (keys its extension build)
     platform: Optional[str] = None  # sys.platform of the target: "linux", "win32", ...
     in_venv: bool = False
     under_mnt: bool = False  # a Windows interpreter reached through /mnt/<drive>/ from WSL

@@ -82,6 +82,7 @@ marker_env = {
 emit("@PY@", {
     "version": platform.python_version(),
     "executable": sys.executable,
+    "prefix": sys.prefix,
     "platform": sys.platform,
     "in_venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX")),
     "marker_env": marker_env,
@@ -221,6 +222,7 @@ def python_facts(py: Optional[dict], python: str) -> PythonFacts:
     return PythonFacts(
         version=py.get("version"),
         executable=py.get("executable") or python,
+        prefix=py.get("prefix"),
         platform=py.get("platform"),
         in_venv=bool(py.get("in_venv")),
     )

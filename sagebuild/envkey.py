@@ -1,0 +1,40 @@
+"""The key of one environment's extension build: which interpreter, which torch, which sources.
+
+The extension cache used to be keyed by the Python and torch versions only, so a second venv (or
+checkout) with the same torch silently replaced the first one's build, and each environment's
+doctor then reported the other's. The key now also holds the interpreter's prefix (``sys.prefix``:
+one per venv/conda env), torch's CUDA/HIP build and a hash of the extension sources sagebuild ships
+(another checkout or version has other sources). It is short, so paths stay readable:
+``cp312-torch2.13.0+cpu-3f9a1c0d2b4e``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+
+@functools.lru_cache(maxsize=1)
+def sources_hash() -> str:
+    """sha256 over the bundled C++/CUDA/HIP extension sources (names and bytes), computed once."""
+    import sagebuild.kernels.csrc as csrc
+
+    root = Path(csrc.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def environment_key(
+    prefix: Optional[str], torch_version: str, cuda: Optional[str] = None, hip: Optional[str] = None
+) -> str:
+    """12 hex digits naming one environment's build (the default prefix is this interpreter's)."""
+    where = os.path.realpath(prefix or sys.prefix)
+    text = "\n".join([where, torch_version, cuda or "", hip or "", sources_hash()])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
