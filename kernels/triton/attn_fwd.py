@@ -486,7 +486,7 @@ def tma_eligible(kv: QuantizedKV, head_dim_pad: int) -> bool:
     of 16 bytes. The plan decides TMA from the shapes; this checks the actual buffers."""
     k, v = kv.k, kv.v
     dn = head_dim_pad * k.max_len  # one head's elements
-    vrows = layout.key_rows(k.max_len, kv.v_key_order)  # V's row length (padded in key order)
+    vrows = layout.v_row_stride(k.max_len, kv.v_key_order)  # V's row stride (16-byte aligned)
     return (
         v.stride_d % 16 == 0
         and not k.is_varlen
@@ -517,9 +517,10 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
     n = kv.k.max_len
-    vrows = layout.key_rows(n, kv.v_key_order)
+    # V's descriptor ends at its key rows (reads past them arrive as zeros); rows are v.stride_d apart
     k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
-    v_shape, v_strides = [kv.v.batch * kv.v.heads * head_dim_pad, vrows], [vrows, 1]
+    v_shape = [kv.v.batch * kv.v.heads * head_dim_pad, layout.key_rows(n, kv.v_key_order)]
+    v_strides = [kv.v.stride_d, 1]
     kd = TensorDescriptor(kv.k.t, k_shape, k_strides, k_box)
     vd = TensorDescriptor(kv.v.t, v_shape, v_strides, v_box)
     if not split:  # the same boxes: the same descriptors

@@ -84,6 +84,13 @@ def key_rows(n: int, key_order: bool) -> int:
     return -(-n // KEY_GROUP) * KEY_GROUP if key_order else n
 
 
+def v_row_stride(n: int, key_order: bool) -> int:
+    """FP8 V's row stride for n keys: ``key_rows`` rounded up to 16 bytes, so every channel row
+    starts 16-byte aligned (vectorised and asynchronous copies, TMA) whatever n is; the tail
+    past ``key_rows`` is never read (masked loads, descriptors sized to ``key_rows``)."""
+    return -(-key_rows(n, key_order) // 16) * 16
+
+
 @triton.jit
 def wgmma_key_order(p):
     """P [M, N] with its columns in wgmma key order: column k of the result is column σ(k) of p
@@ -115,13 +122,14 @@ def empty_like_view(
     if view.is_varlen:
         total = view.t.shape[0]
         if channel_major:
-            out = torch.empty((view.heads, head_dim, total), dtype=dtype, device=dev).permute(2, 0, 1)
+            out = torch.empty((view.heads, head_dim, v_row_stride(total, False)), dtype=dtype, device=dev)
+            out = out[..., :total].permute(2, 0, 1)
         else:
             out = torch.empty((total, view.heads, head_dim), dtype=dtype, device=dev)
         return packed(out, view.cu, view.max_len)
     shape = (view.batch, view.heads, view.max_len, head_dim)
     if channel_major:
-        rows = key_rows(view.max_len, key_order)
+        rows = v_row_stride(view.max_len, key_order)
         out = torch.empty(shape[:2] + (head_dim, rows), dtype=dtype, device=dev)
         if rows != view.max_len:
             out = out[..., : view.max_len]

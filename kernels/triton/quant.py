@@ -153,69 +153,26 @@ def _column_stats(
 
 
 @triton.jit
-def _kv_stats_kernel(
-    K,
-    V,
-    KM,
-    VS,
-    CU,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    H,
-    N,
-    T,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    SPLIT_D: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SMOOTH_K: tl.constexpr,
-    V_FP8: tl.constexpr,
-    FP8_MAX: tl.constexpr,
-    IS_VARLEN: tl.constexpr,
-):
-    """One program per (sequence, KV head, SPLIT_D channels): mean of K and amax of V over tokens."""
-    pid_bh = tl.program_id(0)
-    pid_d = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    kbase, n = seq_base(CU, b, N, T, stride_kb, stride_kn, IS_VARLEN)
-    vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
-    kbase += h.to(tl.int64) * stride_kh
-    vbase += h.to(tl.int64) * stride_vh
-    offs_d = pid_d * SPLIT_D + tl.arange(0, SPLIT_D)
-    ksum, vmax = _column_stats(
-        K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, 1
-    )
-    out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
-    if SMOOTH_K:
-        tl.store(KM + out, ksum / tl.maximum(n, 1).to(tl.float32), mask=offs_d < BLOCK_D)
-    if V_FP8:
-        tl.store(VS + out, vmax, mask=offs_d < BLOCK_D)  # amax; quant_blocks turns it into the scale
-
-
-@triton.jit
 def _kv_partials_kernel(
-    K, V, KP, VP,
+    K, V, KP, VP, CU,
     stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    H, N, PART_ROWS, NPART,
+    H, N, T, PART_ROWS, NPART,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
-    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr,
+    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per (PART_ROWS tokens, batch·KV head) of dense K/V: the part's column sums of
-    K and column amaxes of |V|."""
+    """One program per (PART_ROWS tokens, sequence·KV head) of dense or packed K/V: the part's
+    column sums of K and column amaxes of |V| (a part past its sequence's end sums nothing)."""
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
     start = pid_s * PART_ROWS
-    kbase = b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
-    vbase = b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
+    kbase, n_seq = seq_base(CU, b, N, T, stride_kb, stride_kn, IS_VARLEN)
+    vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
+    kbase += h.to(tl.int64) * stride_kh + start.to(tl.int64) * stride_kn
+    vbase += h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
     offs_d = tl.arange(0, BLOCK_D)
-    n = tl.minimum(PART_ROWS, N - start)
+    n = tl.minimum(PART_ROWS, n_seq - start)
     ksum, vmax = _column_stats(
         K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, PART_STAGES
     )
@@ -228,11 +185,11 @@ def _kv_partials_kernel(
 
 @triton.jit
 def _kv_finalize_kernel(
-    KP, VP, KM, VA, N, NPART,
-    BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr,
+    KP, VP, KM, VA, CU, H, N, T, NPART,
+    BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per batch·KV head: K's mean and V's amax from the NPART parts, in part order
-    (deterministic, unlike float atomics)."""
+    """One program per sequence·KV head: K's mean and V's amax from the NPART parts, in part
+    order (deterministic, unlike float atomics)."""
     pid_bh = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
@@ -245,7 +202,8 @@ def _kv_finalize_kernel(
             vmax = tl.maximum(vmax, tl.load(VP + base + s * BLOCK_D))
     out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
     if SMOOTH_K:
-        tl.store(KM + out, column_mean(ksum, N))
+        _, n = seq_base(CU, pid_bh // H, N, T, 0, 0, IS_VARLEN)
+        tl.store(KM + out, column_mean(ksum, tl.maximum(n, 1)))
     if V_FP8:
         tl.store(VA + out, vmax)
 
@@ -401,11 +359,12 @@ def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> in
     return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
 
 
-def _dense_stats(
+def _part_stats(
     k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, launch_key: Optional[tuple]
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """K's mean and V's amax of dense inputs: column statistics per part of the tokens (K and V
-    read once, side by side), then one small launch combining each head's parts."""
+    """K's mean and V's amax per sequence and head: column statistics per part of the tokens (K
+    and V read once, side by side, about PART_WAVES programs per SM), then one small launch
+    combining each head's parts. Packed sequences are parted by the longest one."""
     if not smooth_k and v is None:
         return None, None
     rows = part_rows(k.max_len, k.batch * k.heads, k.t.device, head_dim_pad)
@@ -416,11 +375,12 @@ def _dense_stats(
     kp, vp = parts[0], parts[-1]
     stats = torch.empty((2, k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev)
     vv = v if v is not None else k
-    consts = dict(SMOOTH_K=smooth_k, V_FP8=v is not None)
+    cu = k.cu if k.cu is not None else stats  # unused when dense
+    consts = dict(SMOOTH_K=smooth_k, V_FP8=v is not None, IS_VARLEN=k.is_varlen)
     launcher.launch(
         _kv_partials_kernel,
         (count, k.batch * k.heads),
-        (k.t, vv.t, kp, vp, *k.strides(), *vv.strides(), k.heads, k.max_len, rows, count),
+        (k.t, vv.t, kp, vp, cu, *k.strides(), *vv.strides(), k.heads, k.max_len, k.total, rows, count),
         dict(
             HEAD_DIM=k.head_dim,
             BLOCK_D=head_dim_pad,
@@ -434,7 +394,7 @@ def _dense_stats(
     launcher.launch(
         _kv_finalize_kernel,
         (k.batch * k.heads,),
-        (kp, vp, stats[0], stats[1], k.max_len, count),
+        (kp, vp, stats[0], stats[1], cu, k.heads, k.max_len, k.total, count),
         dict(BLOCK_D=head_dim_pad, **consts),
         num_warps=1,
         key=launch_key,
@@ -450,52 +410,12 @@ def kv_stats(
     fp8_dtype: Optional[torch.dtype],
     launch_key: Optional[tuple] = None,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None).
-
-    Dense inputs: two Triton launches (``_dense_stats``), which replaced two torch reductions
-    running at ~1.8 TB/s on an H200 (docs/performance.md, run 13). Packed variable-length
-    inputs need per-sequence statistics: one Triton launch over all sequences.
-    """
+    """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None),
+    per sequence for packed inputs: two Triton launches (``_part_stats``)."""
     want_v = v is not None and fp8_dtype is not None
     if not smooth_k and not want_v:
         return None, None
-    if not k.is_varlen:
-        return _dense_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key)
-    dev = k.t.device
-    km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if smooth_k else None
-    vs = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=dev) if want_v else None
-    vv = v if want_v else k
-    split_d = min(32, head_dim_pad)
-    grid = (k.batch * k.heads, launcher.cdiv(head_dim_pad, split_d))
-    launcher.launch(
-        _kv_stats_kernel,
-        grid,
-        (
-            k.t,
-            vv.t,
-            km if km is not None else vs,
-            vs if vs is not None else km,
-            k.cu,
-            *k.strides(),
-            *vv.strides(),
-            k.heads,
-            k.max_len,
-            k.total,
-        ),
-        dict(
-            HEAD_DIM=k.head_dim,
-            BLOCK_D=head_dim_pad,
-            SPLIT_D=split_d,
-            CHUNK=64,
-            SMOOTH_K=smooth_k,
-            V_FP8=want_v,
-            FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
-            IS_VARLEN=k.is_varlen,
-        ),
-        num_warps=4,
-        key=launch_key,
-    )
-    return km, vs
+    return _part_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key)
 
 
 def quant_blocks(

@@ -248,8 +248,7 @@ def make_plan(
     quantization = "extension" if backend == "ext" else "triton"
     ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
     v_key_order = fp8 and ours and features.enabled("v_key_order", family)
-    v_rows = -(-n_k // configs.KEY_GROUP) * configs.KEY_GROUP if v_key_order else n_k
-    tma_layout = fp8 and ours and v_rows % 16 == 0  # TMA: V's row stride a multiple of 16 bytes
+    tma_layout = fp8 and ours  # K/V as our dense quantization lays them out (16-byte aligned rows)
     split = configs.split_head_dim(head_dim, dp)
     try:
         cfg = configs.lookup(
