@@ -128,15 +128,8 @@ def as_user_error(exc: BaseException) -> SagebuildError:
 
     if isinstance(exc, SagebuildError):
         return exc
-    if isinstance(exc, OSError) and exc.errno in (
-        errno.ENOSPC,
-        errno.EDQUOT,
-        errno.EROFS,
-        errno.EACCES,
-        errno.EPERM,
-        errno.ENOTDIR,
-        errno.EISDIR,
-    ):
+    if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        # a file-system operation on a named path failed: the path or the disk, not a bug
         return write_error(exc.filename or "a file", exc, "access")
     if isinstance(exc, MemoryError):
         return SagebuildError(

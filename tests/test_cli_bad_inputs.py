@@ -1,0 +1,175 @@
+"""Hostile and mistaken input, table-driven, through the real CLI in a subprocess (issue 37).
+
+Every case must end with a documented exit code (docs/ci.md), print no Python traceback, stay
+within a time and an address-space limit, and leave the files already there unchanged. A case
+with ``--json`` must still print one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+TIME_LIMIT_S = 90
+ADDRESS_SPACE = 6 * 2**30  # far below what reading /dev/zero or a 24 GB bench would take
+DOCUMENTED = {0, 1, 2, 3, 10, 20, 30, 40, 50, 130}
+
+
+def _bomb(d: Path) -> Path:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i, name in enumerate("bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{'abcdefghi'[i]}"] * 9) + "]")
+    p = d / "bomb.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _binary(d: Path) -> Path:
+    p = d / "binary.yaml"
+    p.write_bytes(bytes(range(256)) * 4)
+    return p
+
+
+def _fifo(d: Path) -> Path:
+    p = d / "fifo.yaml"
+    os.mkfifo(p)
+    return p
+
+
+def _file(d: Path) -> Path:
+    p = d / "existing.txt"
+    p.write_text("keep me\n")
+    return p
+
+
+@dataclass
+class Case:
+    id: str
+    args: Callable[[Path], list[str]]
+    codes: set[int]
+    env: dict[str, str] = field(default_factory=dict)
+    json_doc: bool = False
+    stderr_has: str = ""
+
+
+CASES = [
+    Case("explain-dev-zero", lambda d: ["explain", "/dev/zero"], {0}),
+    Case("explain-missing", lambda d: ["explain", str(d / "nope.log")], {2}, stderr_has="not found"),
+    Case("explain-directory", lambda d: ["explain", str(d)], {2}, stderr_has="directory"),
+    Case("profile-alias-bomb", lambda d: ["profiles", "show", str(_bomb(d))], {2}, stderr_has="aliases"),
+    Case("profile-binary", lambda d: ["profiles", "show", str(_binary(d))], {2}, stderr_has="UTF-8"),
+    Case("profile-fifo", lambda d: ["profiles", "show", str(_fifo(d))], {2}, stderr_has="regular file"),
+    Case("profile-bomb-json", lambda d: ["profiles", "show", str(_bomb(d)), "--json"], {2}, json_doc=True),
+    Case("doctor-profile-bomb", lambda d: ["doctor", "--profile", str(_bomb(d))], {2}),
+    Case(
+        "bench-huge-head-dim",
+        lambda d: ["bench", "--profile", "cpu", "--head-dim", "100000"],
+        {3},
+        stderr_has="refused",
+    ),
+    Case("bench-huge-seq", lambda d: ["bench", "--profile", "cpu", "--seq", "10000000"], {3}),
+    Case("bench-absent-gpu", lambda d: ["bench", "--profile", "cpu", "--device", "cuda:7"], {3}),
+    Case(
+        "bench-absent-gpu-json",
+        lambda d: ["bench", "--profile", "cpu", "--device", "cuda:7", "--json"],
+        {3},
+        json_doc=True,
+    ),
+    Case("bench-bad-device", lambda d: ["bench", "--profile", "cpu", "--device", "gpu9"], {2}),
+    Case("verify-huge-shape", lambda d: ["verify", "--profile", "cpu", "--shape", "1,8,10000000,64"], {3}),
+    Case("lock-out-proc", lambda d: ["lock", "--profile", "cpu", "--out", "/proc/x.lock"], {2}),
+    Case(
+        "lock-out-directory",
+        lambda d: ["lock", "--profile", "cpu", "--out", str(d)],
+        {2},
+        stderr_has="directory",
+    ),
+    Case("lock-check-missing", lambda d: ["lock", "--check", str(d / "none.lock")], {2}),
+    Case("lock-check-binary", lambda d: ["lock", "--check", str(_binary(d))], {2}),
+    Case("accept-out-is-file", lambda d: ["accept", "--profile", "cpu", "--out", str(_file(d))], {2}),
+    Case(
+        "accept-out-below-file", lambda d: ["accept", "--profile", "cpu", "--out", str(_file(d) / "run")], {2}
+    ),
+    Case("accept-out-proc", lambda d: ["accept", "--profile", "cpu", "--out", "/proc/sagebuild-run"], {2}),
+    Case(
+        "accept-out-proc-json",
+        lambda d: ["accept", "--profile", "cpu", "--out", "/proc/x", "--json"],
+        {2},
+        json_doc=True,
+    ),
+    Case("compile-log-proc", lambda d: ["compile", "--profile", "cpu", "--log", "/proc/x.log"], {2}),
+    Case(
+        "compile-cache-dir-proc",
+        lambda d: ["compile", "--profile", "cpu"],
+        {2},
+        env={"SAGEBUILD_CACHE_DIR": "/proc/junk"},
+    ),
+    Case(
+        "compile-ext-dir-dev-null",
+        lambda d: ["compile", "--profile", "cpu"],
+        {2},
+        env={"SAGEBUILD_EXT_DIR": "/dev/null"},
+    ),
+]
+
+
+def _snapshot(d: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(d))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[str(p.relative_to(d)) + "/"] = "dir"
+    return out
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_a_clear_message_and_a_documented_code(case: Case, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    args = case.args(work)
+    before = _snapshot(work)
+    env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1", **case.env}
+    env.pop("TRITON_INTERPRET", None)
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "sagebuild", *args],
+        capture_output=True, text=True, env=env, timeout=TIME_LIMIT_S, preexec_fn=_limits,
+        stdin=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    both = r.stdout + r.stderr
+    assert "Traceback" not in both, both[-3000:]
+    assert r.returncode in case.codes, (r.returncode, both[-3000:])
+    assert r.returncode in DOCUMENTED
+    assert elapsed < TIME_LIMIT_S
+    assert _snapshot(work) == before, "a file that was there changed"
+    if r.returncode != 0:
+        assert "error:" in r.stderr and "fix:" in r.stderr, r.stderr[-2000:]
+        assert case.stderr_has.lower() in r.stderr.lower(), r.stderr[-2000:]
+    if case.json_doc:
+        doc = json.loads(r.stdout)
+        assert doc["ok"] is False and doc["error"]["exit_code"] == r.returncode and doc["error"]["message"]
+
+
+def test_every_exit_code_is_documented():
+    from sagebuild.errors import Exit
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "ci.md").read_text()
+    for code in Exit:
+        assert f"| {int(code)} |" in doc, f"docs/ci.md does not list exit code {int(code)} ({code.name})"
+    assert {int(c) for c in Exit} == DOCUMENTED
