@@ -102,7 +102,7 @@ def test_hopper_plans_take_the_measured_features():
     assert long_.record()["config"] == "64,128,4,2,168,tma,pipe"
     short = make_plan("sm90", head_dim=64, n_k=1024)  # head dim 64, short: FP16 P·V measured faster
     assert short.variant == "qk_int8_pv_fp16" and short.pdl and not short.tma and short.pv_accum is None
-    # FP8 V in key order pads 4104 keys to 4128 rows: 16-byte multiples, so descriptors
+    # FP8 V's rows are padded to 16 bytes (``layout.v_row_stride``): any key count takes descriptors
     assert make_plan("sm90", head_dim=128, n_k=4104).tma
     blackwell = make_plan("sm100", head_dim=128, n_k=1024, pv="fp8")
     assert (
@@ -251,8 +251,9 @@ def test_register_cap_is_refused_off_nvidia():
 
 def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     """A row whose config loads K/V by TMA serves a call only where TMA can run: a family whose
-    features allow it, FP8 P·V on dense K/V from our Triton quantization, FP8 V rows a multiple of
-    16 bytes, SAGEBUILD_TMA not 0; every other call takes the next row, and the record says it."""
+    features allow it, FP8 P·V on dense K/V from our Triton quantization (whose FP8 V rows are
+    16-byte aligned for any key count), SAGEBUILD_TMA not 0; every other call takes the next row,
+    and the record says it."""
     monkeypatch.delenv(features.KNOB["tma"], raising=False)
     knobs.refresh()
     row = configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True)
@@ -264,17 +265,16 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     assert planned().config == row and planned(n_k=16384).config == row and planned().tma
     assert not planned(backend="ext").config.tma  # the extension lays K/V out otherwise
     assert not planned(layout="varlen").tma
-    assert planned(n_k=4104).tma  # V in key order: 4104 keys stored in 4128 rows
+    assert planned(n_k=4104).tma and planned(n_k=4097).tma  # ragged key counts too
     for head_dim in (80, 96, 160, 192):  # the split head dims' rows ask for TMA from 4096 keys
         split = planned(head_dim=head_dim)
         assert split.tma and split.wgmma_pipe and split.config.block_n == 128, (head_dim, split)
         assert not planned(head_dim=head_dim, n_k=2048).tma, head_dim
     monkeypatch.setenv(features.KNOB["v_key_order"], "0")
     knobs.refresh()
-    for head_dim in (128, 80, 192):  # V in plain order: rows of 4104 bytes, not 16-byte multiples
+    for head_dim in (128, 80, 192):  # V in plain order: its rows padded to 16 bytes, so any count
         plain = planned(head_dim=head_dim, n_k=4104)
-        assert not plain.v_key_order and not plain.tma and not plain.config.tma, head_dim
-        assert planned(head_dim=head_dim, n_k=4112).tma, head_dim
+        assert not plain.v_key_order and plain.tma and plain.config.tma, head_dim
     monkeypatch.delenv(features.KNOB["v_key_order"])
     assert not planned(pv="fp16", accum=None).tma
     assert not make_plan("sm80", head_dim=128, n_k=4096, pv="fp16").tma

@@ -1,0 +1,127 @@
+"""The K/V (and Q block) quantization kernels (``kernels/triton/quant.py``) under Triton's CPU
+interpreter: bit-equal to the plain-torch statement of the contract (``reference``), with
+(dtype, atol, rtol) triples: the INT8 codes and scales exact, the means to float32 rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_inputs import DEV, qkv
+
+from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
+from sagebuild.kernels.triton import configs, layout, quant
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
+    pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter tests (a GPU is present)"),
+]
+
+# (dtype, atol, rtol) of K's mean against float32 torch: the kernels sum in float32 in another order
+FP16 = pytest.param(torch.float16, 1e-6, 1e-5, id="fp16")
+BF16 = pytest.param(torch.bfloat16, 1e-6, 1e-5, id="bf16")
+
+
+@pytest.mark.parametrize("heads", [1, 3, 5, 7, 16, 64])
+@pytest.mark.parametrize("n", [100, 4096, 20000])
+def test_statistics_parts_fill_one_wave(heads, n):
+    """The statistics launch never asks for more programs than PART_WAVES per SM (4 SMs under
+    the interpreter): a few programs past one wave would run as a second wave on their own; the
+    parts cover every token, each at least PART_MIN_ROWS long unless there is one."""
+    dp = 128
+    rows = quant.part_rows(n, heads, torch.device(DEV), dp)
+    parts = -(-n // rows)
+    assert rows % quant.chunk_rows(dp) == 0 and parts * rows >= n
+    assert parts * heads <= max(heads, quant.PART_WAVES * 4)
+    assert parts == 1 or rows >= quant.PART_MIN_ROWS
+    if n >= quant.PART_MIN_ROWS * (parts + 1):  # not too few either: one more part would not fit
+        assert (parts + 1) * heads > quant.PART_WAVES * 4
+
+
+@pytest.mark.parametrize(
+    ("d", "stats", "key_order", "dtype", "atol", "rtol"),
+    [pytest.param(d, s, ko, *dt.values, id=f"{d}-{s}-{'keyorder' if ko else 'plain'}-{dt.id}")
+     for d in (64, 40) for s in ("inline", "one_part", "parts") for ko in (False, True)
+     for dt in ((FP16, BF16) if (d, ko) == (64, False) else (FP16,))],
+)  # fmt: skip
+def test_quant_kernels_follow_the_contract(d, stats, key_order, dtype, atol, rtol, monkeypatch):
+    """INT8 blocks, K mean and FP8 V: bit-equal to the plain-torch statement of the layout,
+    with the statistics computed in the quantization launch (short keys) or from one or several
+    parts of column statistics (the last part shorter); FP8 V in plain or in wgmma key order
+    (``layout.key_order``: 150 keys stored in 160 rows, the padding zeros)."""
+    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 20 if stats == "inline" else 0)
+    if stats == "parts":
+        monkeypatch.setattr(quant, "PART_MIN_ROWS", 64)
+    seen = []
+    real = quant.part_rows
+    monkeypatch.setattr(quant, "part_rows", lambda *a: seen.append(real(*a)) or seen[-1])
+    _, k, v = qkv(d=d, nk=150, seed=17, dtype=dtype)
+    k = k + torch.linspace(-3, 3, d, device=DEV, dtype=k.dtype)
+    dp = configs.padded_head_dim(d)
+    kq, ks, km, vq, vs = quant.quant_kv(
+        layout.dense(k), layout.dense(v), dp, True, torch.float8_e4m3fn, configs.K_BLK, v_key_order=key_order
+    )
+    # 1 or 3 parts of 150 keys, in chunks of 4096 // 64 rows
+    assert seen == {"inline": [], "one_part": [192], "parts": [64]}[stats]
+    kf, vf = k.float(), v.float()
+    torch.testing.assert_close(km[..., :d], kf.mean(dim=2), atol=atol, rtol=rtol)
+    assert torch.count_nonzero(km[..., d:]) == 0
+    ref_q, ref_s = quant_int8_blocks(kf - km[:, :, None, :d], configs.K_BLK)
+    assert kq.t.shape == (1, 2, 150, dp) and kq.t.dtype == torch.int8
+    assert torch.equal(kq.t[..., :d].float(), ref_q) and torch.count_nonzero(kq.t[..., d:]) == 0
+    assert torch.equal(ks, ref_s)
+    ref_v, ref_vs = quant_v_fp8(vf, torch.float8_e4m3fn)
+    assert torch.equal(vs[..., :d], ref_vs)
+    if key_order:  # every stored row, padding included: row k holds key σ(k) (zeros past 150)
+        rows = layout.key_rows(150, True)
+        stored = torch.as_strided(vq.t, (1, 2, rows, dp), vq.t.stride())[..., :d].float()
+        padded = torch.cat([ref_v, torch.zeros(1, 2, rows - 150, d)], dim=2)
+        assert rows == 160 and torch.equal(stored, padded[:, :, layout.key_order(rows)])
+    else:
+        assert torch.equal(vq.t[..., :d].float(), ref_v)
+
+
+@pytest.mark.parametrize(("dtype", "atol", "rtol"), [FP16, BF16])
+def test_packed_sequences_quantize_per_sequence(dtype, atol, rtol):
+    """Packed (varlen) K/V: each sequence's mean, INT8 blocks (counted from its own first token)
+    and FP8 V scales are its own, as if it were quantized alone; nothing crosses a boundary."""
+    lens = [23, 70, 9]
+    g = torch.Generator().manual_seed(5)
+    k = (torch.randn(sum(lens), 2, 64, generator=g) + torch.linspace(-2, 2, 64)).to(dtype)
+    v = torch.randn(sum(lens), 2, 64, generator=g).to(dtype)
+    cu = torch.tensor([0, 23, 93, 102], dtype=torch.int32)
+    kv_, vv = layout.packed(k, cu, max(lens)), layout.packed(v, cu, max(lens))
+    kq, ks, km, vq, vs = quant.quant_kv(kv_, vv, 64, True, torch.float8_e4m3fn, configs.K_BLK)
+    assert km.shape == (3, 2, 64) and ks.shape == (3, 2, 2)
+    for b, (lo, hi) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        kf = k[lo:hi].transpose(0, 1).float()[None]  # [1, H, n, D]
+        torch.testing.assert_close(km[b], kf.mean(dim=2)[0], atol=atol, rtol=rtol)
+        ref_q, ref_s = quant_int8_blocks(kf - km[b][None, :, None, :], configs.K_BLK)
+        assert torch.equal(kq.t[lo:hi].transpose(0, 1).float(), ref_q[0]), b
+        assert torch.equal(ks[b, :, : ref_s.shape[-1]], ref_s[0]), b
+        ref_v, ref_vs = quant_v_fp8(v[lo:hi].transpose(0, 1).float()[None], torch.float8_e4m3fn)
+        assert torch.equal(vs[b], ref_vs[0]) and torch.equal(vq.t[lo:hi].transpose(0, 1).float(), ref_v[0]), b
+
+
+def test_int8_codes_round_ties_away_from_zero():
+    """A block whose amax is 127 has step 1, so the codes are the rounded inputs themselves:
+    ties go away from zero, values just below a tie go down (0.49999997 + 0.5 rounds to 1 in
+    float32: the kernels must not add 0.5), -0.0 and the clamp behave. The golden model agrees."""
+    ties = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997, -0.0, 0.0,
+            3.4999998, -3.4999998, 127.0, -127.0]  # fmt: skip
+    x = torch.zeros(1, 1, 16, 64)
+    x[0, 0, :, 0] = torch.tensor(ties)
+    x[0, 0, 0, 1] = 127.0  # amax of the block: step = 127 / 127 = 1
+    q, s, _, _ = quant.quant_blocks(layout.dense(x.to(DEV)), None, 16, 1.0, 64)
+    assert torch.equal(s, torch.ones(1, 1, 1))
+    expected = torch.tensor([1, -1, 2, -2, 3, -3, 127, -127, 0, 0, 0, 0, 3, -3, 127, -127], dtype=torch.int8)
+    assert torch.equal(q.t[0, 0, :, 0], expected)
+    ref_q, ref_s = quant_int8_blocks(x, 16)
+    assert torch.equal(ref_q[0, 0, :, 0], expected.float()) and torch.equal(ref_s, s)
+
+
+def test_key_order_needs_dense_inputs_and_whole_groups():
+    k = qkv(nk=64)[1]
+    with pytest.raises(ValueError, match="v_key_order"):
+        quant.quant_blocks(layout.dense(k), None, 16, 1.0, 64, v=layout.dense(k),
+                           fp8_dtype=torch.float8_e4m3fn, inline_stats=True, v_key_order=True)  # fmt: skip
+    assert quant.fp8_max(torch.float8_e4m3fn) == 448.0 and quant.fp8_max(torch.float8_e4m3fnuz) == 240.0
