@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from sagebuild.attention import (
+    api,
     dispatch,
+    features,
     sageattn,
     sageattn_qk_int8_pv_fp8_triton,
     sageattn_qk_int8_pv_fp16_triton,
@@ -24,6 +26,20 @@ pytestmark = pytest.mark.gpu
 
 BOUNDS = {"qk_int8_pv_fp16": (0.9998, 0.015), "qk_int8_pv_fp8": (0.999, 0.05)}
 FNS = {"qk_int8_pv_fp16": sageattn_qk_int8_pv_fp16_triton, "qk_int8_pv_fp8": sageattn_qk_int8_pv_fp8_triton}
+
+
+def _has(feature: str, arch: str) -> bool:
+    """Whether the features table lets ``feature`` run on the arch's family at all."""
+    return getattr(features.modes(dispatch.family(arch)), feature) != "never"
+
+
+def _knob(monkeypatch: pytest.MonkeyPatch, feature: str, value) -> None:
+    """Set (or, with None, unset) a feature's knob and re-read the knobs and the plan caches."""
+    if value is None:
+        monkeypatch.delenv(features.KNOB[feature], raising=False)
+    else:
+        monkeypatch.setenv(features.KNOB[feature], value)
+    api.clear_caches()
 
 
 def _variants() -> list[str]:
@@ -122,8 +138,8 @@ def test_kernel_matches_golden_model(variant, causal):
     q, k, v = _inputs(1, 8, 1000, 128, seed=2, hk=2)
     arch = dispatch.device_arch(q.device)
     pv = "fp8" if variant.endswith("fp8") else "fp16"
-    cfg = configs.lookup(dispatch.family(arch), 128, pv, causal)
     out, lse = FNS[variant](q, k, v, is_causal=causal, return_lse=True, quantization_backend="triton")
+    cfg = api.plan_dense(q, k, v, is_causal=causal, pv=pv, pv_accum="fp32+fp32", return_lse=True).config
     fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else torch.float8_e4m3fn
     ref, ref_lse = golden_attention(
         q, k, v, variant, is_causal=causal, return_lse=True, config=cfg, fp8_dtype=fp8
@@ -143,8 +159,7 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     q, k, v = _inputs(1, 4, 8192, 128, seed=6, hk=1)
     q = q[:, :, :512].contiguous()
     arch = dispatch.device_arch(q.device)
-    variant = configs.variant_key("fp8", pv_accum)
-    cfg = configs.lookup(dispatch.family(arch), 128, variant, False, n_k=8192)
+    cfg = api.plan_dense(q, k, v, pv="fp8", pv_accum=pv_accum).config  # the call's own plan
     if dispatch.family(arch) == "Hopper":
         assert cfg.block_n == 128 and cfg.k_blk == 128, cfg
     out = sageattn_qk_int8_pv_fp8_triton(q, k, v, quantization_backend="triton", pv_accum_dtype=pv_accum)
@@ -169,7 +184,7 @@ def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, d, monkeypa
     tiles): 128-key tiles capped at 168 registers (the configurations TMA is meant to make fit),
     64-key tiles, and the split head dim 96 (a descriptor per channel piece), GQA included."""
     arch = dispatch.device_arch(torch.device("cuda"))
-    if dispatch.family(arch) not in configs.TMA_CAPABLE:
+    if not _has("tma", arch):
         pytest.skip(f"{arch} has no TMA")
     from sagebuild.attention.api import launch_plan
 
@@ -177,15 +192,15 @@ def test_tma_tiles_match_pointer_tiles_on_the_gpu(n, causal, config, d, monkeypa
     kw = dict(is_causal=causal, quantization_backend="triton", pv_accum_dtype="fp32", config=config)
     monkeypatch.setenv(configs.ENV_VAR, config)  # launch_plan reads the config from there
 
-    def kernel() -> str:
+    def tma() -> bool:
         return launch_plan(q, k, v, is_causal=causal, variant="qk_int8_pv_fp8", pv_accum_dtype="fp32",
-                           quantization_backend="triton")["kernel"]  # fmt: skip
+                           quantization_backend="triton")["tma"]  # fmt: skip
 
-    monkeypatch.setenv(configs.TMA_ENV_VAR, "0")
-    assert kernel() == "portable"
+    _knob(monkeypatch, "tma", "0")
+    assert not tma()
     ref = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
-    monkeypatch.setenv(configs.TMA_ENV_VAR, "1")
-    assert kernel() == "portable_tma"  # the comparison is TMA against pointers, not a path with itself
+    _knob(monkeypatch, "tma", "1")
+    assert tma()  # the comparison is TMA against pointers, not a path with itself
     out = sageattn_qk_int8_pv_fp8_triton(q, k, v, **kw)
     assert (out.float() - ref.float()).abs().max() <= 1e-3
     _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")
@@ -327,7 +342,7 @@ def test_graphed_attention_replays_the_eager_result_and_guards_its_signature(h, 
     q2, k2, v2 = _inputs(1, h, n, d, seed=22)
     out = g(q2, k2, v2).clone()
     torch.testing.assert_close(out, sageattn(q2, k2, v2, is_causal=True), rtol=0, atol=0)
-    variant = dispatch.variant_for_call("cuda", d, n)
+    variant = dispatch.choice_for_call(q.device, d, n)[0]
     _check(accuracy(out, exact_attention(q2, k2, v2, is_causal=True)), variant)
     g.q.copy_(q)
     g.k.copy_(k)
@@ -384,16 +399,16 @@ def test_tma_rows_serve_sageattn_on_hopper(d, n, spec, k_blk, causal, monkeypatc
     arch = dispatch.device_arch(torch.device("cuda"))
     if dispatch.family(arch) != "Hopper":
         pytest.skip(f"the TMA row is Hopper's; this is {arch}")
-    for var in (configs.TMA_ENV_VAR, configs.WGMMA_PIPE_ENV_VAR):
-        monkeypatch.delenv(var, raising=False)
+    for feature in ("tma", "wgmma_pipe"):
+        _knob(monkeypatch, feature, None)
     q, k, v = _inputs(1, 8, n, d, seed=12, hk=2)
     plan = launch_plan(q, k, v, is_causal=causal)
     want = configs.parse_config(spec)
-    assert plan["kernel"] == "portable_tma" and plan["config"] == list(want.as_tuple()), plan
-    assert plan["config_spec"] == spec and plan["wgmma_pipe"] is want.pipe, plan
+    assert plan["tma"] and plan["config"] == spec, plan
+    assert plan["wgmma_pipe"] is want.pipe and plan["q_from_memory"] is want.pipe, plan
     assert plan["k_blk"] == k_blk and plan["pv_accum"] == "fp32", plan
     out = sageattn(q, k, v, is_causal=causal)
-    cfg = configs.LaunchConfig(*plan["config"])
+    cfg = configs.parse_config(plan["config"])
     ref = golden_attention(
         q, k, v, "qk_int8_pv_fp8", is_causal=causal, config=cfg, fp8_dtype=dispatch.fp8_dtype(arch)
     )
@@ -411,17 +426,16 @@ def test_pdl_gives_the_same_result(n, d, causal, monkeypatch):
     plain call, its replays (a fresh K/V each call: a missing wait would read stale or partial
     blocks) and a CUDA graph; the plan records it. Short (inline statistics), TMA rows and a
     long ragged sequence (statistics launch first)."""
-    from sagebuild.attention import GraphedAttention, api
+    from sagebuild.attention import GraphedAttention
     from sagebuild.attention.api import launch_plan
 
     arch = dispatch.device_arch(torch.device("cuda"))
-    if dispatch.family(arch) not in configs.PDL_CAPABLE:
+    if not _has("pdl", arch):
         pytest.skip(f"{arch} has no programmatic dependent launch")
     q, k, v = _inputs(1, 8, n, d, seed=31, hk=2)
-    monkeypatch.setenv(configs.PDL_ENV_VAR, "0")
+    _knob(monkeypatch, "pdl", "0")
     refs = [sageattn(q, k + i, v - i, is_causal=causal) for i in range(3)]
-    monkeypatch.setenv(configs.PDL_ENV_VAR, "1")
-    api.clear_caches()
+    _knob(monkeypatch, "pdl", "1")
     assert launch_plan(q, k, v, is_causal=causal)["pdl"] is True
     for _ in range(2):  # the full path, the recorded call, then replays
         outs = [sageattn(q, k + i, v - i, is_causal=causal) for i in range(3)]
@@ -439,17 +453,15 @@ def test_wgmma_pipe_gives_the_same_result(n, d, causal, monkeypatch):
     on in its iteration change no bit of the output (the same MMAs, in the same order), on the
     TMA row (causal and not), head dim 64 and a split head dim with ragged tiles; the plan
     records it."""
-    from sagebuild.attention import api
     from sagebuild.attention.api import launch_plan
 
     arch = dispatch.device_arch(torch.device("cuda"))
-    if dispatch.family(arch) not in configs.WGMMA_PIPE_CAPABLE:
+    if not _has("wgmma_pipe", arch):
         pytest.skip(f"{arch} has no wgmma")
     q, k, v = _inputs(1, 8, n, d, seed=37, hk=2)
-    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "0")
+    _knob(monkeypatch, "wgmma_pipe", "0")
     ref = sageattn(q, k, v, is_causal=causal)
-    monkeypatch.setenv(configs.WGMMA_PIPE_ENV_VAR, "1")
-    api.clear_caches()
+    _knob(monkeypatch, "wgmma_pipe", "1")
     assert launch_plan(q, k, v, is_causal=causal)["wgmma_pipe"] is True
     for _ in range(3):  # the full path, the recorded call, a replay
         assert torch.equal(sageattn(q, k, v, is_causal=causal), ref)
@@ -471,17 +483,16 @@ def test_v_key_order_gives_the_same_result(n, d, causal, monkeypatch):
     V in plain order up to the order of the P·V sums inside the MMA, and the same LSE bit for bit,
     on the table's rows (TMA and pointer tiles, split head dims, ragged key groups); the plan
     records it; full, recorded and replayed calls and a CUDA graph agree; the bounds hold."""
-    from sagebuild.attention import GraphedAttention, api
+    from sagebuild.attention import GraphedAttention
     from sagebuild.attention.api import launch_plan
 
     arch = dispatch.device_arch(torch.device("cuda"))
-    if dispatch.family(arch) not in configs.V_KEY_ORDER_CAPABLE:
+    if not _has("v_key_order", arch):
         pytest.skip(f"{arch} has no wgmma")
     q, k, v = _inputs(1, 8, n, d, seed=43, hk=2)
-    monkeypatch.setenv(configs.V_KEY_ORDER_ENV_VAR, "0")
+    _knob(monkeypatch, "v_key_order", "0")
     ref, ref_lse = sageattn(q, k, v, is_causal=causal, return_lse=True)
-    monkeypatch.delenv(configs.V_KEY_ORDER_ENV_VAR)
-    api.clear_caches()
+    _knob(monkeypatch, "v_key_order", None)
     assert launch_plan(q, k, v, is_causal=causal)["v_key_order"] is True
     outs = [sageattn(q, k, v, is_causal=causal, return_lse=True) for _ in range(3)]
     for out, lse in outs:
@@ -493,3 +504,41 @@ def test_v_key_order_gives_the_same_result(n, d, causal, monkeypatch):
     g = GraphedAttention(q, k, v, is_causal=causal)
     assert torch.equal(g(q, k, v), sageattn(q, k, v, is_causal=causal))
     _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp8")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_qkv_views_past_2_to_the_31_elements(causal):
+    """Q, K and V as views of one fused QKV buffer of 150,007 tokens × 3 × 40 heads × 128 (2.3·10⁹
+    elements, 4.6 GB in bf16): rows past 2³¹ elements address correctly (the kernels widen row
+    indices to 64 bits before they meet a stride). Checked against SDPA on the same views for the
+    first queries and for the last ones, whose rows lie past 2³¹."""
+
+    b, n, h, d = 1, 150_007, 40, 128
+    assert n * 3 * h * d > 2**31
+    if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
+        pytest.skip("needs a GPU with at least 24 GB")
+    g = torch.Generator(device="cuda").manual_seed(51)
+    qkv = torch.randn(b, n, 3, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [B, H, N, D] views, token stride 3·H·D
+    assert q.stride(2) == 3 * h * d and (n - 1) * q.stride(2) > 2**31
+    out = sageattn(q, k, v, tensor_layout="HND", is_causal=causal)
+    variant = dispatch.choice_for_call(q.device, d, n)[0]
+    late = (2**31 // q.stride(2)) + 1  # the first token whose row starts past 2³¹ elements
+    for lo, hi in ((0, 512), (late, late + 512), (n - 512, n)):
+        _check(accuracy(out[:, :, lo:hi], _exact_rows(q, k, v, lo, hi, causal)), variant)
+    del qkv, out
+
+
+def _exact_rows(q, k, v, lo: int, hi: int, causal: bool) -> torch.Tensor:
+    """Exact float32 attention of queries [lo, hi) over every key, one head at a time (a
+    [hi − lo, N] score matrix per head); causal is bottom-right aligned (here N_q = N_k)."""
+    out = torch.empty(q.shape[0], q.shape[1], hi - lo, q.shape[3], device=q.device)
+    scale = q.shape[-1] ** -0.5
+    rows = torch.arange(lo, hi, device=q.device)[:, None]
+    for bi in range(q.shape[0]):
+        for hi_ in range(q.shape[1]):
+            s = (q[bi, hi_, lo:hi].float() @ k[bi, hi_].float().T) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(k.shape[2], device=q.device)[None, :] > rows, float("-inf"))
+            out[bi, hi_] = torch.softmax(s, dim=-1) @ v[bi, hi_].float()
+    return out
