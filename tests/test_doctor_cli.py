@@ -121,7 +121,7 @@ def test_user_errors_are_clear(args: list[str], message: str, cached_probe: None
     r = runner.invoke(app, ["doctor", *args, "--json"])
     assert r.exit_code == 2
     assert message in flat(r.stderr) and "fix:" in flat(r.stderr)
-    assert json.loads(r.stdout)["error"]["exit_code"] == 2 and "Traceback" not in r.output  # --json: a document
+    assert json.loads(r.stdout)["error"]["exit_code"] == 2 and "Traceback" not in r.output  # --json: JSON
 
 
 def test_crashing_interpreter_fails_torch_import(tmp_path: Path) -> None:
