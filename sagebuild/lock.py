@@ -439,6 +439,16 @@ def ext_build_info() -> dict[str, Any] | None:
     return dict(info) if info else None
 
 
+def _read_build_info(ext_dir: Path) -> dict[str, Any] | None:
+    from sagebuild.build import paths
+
+    try:
+        info = json.loads(paths.current_info(ext_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
     """Snapshot of ``python``'s environment now (default: this interpreter's): probe facts, its
     installed distributions and the extension built for it.
@@ -449,9 +459,9 @@ def current(profile: Any | None, facts: Any | None = None, python: str | None = 
     if facts is None:
         facts = probe_facts(python)
     fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts or {})
-    ext_facts = fd.get("extension") or {}
-    if ext_facts.get("dir"):  # the probe looked in the probed interpreter's own extension directory
-        info = ext_facts.get("info") if ext_facts.get("built") else None
+    ext_dir = (fd.get("extension") or {}).get("dir")
+    if ext_dir:  # the probed interpreter's own extension directory, read now (a build may be newer)
+        info = _read_build_info(Path(ext_dir))
     elif dists.is_this_interpreter(python):
         info = ext_build_info()
     else:
