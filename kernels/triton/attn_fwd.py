@@ -36,7 +36,7 @@ from triton.language.extra.cuda import gdc_wait
 from . import launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, scale_and_inverse, seq_base, to_int8
+from .quant import LOG2E, packed_v_base, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -306,7 +306,10 @@ def _attn_fwd_kernel(
     hk = h // GROUP
     q_base, n_q = seq_base(CUQ, b, N_Q, T_Q, stride_qb, stride_qn, IS_VARLEN)
     k_base, n_k = seq_base(CUK, b, N_K, T_K, stride_kb, stride_kn, IS_VARLEN)
-    v_base, _ = seq_base(CUK, b, N_K, T_K, stride_vb, stride_vn, IS_VARLEN)
+    if PV_FP8:  # our channel-major FP8 V (``quant.packed_v_base``)
+        v_base, _ = packed_v_base(CUK, b, N_K, T_K, stride_vb, stride_vn, IS_VARLEN)
+    else:  # the caller's 16-bit V
+        v_base, _ = seq_base(CUK, b, N_K, T_K, stride_vb, stride_vn, IS_VARLEN)
     o_base, _ = seq_base(CUQ, b, N_Q, T_Q, stride_ob, stride_on, IS_VARLEN)
     q_base += h.to(tl.int64) * stride_qh
     k_base += hk.to(tl.int64) * stride_kh

@@ -84,6 +84,12 @@ def key_rows(n: int, key_order: bool) -> int:
     return -(-n // KEY_GROUP) * KEY_GROUP if key_order else n
 
 
+def packed_v_tokens(total: int, batch: int) -> int:
+    """Token positions of packed channel-major FP8 V: each of the batch sequences starts at its
+    first token rounded up to 16 plus 16·b (``quant.packed_v_base``)."""
+    return v_row_stride(total + 16 * (batch + 1), False)
+
+
 def v_row_stride(n: int, key_order: bool) -> int:
     """FP8 V's row stride for n keys: ``key_rows`` rounded up to 16 bytes, so every channel row
     starts 16-byte aligned (vectorised and asynchronous copies, TMA) whatever n is; the tail
@@ -121,9 +127,9 @@ def empty_like_view(
     dev = view.t.device
     if view.is_varlen:
         total = view.t.shape[0]
-        if channel_major:
-            out = torch.empty((view.heads, head_dim, v_row_stride(total, False)), dtype=dtype, device=dev)
-            out = out[..., :total].permute(2, 0, 1)
+        if channel_major:  # sequences at 16-aligned positions (``quant.packed_v_base``)
+            rows = packed_v_tokens(total, view.batch)
+            out = torch.empty((view.heads, head_dim, rows), dtype=dtype, device=dev).permute(2, 0, 1)
         else:
             out = torch.empty((total, view.heads, head_dim), dtype=dtype, device=dev)
         return packed(out, view.cu, view.max_len)

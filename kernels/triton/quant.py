@@ -123,6 +123,19 @@ def seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
+def packed_v_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
+    """``seq_base`` for FP8 V stored channel-major (tokens contiguous): a packed sequence starts
+    at its first token rounded up to 16, plus 16·b, so every sequence's rows start 16-byte
+    aligned and the compiler can prove it (vectorised, asynchronous copies); the buffer holds
+    ``layout.packed_v_tokens`` positions. Dense inputs: as ``seq_base``."""
+    base, n = seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN)
+    if IS_VARLEN:
+        start = tl.minimum(tl.maximum(tl.load(CU + b), 0), T)
+        base = ((start + 15) // 16 * 16 + 16 * b).to(tl.int64) * stride_n
+    return base, n
+
+
+@triton.jit
 def _column_stats(
     K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d,
     HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, WANT_K: tl.constexpr, WANT_V: tl.constexpr,
@@ -301,7 +314,7 @@ def _quant_blocks_kernel(
     tl.store(XQ + qbase + rows.to(tl.int64)[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
     if V_FP8:
-        wbase, _ = seq_base(CU, b, N, T, stride_wb, stride_wn, IS_VARLEN)
+        wbase, _ = packed_v_base(CU, b, N, T, stride_wb, stride_wn, IS_VARLEN)
         wbase += h.to(tl.int64) * stride_wh
         v = tl.load(
             V + vbase + rows.to(tl.int64)[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0
