@@ -2,9 +2,9 @@
 
 Code reads a knob through ``get(name)``, never ``os.environ`` directly, and docs/knobs.md is
 generated from this table (``python -m sagebuild.knobs > docs/knobs.md``; a test compares them).
-Values are read once per process and cached: an attention call's plan key includes
-``plan_values()``, which must cost nothing per call. ``refresh()`` re-reads the environment
-(tests, tuning scripts that change a knob at run time).
+The knobs that change an attention call's plan are read once per process and cached (a call's
+plan key includes ``plan_values()``, which must cost nothing); ``refresh()`` re-reads them
+(tests, tuning scripts). The others are read live.
 """
 
 from __future__ import annotations
@@ -115,13 +115,19 @@ def refresh() -> None:
 
 
 def raw(name: str) -> Optional[str]:
-    """The knob's value as set (stripped; None or "" when unset)."""
-    if name not in _BY_NAME:
+    """The knob's value as set (stripped; None or "" when unset). Plan knobs come from the
+    per-process cache (``refresh``); the others are read live (they are never on a hot path, and
+    a running process may be re-pointed at another cache or extension folder)."""
+    knob = _BY_NAME.get(name)
+    if knob is None:
         raise UnknownKnobError(name)
-    if _values is None:
-        refresh()
-    assert _values is not None
-    value = _values[name]
+    if knob.plan:
+        if _values is None:
+            refresh()
+        assert _values is not None
+        value = _values[name]
+    else:
+        value = os.environ.get(name)
     return value.strip() if value is not None else None
 
 

@@ -25,9 +25,9 @@ import time
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: CPU tensors are accepted
 
 import torch  # noqa: E402
-from sagebuild.kernels.triton import launcher  # noqa: E402
 
 from sagebuild.attention import api, replay, sageattn  # noqa: E402
+from sagebuild.kernels.triton import launcher  # noqa: E402
 
 
 def main() -> None:

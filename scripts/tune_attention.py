@@ -24,11 +24,11 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from sagebuild.kernels.triton import configs
 
 from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8_pv_fp16_triton
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import median_ms
+from sagebuild.kernels.triton import configs
 
 DEFAULT_SHAPES = (
     "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"

@@ -306,18 +306,18 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
 
     row = archs.get(archs.normalize(arch))
     fp8 = bool(row.fp8_mma)
-    both = dict(SMOOTH_K=True, V_FP8=fp8)
+    both = dict(SMOOTH_K=True, V_FP8=fp8, IS_VARLEN=False)
     kernels = {
         "kv_partials": (
             quant._kv_partials_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CHUNK=quant.chunk_rows(head_dim), **both,
                  PART_STAGES=quant.PART_STAGES if stages is None else stages),
-            {"K": "*fp16", "V": "*fp16", "KP": "*fp32", "VP": "*fp32"},
+            {"K": "*fp16", "V": "*fp16", "KP": "*fp32", "VP": "*fp32", "CU": "*i32"},
         ),
         "kv_finalize": (
             quant._kv_finalize_kernel,
             dict(BLOCK_D=head_dim, **both),
-            {"KP": "*fp32", "VP": "*fp32", "KM": "*fp32", "VA": "*fp32"},
+            {"KP": "*fp32", "VP": "*fp32", "KM": "*fp32", "VA": "*fp32", "CU": "*i32"},
         ),
         "quant_blocks": (
             quant._quant_blocks_kernel,

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
+from sagebuild import knobs
+
 EXT_NAME = "sagebuild_ext"
 LIB_FILE = f"{EXT_NAME}.so"
 INFO_FILE = "build_info.json"
@@ -34,10 +36,16 @@ def csrc_dir() -> Path:
     return Path(csrc.__file__).resolve().parent
 
 
+def _knob(env: Optional[Mapping[str, str]], name: str) -> Optional[str]:
+    """A path knob: through the registry for this process, or from ``env`` (another's)."""
+    return knobs.raw(name) if env is None else (env.get(name) or None)
+
+
 def cache_root(env: Optional[Mapping[str, str]] = None) -> Path:
+    cache = _knob(env, ENV_CACHE_DIR)
+    if cache:
+        return Path(cache).expanduser()
     env = os.environ if env is None else env
-    if env.get(ENV_CACHE_DIR):
-        return Path(env[ENV_CACHE_DIR]).expanduser()
     xdg = env.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "sagebuild"
@@ -61,9 +69,9 @@ def ext_dir(
     the interpreter's ``prefix`` (default: this one's), torch and the sources, sagebuild.envkey)."""
     from sagebuild.envkey import environment_key
 
-    env = os.environ if env is None else env
-    if env.get(ENV_EXT_DIR):
-        return Path(env[ENV_EXT_DIR]).expanduser()
+    ext = _knob(env, ENV_EXT_DIR)
+    if ext:
+        return Path(ext).expanduser()
     key = environment_key(prefix, torch_version)
     return cache_root(env) / "ext" / f"{python_tag(py_version)}-torch{torch_version}-{key}"
 
