@@ -447,7 +447,7 @@ def quant_blocks(
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
 
-    ``pdl_trigger``: the next launch is a programmatic dependent (``configs.use_pdl``).
+    ``pdl_trigger``: the next launch is a programmatic dependent (``LaunchPlan.pdl``).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
 
     ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:

@@ -296,7 +296,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
-    unknown key count (``configs.use_pdl``: only with SAGEBUILD_PDL=1).
+    unknown key count (``features``: only with SAGEBUILD_PDL=1).
     """
     import triton
     from triton.backends.compiler import GPUTarget
