@@ -90,6 +90,9 @@ def _quantize_kv_with_ext(
     )
 
 
+_INT32 = 2**31
+
+
 # Per-call decisions beyond the plan: the layout's transposes, the copy of a strided last dim,
 # the extension's ops. A NamedTuple: built once per signature, read on every call.
 class _Call(NamedTuple):
@@ -257,6 +260,8 @@ def _execute(call: _Call, key: Optional[tuple], q: torch.Tensor, k: torch.Tensor
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if call.copies:
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
+    if not plan.fp8 and abs(v.stride(2)) * plan.config.block_n >= _INT32:
+        v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
     kv = quantize_kv(plan, k, v, ops=call.ops, key=key)
     if call.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -387,6 +392,8 @@ def attend_varlen(
             if len(_VARLEN_PLANS) >= launcher.MAX_ENTRIES:
                 _VARLEN_PLANS.clear()
             _VARLEN_PLANS[key] = plan
+    if not plan.fp8 and abs(v.stride(0)) * plan.config.block_n >= _INT32:
+        v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     fp8 = _fp8_torch_dtype(plan)
