@@ -47,7 +47,7 @@ install() {
     # diffusers' pure-Python dependencies, when carried as wheels (never sageattention: the
     # doctor would rightly warn about a second attention package)
     local deps=()
-    for w in .whl/*-py3-none-any.whl; do
+    for w in .whl/*.whl; do  # pure-Python wheels and platform ones carried for the box's Python
       [[ -e "$w" && "$w" != .whl/diffusers-* && "$w" != .whl/sageattention-* ]] && deps+=("$w")
     done
     $PY -m pip install -q --no-deps --no-index .whl/diffusers-*.whl ${deps[@]+"${deps[@]}"} || return
