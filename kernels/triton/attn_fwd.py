@@ -156,7 +156,7 @@ def _attn_tiles(
         v_ok = cols < key_rows_of(n_k) if V_KEY_ORDER else col_ok
         # the tile's start in 64 bits (a scalar), its rows' offsets in 32: BLOCK_N·stride < 2³¹ holds
         # for our K and FP8 V, and the API copies a 16-bit V whose token stride would break it
-        k_rows = K + (k_base + start_n.to(tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
+        k_rows = K + (k_base + tl.cast(start_n, tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
         if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
             k = k_desc.load([k_row0 + start_n, 0])
         else:
@@ -212,7 +212,7 @@ def _attn_tiles(
             l_i = l_i * alpha[:, None] + tl.sum(parts, axis=1)
         else:
             l_i = l_i * alpha + tl.sum(p, axis=1)
-        v_rows = V + (v_base + start_n.to(tl.int64) * stride_vn) + offs_n[:, None] * stride_vn
+        v_rows = V + (v_base + tl.cast(start_n, tl.int64) * stride_vn) + offs_n[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
             v = tl.trans(v_desc.load([v_row0, start_n]))
         else:
