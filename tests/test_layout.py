@@ -42,7 +42,12 @@ def test_fp8_v_buffers_are_channel_major(key_order):
     assert [layout.v_row_stride(n, False) for n in (1, 16, 17, 4104)] == [16, 16, 32, 4112]
     packed = layout.packed(torch.empty(12, 3, 40), torch.tensor([0, 5, 12], dtype=torch.int32), 7)
     pv = layout.empty_like_view(packed, 64, torch.float8_e4m3fn, channel_major=True)
-    assert pv.t.shape == (12, 3, 64) and pv.stride_n == 1 and pv.stride_d == 16 and pv.is_varlen
+    # packed: each sequence's rows start 16-byte aligned (its first token rounded up to 16, plus
+    # 16 per sequence), so 12 tokens in 2 sequences take 12 + 48 positions, rounded to 64
+    assert layout.packed_v_tokens(12, 2) == 64 and [
+        layout.packed_v_start(s, b) for b, s in enumerate((0, 5))
+    ] == [0, 32]
+    assert pv.t.shape == (64, 3, 64) and pv.stride_n == 1 and pv.stride_d == 64 and pv.is_varlen
     plain = layout.empty_like_view(src, 64, torch.int8)
     assert plain.t.shape == (2, 3, 150, 64) and plain.t.is_contiguous()
 

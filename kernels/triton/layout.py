@@ -90,6 +90,12 @@ def packed_v_tokens(total: int, batch: int) -> int:
     return v_row_stride(total + 16 * (batch + 1), False)
 
 
+def packed_v_start(start: int, b: int) -> int:
+    """Where packed sequence b (first token ``start``) begins in channel-major FP8 V: its first
+    token rounded up to 16, plus 16·b (``quant.packed_v_base``, on the host)."""
+    return -(-start // 16) * 16 + 16 * b
+
+
 def v_row_stride(n: int, key_order: bool) -> int:
     """FP8 V's row stride for n keys: ``key_rows`` rounded up to 16 bytes, so every channel row
     starts 16-byte aligned (vectorised and asynchronous copies, TMA) whatever n is; the tail
