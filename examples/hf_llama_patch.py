@@ -32,8 +32,12 @@ from typing import Any
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None, help="cuda (also ROCm), cpu; default: cuda when available")
-    p.add_argument("--dtype", default=None, choices=["float16", "bfloat16", "float32"],
-                   help="default: float16 on a GPU, float32 on CPU")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float16", "bfloat16", "float32"],
+        help="default: float16 on a GPU, float32 on CPU",
+    )
     p.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     p.add_argument("--seq", type=int, default=512, help="prompt length in tokens (default 512)")
     p.add_argument("--new-tokens", type=int, default=32, help="tokens to generate (default 32)")
@@ -85,15 +89,19 @@ def _generate(model: Any, ids: Any, new_tokens: int) -> tuple[Any, float]:
     """Greedy generation of exactly ``new_tokens`` tokens; (tokens, seconds) after a warm-up run."""
     import torch
 
-    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                  do_sample=False)
+    kwargs = dict(
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+    )
     with torch.inference_mode():
         model.generate(ids, **kwargs)  # warm-up: kernel compilation, allocator
         _sync(ids.device)
         start = time.perf_counter()
         out = model.generate(ids, **kwargs)
         _sync(ids.device)
-    return out[:, ids.shape[1]:], time.perf_counter() - start
+    return out[:, ids.shape[1] :], time.perf_counter() - start
 
 
 def _prompt_logits(model: Any, ids: Any) -> Any:
@@ -134,8 +142,14 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype).removeprefix("torch."),
-        "model": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads,
-                  "kv_heads": args.kv_heads, "head_dim": args.hidden // args.heads, "vocab": args.vocab},
+        "model": {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "heads": args.heads,
+            "kv_heads": args.kv_heads,
+            "head_dim": args.hidden // args.heads,
+            "vocab": args.vocab,
+        },
         "batch": args.batch,
         "prompt_tokens": args.seq,
         "new_tokens": args.new_tokens,
@@ -154,14 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     m = result["model"]
     print(f"{result['device_name']} ({result['device']}), torch {result['torch']}, {result['dtype']}")
-    print(f"Llama-style decoder: {m['layers']} layers, hidden {m['hidden']}, {m['heads']} heads "
-          f"({m['kv_heads']} KV), head dim {m['head_dim']}; batch {result['batch']}, "
-          f"prompt {result['prompt_tokens']}, {result['new_tokens']} new tokens")
+    print(
+        f"Llama-style decoder: {m['layers']} layers, hidden {m['hidden']}, {m['heads']} heads "
+        f"({m['kv_heads']} KV), head dim {m['head_dim']}; batch {result['batch']}, "
+        f"prompt {result['prompt_tokens']}, {result['new_tokens']} new tokens"
+    )
     print(f"prompt logits cosine (patched vs SDPA): {result['logits_cosine']:.6f}")
     print(f"generated tokens agreeing:              {result['token_agreement']:.1%}")
     t = result["generate_seconds"]
-    print(f"generate time: SDPA {t['sdpa']:.3f} s, patched {t['patched']:.3f} s "
-          f"(speed-up {result['speedup']:.2f}x)")
+    print(
+        f"generate time: SDPA {t['sdpa']:.3f} s, patched {t['patched']:.3f} s "
+        f"(speed-up {result['speedup']:.2f}x)"
+    )
     s = result["patch_stats"]
     print(f"patch: {s['accelerated']} calls accelerated, {s['passed_through']} passed through")
     for reason, n in s["reasons"].items():

@@ -197,7 +197,12 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         if result.ok:
             return StepResult("doctor", "ok", 0, None, result.counts_line())
         return StepResult(
-            "doctor", "fail", int(Exit.DOCTOR_FAILED), None, result.counts_line(), result.failure_text(),
+            "doctor",
+            "fail",
+            int(Exit.DOCTOR_FAILED),
+            None,
+            result.counts_line(),
+            result.failure_text(),
             result.explanation(),
         )
 
@@ -205,13 +210,19 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         nonlocal compile_doc
         from sagebuild.build.service import compile_for
 
-        outcome = compile_for(profile, facts, jobs=opts.jobs, arch=opts.arch, log_path=log_path,
-                              progress=opts.progress)
+        outcome = compile_for(
+            profile, facts, jobs=opts.jobs, arch=opts.arch, log_path=log_path, progress=opts.progress
+        )
         compile_doc = outcome.to_dict()
         if outcome.ok:
             return StepResult("compile", "ok", 0, None, outcome.summary())
         return StepResult(
-            "compile", "fail", int(Exit.COMPILE_FAILED), None, outcome.summary(), outcome.failure_text(),
+            "compile",
+            "fail",
+            int(Exit.COMPILE_FAILED),
+            None,
+            outcome.summary(),
+            outcome.failure_text(),
             outcome.explanation(),
         )
 

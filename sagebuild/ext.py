@@ -62,8 +62,13 @@ def _describe(info: dict[str, Any]) -> str:
 def _running_torch() -> str:
     import torch
 
-    gpu = (f"CUDA {torch.version.cuda}" if torch.version.cuda else
-           f"HIP {torch.version.hip}" if torch.version.hip else "no GPU runtime")
+    gpu = (
+        f"CUDA {torch.version.cuda}"
+        if torch.version.cuda
+        else f"HIP {torch.version.hip}"
+        if torch.version.hip
+        else "no GPU runtime"
+    )
     return f"torch {torch.__version__} with {gpu}"
 
 
@@ -73,8 +78,10 @@ def _mismatch(info: dict[str, Any]) -> Optional[str]:
     t = info.get("torch", {})
     running = (torch.__version__, torch.version.cuda, torch.version.hip)
     if (t.get("version"), t.get("cuda"), t.get("hip")) != running:
-        return (f"sagebuild's extension was built for {_describe(info)}, you have {_running_torch()}: "
-                "rebuild it with `sagebuild compile`")
+        return (
+            f"sagebuild's extension was built for {_describe(info)}, you have {_running_torch()}: "
+            "rebuild it with `sagebuild compile`"
+        )
     return None
 
 
@@ -89,8 +96,10 @@ def _try_load() -> bool:
                 return True
             # torch cannot unload an op library: the ops in this process stay the old build's,
             # and handing them out as the current build's would test or run stale code
-            _error = (f"this process already loaded the extension from {_loaded_from}; the current build "
-                      f"{lib.resolve()} needs a new process: restart it")
+            _error = (
+                f"this process already loaded the extension from {_loaded_from}; the current build "
+                f"{lib.resolve()} needs a new process: restart it"
+            )
             return False
         if not lib.is_file():
             return False
@@ -118,8 +127,10 @@ def _try_load() -> bool:
                 torch.ops.load_library(str(real))
             _register_fakes()
         except Exception as e:  # any loader failure is reported through load_error()
-            _error = (f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(info)}, "
-                      f"you have {_running_torch()}; rebuild with `sagebuild compile`")
+            _error = (
+                f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(info)}, "
+                f"you have {_running_torch()}; rebuild with `sagebuild compile`"
+            )
             return False
         _loaded_from = real
         return True
@@ -149,11 +160,14 @@ def _register_fakes() -> None:
         return k.new_empty((k.shape[0], k.shape[1], 1, k.shape[3]), dtype=torch.float32)
 
     @register("sagebuild::quant_per_block_int8")
-    def _quant_int8(x: torch.Tensor, km: Optional[torch.Tensor], blk: int,
-                    scale_mul: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _quant_int8(
+        x: torch.Tensor, km: Optional[torch.Tensor], blk: int, scale_mul: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         nblk = (x.shape[2] + blk - 1) // blk
-        return (x.new_empty(tuple(x.shape), dtype=torch.int8),
-                x.new_empty((x.shape[0], x.shape[1], nblk), dtype=torch.float32))
+        return (
+            x.new_empty(tuple(x.shape), dtype=torch.int8),
+            x.new_empty((x.shape[0], x.shape[1], nblk), dtype=torch.float32),
+        )
 
     @register("sagebuild::quant_v_fp8_per_channel")
     def _quant_v(v: torch.Tensor, fnuz: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,8 +195,10 @@ def unavailable_reason(device: Any) -> Optional[str]:
         missing = paths.current_lib(_base())
         return _error or f"the extension is not built ({missing} is missing): run `sagebuild compile`"
     if not torch._C._dispatch_has_kernel_for_dispatch_key("sagebuild::k_mean", key):
-        return (f"the extension was built without {dev.type} kernels (a CPU-only build): "
-                "rebuild with `sagebuild compile --profile <your GPU profile>`")
+        return (
+            f"the extension was built without {dev.type} kernels (a CPU-only build): "
+            "rebuild with `sagebuild compile --profile <your GPU profile>`"
+        )
     if key == "CUDA":
         from sagebuild import archs
 
@@ -191,8 +207,10 @@ def unavailable_reason(device: Any) -> Optional[str]:
         raw = getattr(props, "gcnArchName", "") if torch.version.hip else f"{props.major}.{props.minor}"
         name = archs.normalize(raw) if raw else None
         if name and built and name not in built:
-            return (f"the extension was built for {', '.join(built)} but this GPU is {name}: "
-                    f"sagebuild compile --arch {name}")
+            return (
+                f"the extension was built for {', '.join(built)} but this GPU is {name}: "
+                f"sagebuild compile --arch {name}"
+            )
     return None
 
 
@@ -204,8 +222,13 @@ def get_quant_ops(device: Any) -> Optional[QuantOps]:
         import torch
 
         ns = torch.ops.sagebuild
-        return QuantOps(torch.device(device).type, ns.k_mean, ns.quant_per_block_int8,
-                        ns.quant_v_fp8_per_channel, build_info())
+        return QuantOps(
+            torch.device(device).type,
+            ns.k_mean,
+            ns.quant_per_block_int8,
+            ns.quant_v_fp8_per_channel,
+            build_info(),
+        )
     except Exception as e:  # never let the optional extension break an attention call
         global _error
         _error = _error or f"{type(e).__name__}: {e}"

@@ -14,8 +14,24 @@ pytest.importorskip("transformers")
 from sagebuild import patch  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hf_llama_patch.py"
-TINY = ["--device", "cpu", "--layers", "1", "--seq", "20", "--hidden", "64", "--heads", "4",
-        "--kv-heads", "2", "--vocab", "97", "--new-tokens", "3"]
+TINY = [
+    "--device",
+    "cpu",
+    "--layers",
+    "1",
+    "--seq",
+    "20",
+    "--hidden",
+    "64",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "2",
+    "--vocab",
+    "97",
+    "--new-tokens",
+    "3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +64,24 @@ def test_transformers_calls_reach_the_accelerate_path(example, monkeypatch):
     def kernel(q, k, v, is_causal, sm_scale, support):
         seen.append((q.shape[2], k.shape[2], q.shape[1], k.shape[1], is_causal))
         g = q.shape[1] // k.shape[1]
-        return patch._call_original(q.float(), k.float().repeat_interleave(g, 1),
-                                    v.float().repeat_interleave(g, 1), None, 0.0, is_causal, sm_scale, False)
+        return patch._call_original(
+            q.float(),
+            k.float().repeat_interleave(g, 1),
+            v.float().repeat_interleave(g, 1),
+            None,
+            0.0,
+            is_causal,
+            sm_scale,
+            False,
+        )
 
     support = patch.DeviceSupport("fake", "fp16", lambda d: d <= 128)
     monkeypatch.setattr(patch, "_backend", patch._Backend(lambda dev: support, kernel, ("cpu",)))
     result = example.run([*TINY, "--dtype", "bfloat16"])
     stats = result["patch_stats"]
-    decode = (f"q_len 1 < {patch.MIN_Q_LEN} "
-              "(decode: quantizing all keys for a few queries is slower than SDPA)")
+    decode = (
+        f"q_len 1 < {patch.MIN_Q_LEN} (decode: quantizing all keys for a few queries is slower than SDPA)"
+    )
     assert stats["accelerated"] >= 1 and stats["passed_through"] >= 2
     assert stats["accelerated"] + stats["passed_through"] == stats["total"] == 7
     assert set(seen) == {(20, 20, 4, 2, True)}  # prompt passes: causal, 4 query heads over 2 KV heads

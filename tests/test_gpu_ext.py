@@ -34,8 +34,10 @@ def gpu_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plan = dataclasses.replace(plan, aot=[])  # the Triton AOT step is tested on its own
     res = run_compile(plan, tmp_path_factory.mktemp("gpu-ext") / "build.log", progress=False)
     assert res.ok, f"{res.error}\n" + "\n".join(res.key_lines) + f"\nlog: {res.log_path}"
-    print(f"\n[gpu-ext] profile {profile.name}, archs {plan.archs}, MAX_JOBS={res.jobs} "
-          f"({plan.jobs_reason}); build + verify {res.seconds:.1f} s")
+    print(
+        f"\n[gpu-ext] profile {profile.name}, archs {plan.archs}, MAX_JOBS={res.jobs} "
+        f"({plan.jobs_reason}); build + verify {res.seconds:.1f} s"
+    )
     return {"plan": plan, "result": res, "profile": profile}
 
 
@@ -62,7 +64,7 @@ def test_gpu_int8_ops_match_the_contract(ops: Any, dtype: torch.dtype) -> None:
     kd = k.cuda()
     km = ops.k_mean(kd)
     torch.testing.assert_close(km.cpu(), k.float().mean(dim=2, keepdim=True), atol=1e-5, rtol=1e-5)
-    for x, m, blk, mul in [(kd, km, 64, 1.0), (kd, None, 32, 128 ** -0.5 * 1.4426950408889634)]:
+    for x, m, blk, mul in [(kd, km, 64, 1.0), (kd, None, 32, 128**-0.5 * 1.4426950408889634)]:
         q, s = ops.quant_per_block_int8(x, m, blk, mul)
         rq, rs = ref_quant_int8(k, m.cpu() if m is not None else None, blk, mul)
         assert q.device.type == "cuda" and q.shape == k.shape and s.shape == (2, 8, math.ceil(1000 / blk))
@@ -75,8 +77,11 @@ def test_gpu_int8_ops_match_the_contract(ops: Any, dtype: torch.dtype) -> None:
 
 # (B, H, N, D, dtype, layout): odd N (byte stores, a partial tile), N % 4 == 0 (packed stores,
 # many chunks), D not a multiple of the 32-channel tile.
-V_SHAPES = [(1, 8, 777, 64, torch.float16, "NHD"), (2, 4, 4096, 128, torch.bfloat16, "HND"),
-            (1, 3, 130, 72, torch.float32, "NHD")]
+V_SHAPES = [
+    (1, 8, 777, 64, torch.float16, "NHD"),
+    (2, 4, 4096, 128, torch.bfloat16, "HND"),
+    (1, 3, 130, 72, torch.float32, "NHD"),
+]
 
 
 @pytest.mark.parametrize("fnuz", [False, True])

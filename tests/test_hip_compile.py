@@ -43,8 +43,13 @@ def _copy_sources(dst: Path) -> Path:
 def _hipify(tree: Path) -> dict[str, str]:
     from torch.utils.hipify import hipify_python
 
-    res = hipify_python.hipify(project_directory=str(tree), output_directory=str(tree),
-                               includes=[str(tree / "*")], is_pytorch_extension=True, show_progress=False)
+    res = hipify_python.hipify(
+        project_directory=str(tree),
+        output_directory=str(tree),
+        includes=[str(tree / "*")],
+        is_pytorch_extension=True,
+        show_progress=False,
+    )
     return {Path(k).name: Path(v.hipified_path).name for k, v in res.items() if v.hipified_path}
 
 
@@ -60,23 +65,35 @@ def test_hipify_turns_the_cuda_sources_into_hip(tmp_path: Path) -> None:
         assert "asm(" not in text and "asm volatile" not in text  # no inline PTX to carry over
 
 
-@pytest.mark.skipif(shutil.which("hipcc") is None,
-                    reason="hipcc not found: install Debian's `hipcc libamdhip64-dev` (CI does) to run this")
+@pytest.mark.skipif(
+    shutil.which("hipcc") is None,
+    reason="hipcc not found: install Debian's `hipcc libamdhip64-dev` (CI does) to run this",
+)
 def test_hipified_kernels_compile_for_gfx90a(tmp_path: Path) -> None:
     tree = _copy_sources(tmp_path / "src")
     mapping = _hipify(tree)
     tu = tree / "instantiate.hip"
     tu.write_text(_INSTANTIATE.format(header=mapping["quant_kernels.cuh"], stream="hipStream_t"))
     obj = tree / "instantiate.o"
-    proc = subprocess.run(["hipcc", "--offload-arch=gfx90a", "-O3", "-c", str(tu), "-o", str(obj)],
-                          capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"},
-                          timeout=300)
+    proc = subprocess.run(
+        ["hipcc", "--offload-arch=gfx90a", "-O3", "-c", str(tu), "-o", str(obj)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HIP_PLATFORM": "amd"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     blob = obj.read_bytes()
     assert b"amdgcn-amd-amdhsa--gfx90a" in blob  # a gfx90a code object is bundled in
-    for kernel in (b"col_partial_kernel", b"col_partial_vec_kernel", b"k_mean_finalize_kernel",
-                   b"v_scale_finalize_kernel", b"quant_int8_kernel", b"quant_int8_vec_kernel",
-                   b"quant_v_fp8_kernel"):
+    for kernel in (
+        b"col_partial_kernel",
+        b"col_partial_vec_kernel",
+        b"k_mean_finalize_kernel",
+        b"v_scale_finalize_kernel",
+        b"quant_int8_kernel",
+        b"quant_int8_vec_kernel",
+        b"quant_v_fp8_kernel",
+    ):
         assert kernel in blob
 
 

@@ -157,9 +157,14 @@ def test_lock_records_no_time_and_no_path_dependent_tools():
     }
     facts = {"tools": {"ninja": {"present": True, "version": "1.11.1"}}}
     a = lk.snapshot(facts, None, info, {"numpy": {"version": "2.1.0"}})
-    rebuilt = {**info, "built_at": "2026-02-02T10:00:00+00:00", "seconds": 79.9, "jobs": 4,
-               "compilers": {**info["compilers"], "ninja": "1.13.2"},
-               "python": {"executable": "/venv/b/bin/python"}}
+    rebuilt = {
+        **info,
+        "built_at": "2026-02-02T10:00:00+00:00",
+        "seconds": 79.9,
+        "jobs": 4,
+        "compilers": {**info["compilers"], "ninja": "1.13.2"},
+        "python": {"executable": "/venv/b/bin/python"},
+    }
     activated = {"tools": {"ninja": {"present": True, "version": "1.13.2"}}}
     b = lk.snapshot(activated, None, rebuilt, {"numpy": {"version": "2.1.0"}})
     assert lk.render(a) == lk.render(b)

@@ -48,8 +48,13 @@ class _FakeKernel:
     def __call__(self, q, k, v, is_causal, sm_scale, support):
         with self.lock:
             self.calls.append(
-                {"q": tuple(q.shape), "k": tuple(k.shape), "causal": is_causal, "sm_scale": sm_scale,
-                 "arch": support.arch}
+                {
+                    "q": tuple(q.shape),
+                    "k": tuple(k.shape),
+                    "causal": is_causal,
+                    "sm_scale": sm_scale,
+                    "arch": support.arch,
+                }
             )
         if self.fail:
             raise RuntimeError("boom")
@@ -178,12 +183,33 @@ def _meta(*shape, dtype=torch.float16, requires_grad=False):
     return torch.empty(*shape, dtype=dtype, device="meta", requires_grad=requires_grad)
 
 
-def _decide(q, k=None, v=None, mask=None, dropout_p=0.0, is_causal=False, scale=None, gqa=False,
-            support=_fake_support, grad_enabled=False):
+def _decide(
+    q,
+    k=None,
+    v=None,
+    mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    gqa=False,
+    support=_fake_support,
+    grad_enabled=False,
+):
     k = q if k is None else k
     v = k if v is None else v
-    return patch.decide(q, k, v, mask, dropout_p, is_causal, scale, gqa, support_for=support,
-                        gpu_device_types=("meta",), grad_enabled=grad_enabled)
+    return patch.decide(
+        q,
+        k,
+        v,
+        mask,
+        dropout_p,
+        is_causal,
+        scale,
+        gqa,
+        support_for=support,
+        gpu_device_types=("meta",),
+        grad_enabled=grad_enabled,
+    )
 
 
 @pytest.mark.parametrize(
@@ -203,8 +229,10 @@ def _decide(q, k=None, v=None, mask=None, dropout_p=0.0, is_causal=False, scale=
         (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=True), "require grad"),
         (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=False), None),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 32)), "head dim differs"),
-        (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64), _meta(2, 8, 128, 32)),
-         "head dim differs"),
+        (
+            lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64), _meta(2, 8, 128, 32)),
+            "head dim differs",
+        ),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(1, 8, 128, 64)), "batch or length mismatch"),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 2, 128, 64)), "heads differ without enable_gqa"),
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 3, 128, 64), gqa=True), "not a multiple"),
@@ -273,8 +301,14 @@ def test_sdpa_crossover_table_and_override(monkeypatch):
 
     monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
     got = {(dp, c): configs.sdpa_crossover("Hopper", dp, c) for dp in (64, 128, 256) for c in (False, True)}
-    assert got == {(64, False): 8192, (64, True): 8192, (128, False): 4096, (128, True): 5120,
-                   (256, False): 4096, (256, True): 4096}
+    assert got == {
+        (64, False): 8192,
+        (64, True): 8192,
+        (128, False): 4096,
+        (128, True): 5120,
+        (256, False): 4096,
+        (256, True): 4096,
+    }
     assert configs.sdpa_crossover("RDNA4", 128, False) is None
     assert configs.sdpa_crossover("interpreter", 64, True) is None
     monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
@@ -355,8 +389,9 @@ def test_decide_rejects_non_gpu_devices_and_subclasses():
         "cpu tensors (needs CUDA/HIP)"
     )
     sub = q.as_subclass(_Sub)
-    verdict = patch.decide(sub, sub, sub, None, 0.0, False, None, False, support_for=_fake_support,
-                           gpu_device_types=("cpu",))
+    verdict = patch.decide(
+        sub, sub, sub, None, 0.0, False, None, False, support_for=_fake_support, gpu_device_types=("cpu",)
+    )
     assert verdict == "tensor subclass (not a plain torch.Tensor)"
 
 
@@ -373,8 +408,15 @@ def test_accelerated_call_matches_original(fake_gpu, dtype, is_causal):
         got = F.scaled_dot_product_attention(q, k, v, None, 0.0, is_causal)
     assert got.dtype == dtype and got.shape == want.shape
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
-    assert fake_gpu.calls == [{"q": (2, 4, 24, 32), "k": (2, 4, 24, 32), "causal": is_causal,
-                               "sm_scale": 32 ** -0.5, "arch": "fakearch"}]
+    assert fake_gpu.calls == [
+        {
+            "q": (2, 4, 24, 32),
+            "k": (2, 4, 24, 32),
+            "causal": is_causal,
+            "sm_scale": 32**-0.5,
+            "arch": "fakearch",
+        }
+    ]
     stats = patch.patch_stats()
     assert (stats.accelerated, stats.passed_through) == (1, 0)
     assert stats.accelerated_by == {"fakearch/fp16": 1}
@@ -534,9 +576,14 @@ def test_stats_snapshot_and_reset(fake_gpu):
         F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     assert snap.accelerated == 1 and snap.passed_through == 0 and snap.active
     d = patch.patch_stats().to_dict()
-    assert d == {"accelerated": 1, "passed_through": 1, "total": 2,
-                 "reasons": {"dtype float32 (needs float16/bfloat16)": 1},
-                 "accelerated_by": {"fakearch/fp16": 1}, "active": False}
+    assert d == {
+        "accelerated": 1,
+        "passed_through": 1,
+        "total": 2,
+        "reasons": {"dtype float32 (needs float16/bfloat16)": 1},
+        "accelerated_by": {"fakearch/fp16": 1},
+        "active": False,
+    }
     patch.reset_stats()
     assert patch.patch_stats().total == 0
 
@@ -605,8 +652,9 @@ def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal, monkeypatch):
     want = ORIG(q, k, v, is_causal=causal, enable_gqa=gqa)
     with patch.patch_sdpa():
         got = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
-        fp32 = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
-                                              enable_gqa=gqa)
+        fp32 = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa
+        )
     stats = patch.patch_stats()
     assert stats.accelerated == 1, stats.to_dict()
     assert stats.reasons == {"dtype float32 (needs float16/bfloat16)": 1}

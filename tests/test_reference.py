@@ -53,5 +53,5 @@ def test_lse_is_corrected_for_smoothing():
     _, g = golden_attention(q, k, v, is_causal=True, smooth_k=True, return_lse=True)
     assert torch.allclose(g, lse, atol=0.05), (g - lse).abs().max()
     # the correction is far from negligible here: without it the LSE would be off by this much
-    correction = (q.float() * k.float().mean(dim=2, keepdim=True)).sum(-1) * 64 ** -0.5
+    correction = (q.float() * k.float().mean(dim=2, keepdim=True)).sum(-1) * 64**-0.5
     assert correction.abs().max() > 1.0
