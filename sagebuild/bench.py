@@ -647,8 +647,16 @@ def run_bench(
             "arithmetic; its accuracy is meaningful, its speed is not. No speed gate on CPU."
         )
 
+    from sagebuild.profiles import shape_key
+
     rows: list[BenchRow] = []
     backend: dict[str, Any] = {}
+    expected, expectation = expectation_for(profile, _device_arch(dev) if gpu else None, gpu)
+    remeasured: list[int] = []  # shapes measured twice (the first time below the regression floor)
+
+    def shape_of(n: int) -> str:
+        return shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal)
+
     for n in cfg.seq:
         q, k, v = _inputs(cfg, n, dev)
         ref = reference.exact_attention(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
@@ -723,13 +731,31 @@ def run_bench(
                 continue
             ready.append((name, kind, fn, plan, acc, bounds))
         say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
-        timings = time_interleaved(
-            [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
-        )
-        base = next(
-            (t for (_, kind, *_), t in zip(ready, timings) if kind == "baseline" and isinstance(t, Timing)),
-            None,
-        )
+        floor = expected.get(shape_of(n), 0.0) * profile.bench.regression
+        for attempt in range(2):
+            # a regression must reproduce: a shape below the recorded speed-up's floor is measured
+            # once more, all providers anew, and the second measurement is the one reported
+            timings = time_interleaved(
+                [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
+            )
+            base = next(
+                (
+                    t
+                    for (_, kind, *_), t in zip(ready, timings)
+                    if kind == "baseline" and isinstance(t, Timing)
+                ),
+                None,
+            )
+            auto = next(
+                (t for (name, kind, *_), t in zip(ready, timings) if name == AUTO and kind == "whole_call"),
+                None,
+            )
+            field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
+            ratio = _ratio(base, auto, field_, "whole_call") if isinstance(auto, Timing) else None
+            if attempt or not gpu or ratio is None or ratio >= floor:
+                break
+            remeasured.append(n)
+            say(f"seq={n}: speed-up {ratio:.3f}× below the regression floor {floor:.3f}×: measuring again")
         timed = iter(zip(ready, timings))
         for i in range(len(providers)):
             if i in failed:
@@ -747,14 +773,13 @@ def run_bench(
                 )
             )
         del q, k, v, ref, ready, providers, timings  # each length's buffers go before the next
-    from sagebuild.profiles import shape_key
-
     min_speedup = profile.bench.min_speedup if cfg.min_speedup is None else cfg.min_speedup
-    expected, expectation = expectation_for(profile, _device_arch(dev) if gpu else None, gpu)
+    if remeasured:
+        expectation["remeasured"] = remeasured
     failures = gate(
         rows, min_speedup, speed_gate=gpu, metric=cfg.gate_on, expected=expected,
         regression=profile.bench.regression,
-        shape_of=lambda n: shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal),
+        shape_of=shape_of,
     )  # fmt: skip
     if gpu:  # the dispatch's pick against the fastest variant, per length (issue 38)
         from sagebuild.attention.variant_choice import compare_variants

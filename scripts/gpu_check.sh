@@ -46,11 +46,9 @@ install() {
   if ls .whl/diffusers-*.whl > /dev/null 2>&1; then
     # diffusers' pure-Python dependencies, when carried as wheels (never sageattention: the
     # doctor would rightly warn about a second attention package)
-    local deps=()
-    for w in .whl/*.whl; do  # pure-Python wheels and platform ones carried for the box's Python
-      [[ -e "$w" && "$w" != .whl/diffusers-* && "$w" != .whl/sageattention-* ]] && deps+=("$w")
-    done
-    $PY -m pip install -q --no-deps --no-index .whl/diffusers-*.whl ${deps[@]+"${deps[@]}"} || return
+    # with its dependencies resolved from the carried wheels: only missing ones are installed, so
+    # the box's own packages (transformers' huggingface_hub) stay as they are
+    $PY -m pip install -q --no-index --find-links .whl diffusers || return
   fi
 }
 

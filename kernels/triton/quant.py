@@ -171,7 +171,7 @@ def _kv_partials_kernel(
     stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     H, N, T, PART_ROWS, NPART,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
-    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, PART_STAGES: tl.constexpr, IS_VARLEN: tl.constexpr,
+    SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, IS_VARLEN: tl.constexpr, PART_STAGES: tl.constexpr,
 ):  # fmt: skip
     """One program per (PART_ROWS tokens, sequence·KV head) of dense or packed K/V: the part's
     column sums of K and column amaxes of |V| (a part past its sequence's end sums nothing)."""
