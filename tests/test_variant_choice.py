@@ -56,6 +56,8 @@ def test_bench_on_a_gpu_times_every_variant_and_names_pick_and_winner():
     """On the GPU's profile: every variant ``dispatch.available_variants`` lists gets a whole-call
     row, and the result's note ends with one "dispatch picks X; fastest: Y" line per length."""
     from sagebuild import bench
+    import torch
+
     from sagebuild.attention import dispatch
     from sagebuild.profiles import match
 
@@ -66,6 +68,6 @@ def test_bench_on_a_gpu_times_every_variant_and_names_pick_and_winner():
     assert set(dispatch.available_variants("cuda")) <= timed, res.rows
     lines = res.note.splitlines()[-2:]
     for seq, line in zip((1024, 2048), lines):
-        picked = dispatch.variant_for_call("cuda", cfg.head_dim, seq)
+        picked = dispatch.choice_for_call(torch.device("cuda"), cfg.head_dim, seq)[0]
         assert line.startswith(f"seq={seq}: dispatch picks {picked}"), line
         assert "; fastest: " in line, line
