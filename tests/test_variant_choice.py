@@ -55,9 +55,9 @@ def test_a_variant_without_a_time_is_not_compared():
 def test_bench_on_a_gpu_times_every_variant_and_names_pick_and_winner():
     """On the GPU's profile: every variant ``dispatch.available_variants`` lists gets a whole-call
     row, and the result's note ends with one "dispatch picks X; fastest: Y" line per length."""
-    from sagebuild import bench
     import torch
 
+    from sagebuild import bench
     from sagebuild.attention import dispatch
     from sagebuild.profiles import match
 
