@@ -2,12 +2,12 @@
 
 The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 
-* INT8 per block: ``step = max(amax(|y|), EPS) / 127`` for each ``blk`` tokens of one head,
+* INT8 per block: ``step = max(amax(|y|), 1e-8) / 127`` for each ``blk`` tokens of one head,
   ``int8 = round_half_away_from_zero(y * (1 / step))`` clamped to ±127, stored scale
   ``step * scale_mul``; for K, ``y = k - mean_over_tokens(k)`` (per KV head), for Q ``y = q`` and
   ``scale_mul`` folds in ``sm_scale * log2(e)``. Output [B, H, N, Dp] int8 (Dp = padded head
   dim, zeros in the pad), scales float32 [B, H, cdiv(N, blk)].
-* FP8 V per channel: ``v_scale = max(amax over tokens of |v|, EPS) / FP8_MAX`` float32
+* FP8 V per channel: ``v_scale = max(amax over tokens of |v|, 1e-8) / FP8_MAX`` float32
   [B, H, Dp], ``v_fp8 = saturate(v * (1 / v_scale))`` rounded to nearest even.
 
 The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
@@ -36,7 +36,6 @@ from triton.language.extra.cuda import gdc_launch_dependents
 from . import launcher
 from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
 
-EPS = 1e-8  # amax floor: an all-zero block quantizes to zeros instead of NaN
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
 # computed inside the K/V quantization launch instead of by two torch reductions, which cost
 # ~12 µs of device time each on an H200 at 1×16×1024×64 besides their host time. Each program
@@ -74,9 +73,10 @@ assert math.isclose(LOG2E, math.log2(math.e))
 
 @triton.jit
 def scale_and_inverse(amax, top):
-    """The contract's scale of a block or channel, max(amax, EPS) / top (127 for INT8, FP8_MAX for
-    V), and its reciprocal, which the elements are multiplied by: both IEEE quotients (one division
-    per block or channel, none per element)."""
+    """The contract's scale of a block or channel, max(amax, 1e-8) / top (127 for INT8, FP8_MAX for
+    V; the floor makes an all-zero block quantize to zeros, not NaN), and its reciprocal, which the
+    elements are multiplied by: both IEEE quotients (one division per block or channel, none per
+    element)."""
     s = tl.math.div_rn(tl.maximum(amax, 1e-8), top)
     return s, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
 
