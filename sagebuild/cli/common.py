@@ -14,7 +14,6 @@ import traceback
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, TypeVar
 
-import click
 import typer
 from rich.markup import escape
 
@@ -149,6 +148,23 @@ def fail(err: SagebuildError, json_out: bool = False, command: str | None = None
     raise typer.Exit(int(err.code))
 
 
+def _passthrough() -> tuple[type[BaseException], ...]:
+    """The CLI framework's own exits and usage errors: typer's, and click's where typer still
+    builds on click (typer 0.29 no longer depends on it)."""
+    types: list[type[BaseException]] = [typer.Exit, typer.Abort]
+    types += [typer.TyperException] if hasattr(typer, "TyperException") else []
+    try:
+        import click
+
+        types.append(click.ClickException)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+_PASSTHROUGH = _passthrough()
+
+
 def handle_errors(fn: F) -> F:
     """Turn any error into a message, its fix and the mapped exit code: no traceback (``--debug``
     shows one for internal errors). With ``--json`` a JSON document carries the error too."""
@@ -159,7 +175,7 @@ def handle_errors(fn: F) -> F:
         command = fn.__name__.removesuffix("_cmd").removesuffix("_command").rstrip("_")
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.ClickException):
+        except _PASSTHROUGH:
             raise
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
