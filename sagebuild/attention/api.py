@@ -205,7 +205,7 @@ def attend(
     pv: str,
     quantization_backend: str,
     config: Any = None,
-    pv_accum: str = "fp32+fp32",
+    pv_accum: Optional[str] = None,
 ) -> Any:
     """The dense implementation: plan (cached per signature), quantize K/V, launch attention.
     Returns out, or (out, lse [B, H, N_q] float32)."""

@@ -47,23 +47,10 @@ def variant_for_device(device: torch.device | str | int) -> str:
 
 
 def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> tuple[str, str]:
-    """What ``sageattn`` runs: (variant, FP8 accumulation "fp32+fp32" or "fp32", upstream's names).
-
-    Memoised per GPU device object, head dim and key count (it is on every call's host path);
-    CPU devices are not (whether the interpreter serves them is read from the environment)."""
-    key = (device, head_dim, n_k)
-    choice = _CALL_CHOICES.get(key)
-    if choice is None:
-        pv, accum = plan.default_pv(device_arch(device), head_dim, n_k)
-        choice = (VARIANTS[pv], accum)
-        if isinstance(device, torch.device) and device.type == "cuda":
-            if len(_CALL_CHOICES) >= 4096:
-                _CALL_CHOICES.clear()
-            _CALL_CHOICES[key] = choice
-    return choice
-
-
-_CALL_CHOICES: dict[tuple, tuple[str, str]] = {}
+    """What ``sageattn`` runs: (variant, FP8 accumulation "fp32+fp32" or "fp32", upstream's names),
+    as ``plan.default_pv`` decides it for the device's arch."""
+    pv, accum = plan.default_pv(device_arch(device), head_dim, n_k)
+    return VARIANTS[pv], accum
 
 
 def available_variants(device: torch.device | str | int) -> list[str]:

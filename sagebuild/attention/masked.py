@@ -19,6 +19,8 @@ from typing import Optional
 
 import torch
 
+from sagebuild.attention.reference import causal_mask, expand_kv
+
 _warned: set[str] = set()
 _lock = threading.Lock()
 
@@ -48,11 +50,6 @@ def warn_once(reason: str, where: str) -> None:
     )
 
 
-def _causal_bottom_right(n_q: int, n_k: int, device: torch.device) -> torch.Tensor:
-    """True where query i may see key j: the last query sees every key (the kernels' alignment)."""
-    return torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril(n_k - n_q)
-
-
 def reference(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -80,12 +77,12 @@ def reference(
                 f"query heads ({hq}) must be a multiple of key/value heads ({hk})",
                 "pass k and v with a head count dividing q's",
             )
-        kh, vh = kh.repeat_interleave(hq // hk, dim=1), vh.repeat_interleave(hq // hk, dim=1)
+        kh, vh = expand_kv(kh, hq), expand_kv(vh, hq)
     n_q, n_k = qh.shape[2], kh.shape[2]
     scale = sm_scale if sm_scale is not None else qh.shape[-1] ** -0.5
     mask = attn_mask
     if is_causal:
-        causal = _causal_bottom_right(n_q, n_k, qh.device)
+        causal = causal_mask(n_q, n_k, qh.device)
         if mask is None:
             mask = causal
         elif mask.dtype == torch.bool:

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 
 from sagebuild.attention import api, dispatch, masked
+from sagebuild.attention.errors import AttentionInputError
 
 # pv values the ops take beyond the kernels' own "fp16" / "fp8": "auto" is what ``sageattn`` runs
 # on the device for the head dim and key count; "prefer_fp8" is FP8 P·V where the arch has FP8
@@ -30,24 +31,13 @@ from sagebuild.attention import api, dispatch, masked
 PV_VALUES = ("auto", "fp16", "fp8", "prefer_fp8")
 
 
-def _resolve_pv(
-    q: torch.Tensor, k: torch.Tensor, tensor_layout: str, pv: str, pv_accum: str
-) -> tuple[str, str]:
-    """(pv "fp16"/"fp8", accumulation) for one call on q's device."""
-    if pv == "auto":
-        try:
-            d, n_k = q.shape[-1], k.shape[1 if tensor_layout == "NHD" else 2]
-        except IndexError:  # malformed input: the variant's own checks say what is wrong
-            d, n_k = 0, 0
-        variant, accum = dispatch.choice_for_call(q.device, d, n_k)
-        pv = "fp8" if variant == dispatch.VARIANTS["fp8"] else "fp16"
-        if pv_accum == "auto":
-            pv_accum = accum
-    elif pv == "prefer_fp8":
+def _resolve_pv(q: torch.Tensor, pv: str, pv_accum: str) -> tuple[str, Optional[str]]:
+    """The ops' pv values as the plan takes them: "prefer_fp8" becomes the device's FP8 or FP16
+    P·V; "auto" (and an "auto" accumulation, as None) is left to ``plan.make_plan``, which decides
+    it once per call signature (an FP16 P·V plan accumulates in FP32 whatever was asked)."""
+    if pv == "prefer_fp8":
         pv = "fp8" if dispatch.VARIANTS["fp8"] in dispatch.available_variants(q.device) else "fp16"
-    if pv == "fp16" or pv_accum == "auto":
-        pv_accum = "fp32+fp32"  # FP16 P·V accumulates in FP32 whatever was asked (never less accurate)
-    return pv, pv_accum
+    return pv, (None if pv_accum == "auto" else pv_accum)
 
 
 def run_dense(
@@ -67,14 +57,10 @@ def run_dense(
 ) -> object:
     """The dense call itself (what the ops run, and the public functions eagerly)."""
     if not isinstance(q, torch.Tensor):
-        from sagebuild.attention.validate import AttentionInputError
-
         raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
     if pv not in PV_VALUES:
-        from sagebuild.attention.validate import AttentionInputError
-
         raise AttentionInputError(f"pv must be one of {PV_VALUES}, got {pv!r}", "pass pv='auto'")
-    pv, pv_accum = _resolve_pv(q, k, tensor_layout, pv, pv_accum)
+    pv, accum = _resolve_pv(q, pv, pv_accum)
     return api.attend(
         q,
         k,
@@ -88,7 +74,7 @@ def run_dense(
         pv=pv,
         quantization_backend=quantization_backend,
         config=config,
-        pv_accum=pv_accum,
+        pv_accum=accum,
     )
 
 

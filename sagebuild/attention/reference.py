@@ -30,7 +30,7 @@ def causal_mask(n_q: int, n_k: int, device: torch.device, rows: slice = slice(No
     return j <= i + (n_k - n_q)
 
 
-def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1) if x.shape[1] != heads else x
 
 
@@ -46,7 +46,7 @@ def exact_attention(
     """Softmax attention in float32 (no TF32), in the input's layout; GQA and causal as the kernels."""
     qh, kh, vh = (_to_hnd(t, tensor_layout).float() for t in (q, k, v))
     heads, n_q, d = qh.shape[1], qh.shape[2], qh.shape[3]
-    kh, vh = _expand_kv(kh, heads), _expand_kv(vh, heads)
+    kh, vh = expand_kv(kh, heads), expand_kv(vh, heads)
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
     outs, lses = [], []
     prev = torch.backends.cuda.matmul.allow_tf32
@@ -136,18 +136,18 @@ def golden_attention(
     qs_row = qs.repeat_interleave(config.q_blk(qk_quant_gran), dim=-1)[..., :n_q]
     ks_col = k_step.repeat_interleave(config.k_blk, dim=-1)[..., :n_k]
     # Integer products are exact in float64 (and in int32 on the GPU).
-    dots = torch.matmul(qi.double(), _expand_kv(ki, heads).double().transpose(-1, -2)).float()
-    s = dots * qs_row[..., :, None] * _expand_kv(ks_col, heads)[..., None, :]
+    dots = torch.matmul(qi.double(), expand_kv(ki, heads).double().transpose(-1, -2)).float()
+    s = dots * qs_row[..., :, None] * expand_kv(ks_col, heads)[..., None, :]
     if is_causal:
         s = s.masked_fill(~causal_mask(n_q, n_k, s.device), float("-inf"))
 
     fp8 = variant == "qk_int8_pv_fp8"
     if fp8:
         vq, vs = quant_v_fp8(vf, fp8_dtype)
-        vq, vs = _expand_kv(vq, heads), _expand_kv(vs, heads)
+        vq, vs = expand_kv(vq, heads), expand_kv(vs, heads)
         fmax = float(torch.finfo(fp8_dtype).max)
     else:
-        vq = _expand_kv(vh, heads)  # P·V in the input's 16-bit type
+        vq = expand_kv(vh, heads)  # P·V in the input's 16-bit type
     m = torch.full((b, heads, n_q), float("-inf"), device=s.device)
     l_sum = torch.zeros((b, heads, n_q), device=s.device)
     acc = torch.zeros((b, heads, n_q, d), device=s.device)
@@ -170,7 +170,7 @@ def golden_attention(
     out = out.transpose(1, 2) if tensor_layout == "NHD" else out
     if not return_lse:
         return out
-    lse = (m + torch.log2(l_sum)) / LOG2E + (qf * _expand_kv(km, heads)).sum(-1) * scale
+    lse = (m + torch.log2(l_sum)) / LOG2E + (qf * expand_kv(km, heads)).sum(-1) * scale
     return out, torch.where(l_sum > 0, lse, float("-inf"))
 
 

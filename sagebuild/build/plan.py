@@ -309,6 +309,14 @@ def make_plan(
     py_version = getattr(getattr(facts, "python", None), "version", None)
     base = paths.ext_dir(torch_version or "unknown", py_version, env, getattr(facts.python, "prefix", None))
 
+    with_gpu = profile.vendor != "cpu"
+    # what both kinds of build share
+    common: dict[str, Any] = dict(
+        profile=profile.name, vendor=profile.vendor, jobs=n_jobs, jobs_reason=jobs_reason,
+        archs=arch_list, arch_reason=arch_reason, arch_env=arch_env, env=build_env, with_gpu=with_gpu,
+        python=py, ext_dir=str(base), warnings=warnings, problems=problems,
+        torch_version=torch_version, torch_build=torch_build,
+    )  # fmt: skip
     if source is not None:
         src = Path(source).expanduser().resolve()
         if not (src / "setup.py").is_file():
@@ -318,29 +326,14 @@ def make_plan(
                 "(e.g. a SageAttention checkout)",
             )
         return BuildPlan(
-            profile=profile.name,
-            vendor=profile.vendor,
+            **common,
             mode="source",
-            jobs=n_jobs,
-            jobs_reason=jobs_reason,
-            archs=arch_list,
-            arch_reason=arch_reason,
-            arch_env=arch_env,
-            env=build_env,
-            with_gpu=profile.vendor != "cpu",
-            python=py,
-            ext_dir=str(base),
             build_dir=str(src),
             output=str(src),
             command=[py, "setup.py", "build_ext", "--inplace"],
             cwd=str(src),
-            warnings=warnings,
-            problems=problems,
-            torch_version=torch_version,
-            torch_build=torch_build,
         )
 
-    with_gpu = profile.vendor != "cpu"
     csrc = paths.csrc_dir()
     sources = [str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())]
     # every variant the arch table says each arch runs, beside the profile's (issue 38: RDNA4's FP8)
@@ -348,25 +341,11 @@ def make_plan(
     aot = aot if with_gpu else []
     spec = str(paths.tree_dir(base) / SPEC_FILE)
     return BuildPlan(
-        profile=profile.name,
-        vendor=profile.vendor,
+        **common,
         mode="bundled",
-        jobs=n_jobs,
-        jobs_reason=jobs_reason,
-        archs=arch_list,
-        arch_reason=arch_reason,
-        arch_env=arch_env,
-        env=build_env,
-        with_gpu=with_gpu,
-        python=py,
-        ext_dir=str(base),
         build_dir=str(paths.tree_dir(base)),
         output=str(paths.current_lib(base)),
         sources=sources,
         command=[py, "-m", "sagebuild.build.ext_builder", spec],
         aot=aot,
-        warnings=warnings,
-        problems=problems,
-        torch_version=torch_version,
-        torch_build=torch_build,
     )
