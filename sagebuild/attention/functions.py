@@ -25,6 +25,7 @@ import torch
 
 from sagebuild.attention import ops
 from sagebuild.attention.validate import AttentionInputError
+from sagebuild.upstream_api import UPSTREAM_NAMES
 
 # upstream value -> ours. Upstream's per-thread scales (one per MMA fragment row group) are finer
 # than anything we have; our finest is one scale per warp's slice of a Q block.
@@ -322,15 +323,5 @@ def sageattn_varlen(
         return ops.attention_varlen(*args)
     return ops.run_varlen(*args)
 
-
-# upstream's six public names, in the order diffusers imports them
-UPSTREAM_NAMES = (
-    "sageattn",
-    "sageattn_qk_int8_pv_fp8_cuda",
-    "sageattn_qk_int8_pv_fp8_cuda_sm90",
-    "sageattn_qk_int8_pv_fp16_cuda",
-    "sageattn_qk_int8_pv_fp16_triton",
-    "sageattn_varlen",
-)
 
 __all__ = [*UPSTREAM_NAMES, "UPSTREAM_NAMES", "sageattn_qk_int8_pv_fp8_triton"]

@@ -13,6 +13,7 @@ import json
 import re
 
 from sagebuild._version import __version__
+from sagebuild.upstream_api import UPSTREAM_NAMES
 
 UPSTREAM_API_VERSION = "2.2.0"
 DIST_NAME = "sageattention"
@@ -29,16 +30,7 @@ def local_label(version: str) -> str:
 DIST_VERSION = f"{UPSTREAM_API_VERSION}+sagebuild.{local_label(__version__)}"
 DIST_INFO = f"{DIST_NAME}-{DIST_VERSION}.dist-info"
 
-# upstream's public names (sagebuild.attention.functions.UPSTREAM_NAMES; repeated here so that
-# writing the files needs no torch)
-NAMES = (
-    "sageattn",
-    "sageattn_qk_int8_pv_fp8_cuda",
-    "sageattn_qk_int8_pv_fp8_cuda_sm90",
-    "sageattn_qk_int8_pv_fp16_cuda",
-    "sageattn_qk_int8_pv_fp16_triton",
-    "sageattn_varlen",
-)
+NAMES = UPSTREAM_NAMES  # what the installed package re-exports
 
 _IMPORTS = "from sagebuild.attention.functions import (\n" + "".join(f"    {n},\n" for n in NAMES) + ")\n"
 
