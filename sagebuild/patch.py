@@ -56,10 +56,6 @@ _ACCEL_DTYPES = ("float16", "bfloat16")
 # What a device can take, and the pure decision "accelerate or pass through".
 
 
-def _no_speed_rule(head_dim: int, causal: bool, batch_heads: int) -> int | None:
-    return None
-
-
 @dataclass(frozen=True)
 class DeviceSupport:
     """What the quantized kernels can do on one device (from the attention dispatch)."""
@@ -67,16 +63,14 @@ class DeviceSupport:
     arch: str
     variant: str
     head_dim_ok: Callable[[int], bool]
-    # (head dim, causal, batch × query heads) -> the query/key length from which our kernels
-    # beat SDPA here, or None
-    min_len: Callable[[int, bool, int], int | None] = _no_speed_rule
+    # (head dim, causal, batch × query heads) -> the length from which our kernels beat SDPA here
+    min_len: Callable[[int, bool, int], int | None] = lambda d, causal, bh: None
 
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
 
-# Fewer queries than this go to SDPA: a decode step would re-quantize the whole KV cache and
-# fill 1 row of a 64-row tile (measured on an H200: generation 0.79× SDPA's speed when decode
-# steps were accelerated too; docs/performance.md).
+# Fewer queries than this go to SDPA: a decode step would re-quantize the whole KV cache to
+# fill 1 row of a 64-row tile (slower than SDPA: docs/performance.md).
 MIN_Q_LEN = 16
 
 
@@ -157,7 +151,7 @@ def decide(
 
 
 # ----------------------------------------------------------------------------------------------
-# The real backend: B's dispatch and sageattn. Tests swap ``_backend`` for a fake.
+# The real backend: the attention dispatch and sageattn. Tests swap ``_backend`` for a fake.
 
 
 def _dispatch_support(device: Any) -> DeviceSupport | str:
@@ -201,19 +195,14 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
         try:
             return configs.sdpa_crossover(family, dp, causal, batch_heads=batch_heads)
         except ValueError as err:  # a mistyped override must not break the model: say so once
-            with _stats_lock:
-                first = configs.SDPA_CROSSOVER_ENV_VAR not in _warned
-                _warned.add(configs.SDPA_CROSSOVER_ENV_VAR)
-            if first:
-                msg = f"sagebuild.patch_sdpa: {err}; using the measured lengths"
-                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            _warn_once(configs.SDPA_CROSSOVER_ENV_VAR, f"{err}; using the measured lengths")
             return configs.sdpa_crossover(family, dp, causal, use_env=False, batch_heads=batch_heads)
 
     return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok, min_len=min_len)
 
 
 def _dispatch_kernel(q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport) -> Any:
-    """``sageattn`` on HND views (any strides); GQA is native (query head h reads KV head h // groups)."""
+    """``sageattn`` on HND views (any strides); GQA is native, as every backend's kernel must be."""
     from sagebuild.attention import sageattn
 
     return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=sm_scale)
@@ -264,6 +253,14 @@ _passed = 0
 _reasons: Counter[str] = Counter()
 _accelerated_by: Counter[str] = Counter()
 _warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _stats_lock:
+        first = key not in _warned
+        _warned.add(key)
+    if first:
+        warnings.warn(f"sagebuild.patch_sdpa: {message}", RuntimeWarning, stacklevel=3)
 
 
 def _count(reason: str | None, support: DeviceSupport | None = None) -> None:
@@ -324,16 +321,22 @@ def _call_original(
     return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
 
 
-def _jit_tracing() -> bool:
-    import torch
-
-    return bool(torch.jit.is_tracing() or torch.jit.is_scripting())
-
-
 def _any_device(device: Any) -> DeviceSupport:
     """Trace-time stand-in for ``support_for``: what the device takes is decided at run time,
     inside the op (the device's arch is not something Dynamo can trace)."""
     return DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
+
+
+def _verdict(args: tuple, support_for: SupportFn) -> DeviceSupport | str:
+    """``decide`` for one call's arguments with the installed backend's device types."""
+    import torch
+
+    return decide(
+        *args,
+        support_for=support_for,
+        gpu_device_types=_backend.gpu_device_types,
+        grad_enabled=torch.is_grad_enabled(),
+    )
 
 
 # ``sagebuild::patched_sdpa``: defined by ``_install`` (eagerly: never while Dynamo traces)
@@ -360,7 +363,7 @@ def _define_op() -> None:
         scale: float | None,
         enable_gqa: bool,
     ) -> torch.Tensor:
-        out = _eager_sdpa(query, key, value, None, 0.0, is_causal, scale, enable_gqa)
+        out = _eager_sdpa((query, key, value, None, 0.0, is_causal, scale, enable_gqa))
         return out.contiguous()  # the fake's layout; a fresh tensor, never an input
 
     @patched_sdpa.register_fake
@@ -368,32 +371,6 @@ def _define_op() -> None:
         return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
     _op = patched_sdpa
-
-
-def _traced_sdpa(
-    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
-    scale: float | None, enable_gqa: bool,
-) -> Any:  # fmt: skip
-    """Under ``torch.compile``: the static half of ``decide`` now, the rest in the op at run time."""
-    import torch
-
-    backend = _backend
-    verdict = decide(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-        support_for=_any_device,
-        gpu_device_types=backend.gpu_device_types,
-        grad_enabled=torch.is_grad_enabled(),
-    )  # fmt: skip
-    op = _op
-    if isinstance(verdict, str) or op is None:
-        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    return op(query, key, value, bool(is_causal), scale, bool(enable_gqa))
-
-
-def _expand_kv(x: Any, groups: int) -> Any:
-    """(B, Hkv, N, D) → (B, Hkv·groups, N, D), each KV head repeated for its query group."""
-    b, h, n, d = x.shape
-    return x[:, :, None].expand(b, h, groups, n, d).reshape(b, h * groups, n, d)
 
 
 def scaled_dot_product_attention(
@@ -410,59 +387,36 @@ def scaled_dot_product_attention(
     """SDPA with the same signature; quantized kernels when faithful, the original otherwise."""
     import torch
 
+    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if torch.compiler.is_compiling():
-        return _traced_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    if _jit_tracing():
-        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    return _eager_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        # traced: the static half of ``decide`` now, the device-dependent rest in the op at run time
+        if isinstance(_verdict(args, _any_device), str) or _op is None:
+            return _call_original(*args)
+        return _op(query, key, value, bool(is_causal), scale, bool(enable_gqa))
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return _call_original(*args)
+    return _eager_sdpa(args)
 
 
-def _eager_sdpa(
-    query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float, is_causal: bool,
-    scale: float | None, enable_gqa: bool,
-) -> Any:  # fmt: skip
+def _eager_sdpa(args: tuple) -> Any:
     """The decision and the call, eagerly (the wrapper's body, and the op's at run time)."""
-    import torch
-
-    backend = _backend
-    verdict = decide(
-        query,
-        key,
-        value,
-        attn_mask,
-        dropout_p,
-        is_causal,
-        scale,
-        enable_gqa,
-        support_for=backend.support_for,
-        gpu_device_types=backend.gpu_device_types,
-        grad_enabled=torch.is_grad_enabled(),
-    )
+    verdict = _verdict(args, _backend.support_for)
     if isinstance(verdict, str):
         _count(verdict)
-        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return _call_original(*args)
+    query, key, value, _, _, is_causal, scale, _ = args
     sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
-    k, v = key, value
-    if key.shape[1] != query.shape[1]:
-        groups = query.shape[1] // key.shape[1]
-        if not getattr(backend.kernel, "supports_gqa", True):
-            k, v = _expand_kv(key, groups), _expand_kv(value, groups)
     try:
-        out = backend.kernel(query, k, v, bool(is_causal), float(sm_scale), verdict)
+        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict)
     except Exception as err:  # never break the user's model: fall back, say why once
         reason = f"kernel raised {type(err).__name__}"
-        with _stats_lock:
-            first = reason not in _warned
-            _warned.add(reason)
-        if first:
-            warnings.warn(
-                f"sagebuild.patch_sdpa: the quantized kernel failed ({type(err).__name__}: {err}); "
-                "falling back to PyTorch SDPA for such calls",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        _warn_once(
+            reason,
+            f"the quantized kernel failed ({type(err).__name__}: {err}); "
+            "falling back to PyTorch SDPA for such calls",
+        )
         _count(reason)
-        return _call_original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return _call_original(*args)
     _count(None, verdict)
     return out if out.dtype == query.dtype else out.to(query.dtype)
 
