@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,9 @@ def raw(name: str) -> Optional[str]:
     knob = _BY_NAME.get(name)
     if knob is None:
         raise UnknownKnobError(name)
-    if knob.plan:
-        if _values is None:
-            refresh()
-        assert _values is not None
-        value = _values[name]
-    else:
-        value = os.environ.get(name)
+    if knob.plan and _values is None:
+        refresh()
+    value = _values[name] if knob.plan else os.environ.get(name)  # type: ignore[index]
     return value.strip() if value is not None else None
 
 
@@ -164,11 +160,6 @@ def markdown() -> str:
         kind = f"{k.kind}, plan" if k.plan else k.kind
         lines.append(f"| `{k.name}` | {kind} | {k.default} | {k.meaning} |")
     return "\n".join(lines) + "\n"
-
-
-def describe() -> list[dict[str, Any]]:
-    """The registry with the current values, for reports."""
-    return [{"name": k.name, "value": raw(k.name), "plan": k.plan} for k in KNOBS]
 
 
 if __name__ == "__main__":
