@@ -23,8 +23,7 @@ AUTO = "sageattn"
 SDPA = "sdpa"
 # What the speed gate compares: gate metric -> the bench row's speed-up field. "cold": calls
 # with the L2 flushed before each, the GPU near its top clock; "sustained": back-to-back calls at
-# the power limit (``--sustain``), where a long job runs and which depends less on what ran just
-# before (docs/performance.md, runs 17-18).
+# the power limit (``--sustain``), where a long job runs.
 GATE_METRICS = {"cold": "speedup", "sustained": "sustained_speedup"}
 _SDPA_OPS = {  # the aten op SDPA dispatches to → backend name
     "_scaled_dot_product_cudnn_attention": "cudnn",
@@ -149,8 +148,7 @@ class Timing:
     back-to-back calls measure the slower of host and device, what a loop of small calls sees.
     ``sustained_ms`` (``--sustain``): per call over the second half of seconds of back-to-back
     calls, the median over rounds: the GPU at its power limit, where clocks fall by how much
-    power a kernel draws (on an H200 SDPA's cuDNN kernel ran at 1.3–1.6 GHz there, ours at
-    1.8–1.97: docs/performance.md run 17), what a long job sees."""
+    power a kernel draws, what a long job sees."""
 
     median_ms: float
     p20_ms: float
@@ -233,8 +231,8 @@ def _round_order(n: int, r: int) -> list[int]:
     n-2, ... shifted by r, mirrored in every other block of n rounds), so that from round to
     round each function follows a different one: for even n, every ordered pair is adjacent
     once in n rounds. A GPU at its power limit runs a kernel at the clock the previous kernel's
-    burst left (docs/performance.md, runs 17 and 18); a fixed order, or a rotation of one,
-    would hand a function the same predecessor's power state in (almost) every round."""
+    burst left; a fixed order, or a rotation of one, would hand a function the same
+    predecessor's power state in (almost) every round."""
     seq, lo, hi = [0], 1, n - 1
     while len(seq) < n:
         seq.append(lo)
@@ -311,28 +309,20 @@ def time_interleaved(
     return out
 
 
-def graph_replay_us(fn: Callable[[], Any]) -> float:
-    """Device time of fn alone (median µs): its launches captured in a CUDA graph on the current
-    device (``graphed.capture``), the replay timed. Host time, which decides small calls, is left
-    out: compare with a plain timing to see the host's share."""
-    import torch
+def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> float:
+    """The tuning scripts' timing of fn on the current GPU (median ms): do_bench of the whole call
+    (the host's time shows where it exceeds the device's), or with ``graph`` of its CUDA-graph
+    replay (``graphed.capture``): device time only, what small calls need to tell configs apart."""
     from triton.testing import do_bench
+
+    if not graph:
+        return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+    import torch
 
     from sagebuild.attention.graphed import capture
 
     g, _ = capture(fn, torch.device("cuda", torch.cuda.current_device()))
-    return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
-
-
-def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> float:
-    """The tuning scripts' timing of fn on the current GPU (median ms): do_bench of the whole call
-    (the host's time shows where it exceeds the device's), or with ``graph`` its CUDA-graph
-    replay (``graph_replay_us``: device time only, what small calls need to tell configs apart)."""
-    if graph:
-        return graph_replay_us(fn) / 1e3
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+    return do_bench(g.replay, warmup=25, rep=200, return_mode="median")
 
 
 # ---- what SDPA runs -------------------------------------------------------------------------
@@ -576,45 +566,52 @@ def run_bench(
 
     from sagebuild.attention import metrics, reference
     from sagebuild.benchmem import check_fits
+    from sagebuild.profiles import shape_key
 
-    check_fits(cfg, device)  # an absent GPU or a shape that will not fit: refused before allocating
+    # resolves the device; an absent GPU or a shape that will not fit is refused before allocating
+    dev = torch.device(check_fits(cfg, device).device)
     say = progress or (lambda _msg: None)
-    dev = torch.device(
-        "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
-    )
     gpu = dev.type == "cuda"
     n_rounds = rounds_used(cfg.reps, cfg.rounds)
-    if gpu and not torch.cuda.is_available():
-        raise SagebuildError(
-            f"--device {device}: this torch sees no GPU",
-            fix="run `sagebuild doctor`",
-            code=Exit.BENCH_BELOW_THRESHOLD,
-        )
+    layout, causal = cfg.layout, cfg.causal
 
     def bounds_of(variant: str) -> Optional[dict[str, float]]:
         b = profile.accuracy.get(variant)
         return {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} if b else None
 
-    def sdpa_call(q: Any, k: Any, v: Any) -> Callable[[], Any]:
-        if cfg.layout == "NHD":
-            return lambda: F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=cfg.causal
-            ).transpose(1, 2)
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+    def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
+        if layout == "NHD":
+            t = lambda x: x.transpose(1, 2)  # noqa: E731
+            return lambda: t(F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)), None
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
 
+    # (name, kind, make(q, k, v) -> (callable, launch-plan record or None), accuracy bounds)
+    providers: list[tuple[str, str, Callable[..., tuple[Callable[[], Any], Any]], Any]] = [
+        (SDPA, "baseline", sdpa, None)
+    ]
     if gpu:
         from sagebuild import attention
         from sagebuild.attention import dispatch
+        from sagebuild.attention.api import launch_plan
         from sagebuild.kernels.triton import configs
 
         arch = dispatch.device_arch(dev)
-        avail = dispatch.available_variants(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        variants = avail  # every variant this GPU runs, so the note can say which one won (issue 38)
-        kern = {
-            "qk_int8_pv_fp16": attention.sageattn_qk_int8_pv_fp16_triton,
-            "qk_int8_pv_fp8": attention.sageattn_qk_int8_pv_fp8_triton,
-        }
+
+        def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
+            def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
+                call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)  # noqa: E731
+                return call, launch_plan(q, k, v, layout, causal, variant=variant)
+
+            return make
+
+        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), bounds_of(auto_variant)))
+        # every variant this GPU runs, so the note can say which one won (issue 38)
+        for var in dispatch.available_variants(dev):
+            fn = getattr(attention, f"sageattn_{var}_triton")
+            providers.append((var, "whole_call", whole_call(fn, var), bounds_of(var)))
+            kernel_only = lambda q, k, v, var=var: _kernel_only(var, q, k, v, layout, causal)  # noqa: E731
+            providers.append((var, "kernel_only", kernel_only, bounds_of(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
@@ -635,8 +632,15 @@ def run_bench(
             "the K/V quantization launches (Q is quantized inside the attention launch)"
         )
     else:
-        variants = list(profile.kernels)
-        device_name = None
+        for var in profile.kernels:
+            golden = lambda q, k, v, var=var: (  # noqa: E731
+                lambda: reference.golden_attention(
+                    q, k, v, variant=var, tensor_layout=layout, is_causal=causal
+                ),
+                None,
+            )
+            providers.append((f"golden:{var}", "whole_call", golden, bounds_of(var)))
+        arch = device_name = None
         method = (
             f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
             f"{n_rounds} rounds that time every provider in turn, each round in another order; median"
@@ -647,89 +651,34 @@ def run_bench(
             "arithmetic; its accuracy is meaningful, its speed is not. No speed gate on CPU."
         )
 
-    from sagebuild.profiles import shape_key
-
     rows: list[BenchRow] = []
     backend: dict[str, Any] = {}
-    expected, expectation = expectation_for(profile, _device_arch(dev) if gpu else None, gpu)
+    expected, expectation = expectation_for(profile, arch, gpu)
     remeasured: list[int] = []  # shapes measured twice (the first time below the regression floor)
+    field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
 
     def shape_of(n: int) -> str:
-        return shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal)
+        return shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
 
     for n in cfg.seq:
         q, k, v = _inputs(cfg, n, dev)
-        ref = reference.exact_attention(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal)
-        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, cfg.causal)
+        ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
+        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
         if not backend:
-            qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if cfg.layout == "NHD" else (q, k, v)
-            backend = sdpa_backend(qs, ks, vs, cfg.causal)
-        # (name, kind, make -> (callable, launch-plan record or None), accuracy bounds)
-        providers: list[tuple[str, str, Callable[[], tuple[Callable[[], Any], Any]], Any]] = []
-        providers.append((SDPA, "baseline", lambda q=q, k=k, v=v: (sdpa_call(q, k, v), None), None))
-        if gpu:
-            from sagebuild.attention.api import launch_plan
-
-            providers.append(
-                (
-                    AUTO,
-                    "whole_call",
-                    lambda q=q, k=k, v=v: (
-                        lambda: attention.sageattn(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal),
-                        launch_plan(q, k, v, cfg.layout, cfg.causal),
-                    ),
-                    bounds_of(auto_variant),
-                )
-            )
-            for var in variants:
-                providers.append(
-                    (
-                        var,
-                        "whole_call",
-                        lambda q=q, k=k, v=v, f=kern[var], var=var: (
-                            lambda: f(q, k, v, tensor_layout=cfg.layout, is_causal=cfg.causal),
-                            launch_plan(q, k, v, cfg.layout, cfg.causal, variant=var),
-                        ),
-                        bounds_of(var),
-                    )
-                )
-                providers.append(
-                    (
-                        var,
-                        "kernel_only",
-                        lambda q=q, k=k, v=v, var=var: _kernel_only(var, q, k, v, cfg.layout, cfg.causal),
-                        bounds_of(var),
-                    )
-                )
-        else:
-            for var in variants:
-                providers.append(
-                    (
-                        f"golden:{var}",
-                        "whole_call",
-                        lambda q=q, k=k, v=v, var=var: (
-                            lambda: reference.golden_attention(
-                                q, k, v, variant=var, tensor_layout=cfg.layout, is_causal=cfg.causal
-                            ),
-                            None,
-                        ),
-                        bounds_of(var),
-                    )
-                )
-        # each provider's first call gives its accuracy; a provider that fails is a row with its
-        # error; then all of them are timed together, interleaved
-        ready: list[tuple[str, str, Callable[[], Any], Any, dict, Any]] = []
-        failed: dict[int, BenchRow] = {}
-        for i, (name, kind, make, bounds) in enumerate(providers):
+            qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
+            backend = sdpa_backend(qs, ks, vs, causal)
+        # each provider's first call gives its accuracy (a failure is a row with its error); then
+        # the others are timed together, interleaved
+        here: list[Any] = []  # per provider: its error row, or (name, kind, fn, plan, acc, bounds)
+        for name, kind, make, bounds in providers:
             say(f"seq={n} {name} {kind}: first call")
             plan = None
             try:
-                fn, plan = make()
-                acc = metrics.accuracy(fn(), ref)
+                fn, plan = make(q, k, v)
+                here.append((name, kind, fn, plan, metrics.accuracy(fn(), ref), bounds))
             except Exception as e:  # noqa: BLE001
-                failed[i] = BenchRow(n, name, kind, None, None, None, None, bounds, _error(e), plan)
-                continue
-            ready.append((name, kind, fn, plan, acc, bounds))
+                here.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(e), plan))
+        ready = [p for p in here if isinstance(p, tuple)]
         say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
         floor = expected.get(shape_of(n), 0.0) * profile.bench.regression
         for attempt in range(2):
@@ -738,30 +687,19 @@ def run_bench(
             timings = time_interleaved(
                 [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
             )
-            base = next(
-                (
-                    t
-                    for (_, kind, *_), t in zip(ready, timings)
-                    if kind == "baseline" and isinstance(t, Timing)
-                ),
-                None,
-            )
-            auto = next(
-                (t for (name, kind, *_), t in zip(ready, timings) if name == AUTO and kind == "whole_call"),
-                None,
-            )
-            field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
-            ratio = _ratio(base, auto, field_, "whole_call") if isinstance(auto, Timing) else None
+            by = {(r[0], r[1]): t for r, t in zip(ready, timings) if isinstance(t, Timing)}
+            base, auto = by.get((SDPA, "baseline")), by.get((AUTO, "whole_call"))
+            ratio = _ratio(base, auto, field_, "whole_call") if auto else None
             if attempt or not gpu or ratio is None or ratio >= floor:
                 break
             remeasured.append(n)
             say(f"seq={n}: speed-up {ratio:.3f}× below the regression floor {floor:.3f}×: measuring again")
-        timed = iter(zip(ready, timings))
-        for i in range(len(providers)):
-            if i in failed:
-                rows.append(failed[i])
+        timed = iter(timings)
+        for p in here:
+            if isinstance(p, BenchRow):
+                rows.append(p)
                 continue
-            (name, kind, _, plan, acc, bounds), timing = next(timed)
+            (name, kind, _, plan, acc, bounds), timing = p, next(timed)
             if isinstance(timing, Exception):
                 rows.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(timing), plan))
                 continue
@@ -772,7 +710,7 @@ def run_bench(
                     n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan, sustained_speedup=sus
                 )
             )
-        del q, k, v, ref, ready, providers, timings  # each length's buffers go before the next
+        del q, k, v, ref, here, ready, timings  # each length's buffers go before the next
     min_speedup = profile.bench.min_speedup if cfg.min_speedup is None else cfg.min_speedup
     if remeasured:
         expectation["remeasured"] = remeasured
@@ -801,13 +739,3 @@ def run_bench(
         gate_on=cfg.gate_on,
         expectation=expectation,
     )
-
-
-def _device_arch(dev: Any) -> Optional[str]:
-    """The bench device's arch name, or None where it is not one the table knows."""
-    from sagebuild.attention import dispatch
-
-    try:
-        return dispatch.device_arch(dev)
-    except SagebuildError:
-        return None

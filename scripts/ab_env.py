@@ -10,7 +10,7 @@ name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"qua
 Settings are interleaved round by round (the machines are noisy: a drift hits every setting
 alike); each round times every setting with do_bench medians, the table gives the median over
 rounds, the ratio SDPA time / ours and the accuracy against fp32 attention on the same inputs.
-`--graph` times CUDA-graph replays of each call instead (``bench.graph_replay_us``: device time
+`--graph` times CUDA-graph replays of each call instead (``bench.median_ms``: device time
 only, what a host-bound small call hides; `sagebuild bench`'s kernel-only row times the attention
 launch alone). Knobs are read once per process, so each setting calls ``knobs.refresh()``; a
 module knob clears the API's caches.

@@ -9,7 +9,7 @@ the numbers in docs/performance.md's table): users never pay for autotuning.
     python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c] [--variants fp8,fp16]
         [--graph]
 
-``--graph`` times CUDA-graph replays (``bench.graph_replay_us``): device time only. Small
+``--graph`` times CUDA-graph replays (``bench.median_ms``): device time only. Small
 shapes need it: there do_bench times the host (~60 µs per call on the H200's host against
 ~25 µs of device work), so a sweep without it cannot tell configs apart at 1×16×1024×64.
 """
