@@ -12,6 +12,7 @@ from sagebuild.attention.validate import AttentionInputError, interpreter_enable
 
 INTERPRETER = plan.INTERPRETER
 VARIANTS = plan.VARIANTS
+family = plan.family_of  # the arch family that keys the launch-config and features tables
 
 
 def device_arch(device: torch.device | str | int) -> str:
@@ -60,11 +61,6 @@ def available_variants(device: torch.device | str | int) -> list[str]:
         return list(VARIANTS.values())
     plan.default_pv(arch, 0, 0)  # an unsupported arch is a clear error
     return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if archs.get(arch).fp8_dtype else [])
-
-
-def family(arch: str) -> str:
-    """The arch family that keys the launch-config and features tables."""
-    return plan.family_of(arch)
 
 
 def fp8_dtype(arch: str) -> torch.dtype:

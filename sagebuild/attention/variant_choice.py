@@ -13,34 +13,23 @@ VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")
 AUTO = "sageattn"  # the bench's provider name of the auto-dispatch call
 
 
-def _get(row: Any, key: str) -> Any:
-    """A field of a bench row, whether a ``BenchRow`` or its ``to_dict()``."""
-    return row.get(key) if isinstance(row, dict) else getattr(row, key, None)
-
-
-def _median_ms(row: Any) -> Optional[float]:
-    timing = _get(row, "timing")
-    if timing is None:
-        return None
-    return timing.get("median_ms") if isinstance(timing, dict) else getattr(timing, "median_ms", None)
-
-
 def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
     """One line per sequence length: "seq=N: dispatch picks X; fastest: Y (times)".
 
-    ``rows``: the bench's rows; the variants' whole-call rows are compared by their median time.
-    What the dispatch picks is the variant the ``sageattn`` row's launch plan ran at that length,
-    else ``picked``. A length where fewer than two variants have a time says so."""
+    ``rows``: the bench's rows (``BenchRow`` or its ``to_dict()``); the variants' whole-call rows
+    are compared by their median time. What the dispatch picks is the variant the ``sageattn``
+    row's launch plan ran at that length, else ``picked``. A length where fewer than two variants
+    have a time says so."""
+    rows = [r if isinstance(r, dict) else r.to_dict() for r in rows]
     lines = []
-    for seq in sorted({_get(r, "seq") for r in rows}):
-        here = [r for r in rows if _get(r, "seq") == seq]
-        timed: dict[str, float] = {}
-        for r in here:
-            ms = _median_ms(r)
-            if _get(r, "kind") == "whole_call" and _get(r, "provider") in VARIANTS and ms is not None:
-                timed[_get(r, "provider")] = ms
-        auto = next((r for r in here if _get(r, "provider") == AUTO), None)
-        plan = _get(auto, "plan") if auto is not None else None
+    for seq in sorted({r["seq"] for r in rows}):
+        here = [r for r in rows if r["seq"] == seq]
+        timed = {
+            r["provider"]: r["timing"]["median_ms"]
+            for r in here
+            if r["kind"] == "whole_call" and r["provider"] in VARIANTS and r["timing"]
+        }
+        plan = next((r["plan"] for r in here if r["provider"] == AUTO), None)
         choice = (plan or {}).get("variant") or picked or "unknown"
         if len(timed) < 2:
             failed = [v for v in VARIANTS if v not in timed]
