@@ -172,28 +172,3 @@ def golden_attention(
         return out
     lse = (m + torch.log2(l_sum)) / LOG2E + (qf * expand_kv(km, heads)).sum(-1) * scale
     return out, torch.where(l_sum > 0, lse, float("-inf"))
-
-
-def golden_varlen(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    exact: bool = False,
-    **kw,
-) -> torch.Tensor:
-    """Packed [total, H, D] sequences through the golden (or exact) model one sequence at a time."""
-    outs = []
-    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-    for i in range(len(cq) - 1):
-        qs, ks, vs = (
-            t[a:b_].unsqueeze(0)
-            for t, a, b_ in ((q, cq[i], cq[i + 1]), (k, ck[i], ck[i + 1]), (v, ck[i], ck[i + 1]))
-        )
-        if exact:
-            o = exact_attention(qs, ks, vs, "NHD", **kw)
-        else:
-            o = golden_attention(qs, ks, vs, tensor_layout="NHD", **kw)
-        outs.append(o[0])
-    return torch.cat(outs, dim=0)
