@@ -64,66 +64,50 @@ class Match:
         return asdict(self)
 
 
+def _bad_database(what: str) -> SagebuildError:
+    return SagebuildError(
+        f"failure database: {what}", fix="edit sagebuild/data/failures.yaml", code=Exit.INTERNAL
+    )
+
+
 def _compile(entry_id: str, field: str, raw: Any) -> tuple[re.Pattern[str], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
-        raise SagebuildError(
-            f"failure database: entry {entry_id!r}: {field!r} must be a list of non-empty strings",
-            fix="edit sagebuild/data/failures.yaml",
-            code=Exit.INTERNAL,
-        )
+        raise _bad_database(f"entry {entry_id!r}: {field!r} must be a list of non-empty strings")
     out = []
     for pattern in raw:
         try:
             out.append(re.compile(pattern, _FLAGS))
         except re.error as err:
-            raise SagebuildError(
-                f"failure database: entry {entry_id!r}: bad regex {pattern!r}: {err}",
-                fix="edit sagebuild/data/failures.yaml",
-                code=Exit.INTERNAL,
-            ) from None
+            raise _bad_database(f"entry {entry_id!r}: bad regex {pattern!r}: {err}") from None
     return tuple(out)
 
 
 def parse_database(doc: Any) -> tuple[Failure, ...]:
     """Validate a loaded YAML document and turn it into :class:`Failure` rows (errors name the entry)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("failures"), list):
-        raise SagebuildError(
-            "failure database: expected a mapping with a 'failures' list",
-            fix="edit sagebuild/data/failures.yaml",
-            code=Exit.INTERNAL,
-        )
+        raise _bad_database("expected a mapping with a 'failures' list")
     seen: set[str] = set()
     rows = []
     for i, entry in enumerate(doc["failures"]):
         if not isinstance(entry, dict):
-            raise SagebuildError(f"failure database: entry #{i} is not a mapping", code=Exit.INTERNAL)
+            raise _bad_database(f"entry #{i} is not a mapping")
         missing = [k for k in _REQUIRED_KEYS if not entry.get(k)]
         entry_id = str(entry.get("id", f"#{i}"))
         if missing:
-            raise SagebuildError(
-                f"failure database: entry {entry_id!r} lacks {', '.join(missing)}",
-                fix="edit sagebuild/data/failures.yaml",
-                code=Exit.INTERNAL,
-            )
+            raise _bad_database(f"entry {entry_id!r} lacks {', '.join(missing)}")
         unknown = set(entry) - {*_REQUIRED_KEYS, "requires", "excludes"}
         if unknown:
-            raise SagebuildError(
-                f"failure database: entry {entry_id!r} has unknown keys {sorted(unknown)}",
-                code=Exit.INTERNAL,
-            )
+            raise _bad_database(f"entry {entry_id!r} has unknown keys {sorted(unknown)}")
         if not _ID_RE.match(entry_id) or entry_id in seen:
-            raise SagebuildError(
-                f"failure database: id {entry_id!r} is not unique kebab-case", code=Exit.INTERNAL
-            )
+            raise _bad_database(f"id {entry_id!r} is not unique kebab-case")
         seen.add(entry_id)
-        patterns = _compile(entry_id, "patterns", entry["patterns"])
         rows.append(
             Failure(
                 id=entry_id,
                 title=str(entry["title"]).strip(),
-                patterns=patterns,
+                patterns=_compile(entry_id, "patterns", entry["patterns"]),
                 requires=_compile(entry_id, "requires", entry.get("requires")),
                 excludes=_compile(entry_id, "excludes", entry.get("excludes")),
                 cause=" ".join(str(entry["cause"]).split()),
@@ -295,19 +279,6 @@ def read_log_file(path: Path) -> LogText:
         raise SagebuildError(f"cannot read {path}: permission denied", fix="check its permissions") from None
     except OSError as e:
         raise SagebuildError(f"cannot read {path}: {e.strerror or e}", fix=hint) from None
-
-
-def explain_file(path: Path) -> list[Match]:
-    """:func:`explain` on a log file (streamed and bounded; bytes that are not UTF-8 are replaced)."""
-    return explain(read_log_file(path).text)
-
-
-def explain_log_tail(path: Path) -> list[dict[str, Any]]:
-    """:func:`explain_for_report` on a log file's tail; never raises."""
-    try:
-        return explain_for_report(read_log_file(path).text)
-    except SagebuildError as e:
-        return [{"id": "explain-error", "title": f"reading the log failed: {e.message}"}]
 
 
 def troubleshooting_markdown() -> str:

@@ -1,8 +1,8 @@
 """Runtime loader of the bundled C++/CUDA/HIP extension (``sagebuild compile`` builds it).
 
 Loading never breaks ``import sagebuild`` or an attention call: a missing build means "use
-Triton's quantization"; a broken one keeps its exception for ``doctor`` (``load_error()``),
-explained the xformers way ("built for torch X with CUDA Y, you have Z").
+Triton's quantization"; a broken one keeps its reason for ``unavailable_reason()``, explained
+the xformers way ("built for torch X with CUDA Y, you have Z").
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sagebuild.build import paths
+from sagebuild.fsio import sha256_file
 
 _REBUILD = "rebuild with `sagebuild compile`"
 _lock = threading.Lock()
@@ -34,62 +35,32 @@ class QuantOps:
     info: Optional[dict[str, Any]]
 
 
-def _base() -> Path:
-    return paths.running_ext_dir()
-
-
 def build_info() -> Optional[dict[str, Any]]:
     """The metadata JSON stored next to the current build (None when nothing is built)."""
-    info_path = paths.current_info(_base())
+    info_path = paths.current_info(paths.running_ext_dir())
     try:
         return json.loads(info_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def load_error() -> Optional[str]:
-    """Why the built extension could not be used, or None (not built is not an error)."""
-    _try_load()
-    return _error
-
-
-def _describe(info: dict[str, Any]) -> str:
-    t = info.get("torch", {})
+def _describe(t: dict[str, Any]) -> str:
+    """``torch 2.13.0 with CUDA 13.0`` for a build record's (or the running) torch."""
     gpu = f"CUDA {t['cuda']}" if t.get("cuda") else f"HIP {t['hip']}" if t.get("hip") else "no GPU runtime"
     return f"torch {t.get('version', '?')} with {gpu}"
 
 
-def _running_torch() -> str:
+def _running_torch() -> dict[str, Any]:
     import torch
 
-    gpu = (
-        f"CUDA {torch.version.cuda}"
-        if torch.version.cuda
-        else f"HIP {torch.version.hip}"
-        if torch.version.hip
-        else "no GPU runtime"
-    )
-    return f"torch {torch.__version__} with {gpu}"
-
-
-def _mismatch(info: dict[str, Any]) -> Optional[str]:
-    import torch
-
-    t = info.get("torch", {})
-    running = (torch.__version__, torch.version.cuda, torch.version.hip)
-    if (t.get("version"), t.get("cuda"), t.get("hip")) != running:
-        return (
-            f"sagebuild's extension was built for {_describe(info)}, you have {_running_torch()}: "
-            "rebuild it with `sagebuild compile`"
-        )
-    return None
+    return {"version": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip}
 
 
 def _try_load() -> bool:
     """Load the current build once per process; record (not raise) any failure."""
     global _loaded_from, _error, _error_for
     with _lock:
-        lib = paths.current_lib(_base())
+        lib = paths.current_lib(paths.running_ext_dir())
         if _loaded_from is not None:
             if not lib.is_file() or lib.resolve() == _loaded_from:
                 _error = _error_for = None  # a refusal below no longer applies
@@ -109,14 +80,15 @@ def _try_load() -> bool:
         _error, _error_for = None, real
         info = build_info()
         if info is None:
-            _error = f"{paths.current_info(_base())} is missing or unreadable: {_REBUILD}"
+            _error = f"{paths.current_info(paths.running_ext_dir())} is missing or unreadable: {_REBUILD}"
             return False
-        problem = _mismatch(info)
-        if problem:
-            _error = problem
+        built, running = info.get("torch", {}), _running_torch()
+        if tuple(built.get(k) for k in running) != tuple(running.values()):
+            _error = (
+                f"sagebuild's extension was built for {_describe(built)}, you have {_describe(running)}: "
+                "rebuild it with `sagebuild compile`"
+            )
             return False
-        from sagebuild.build.run import sha256_file
-
         if sha256_file(real) != info.get("sha256"):
             _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
             return False
@@ -126,10 +98,10 @@ def _try_load() -> bool:
             if not _schema_exists():  # already loaded in this process (e.g. from a build tree)
                 torch.ops.load_library(str(real))
             _register_fakes()
-        except Exception as e:  # any loader failure is reported through load_error()
+        except Exception as e:  # any loader failure is reported through unavailable_reason()
             _error = (
-                f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(info)}, "
-                f"you have {_running_torch()}; rebuild with `sagebuild compile`"
+                f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(built)}, "
+                f"you have {_describe(running)}; rebuild with `sagebuild compile`"
             )
             return False
         _loaded_from = real
@@ -179,8 +151,7 @@ def _register_fakes() -> None:
     _fakes_registered = True
 
 
-def _dispatch_key(device_type: str) -> Optional[str]:
-    return {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
+_DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 
 
 def unavailable_reason(device: Any) -> Optional[str]:
@@ -188,11 +159,11 @@ def unavailable_reason(device: Any) -> Optional[str]:
     import torch
 
     dev = torch.device(device)
-    key = _dispatch_key(dev.type)
+    key = _DISPATCH_KEYS.get(dev.type)
     if key is None:
         return f"the extension has no kernels for {dev.type} devices"
     if not _try_load():
-        missing = paths.current_lib(_base())
+        missing = paths.current_lib(paths.running_ext_dir())
         return _error or f"the extension is not built ({missing} is missing): run `sagebuild compile`"
     if not torch._C._dispatch_has_kernel_for_dispatch_key("sagebuild::k_mean", key):
         return (

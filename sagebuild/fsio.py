@@ -11,11 +11,12 @@ what could not be written, where, and what to do (exit 2), never a traceback.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sagebuild.errors import Exit, SagebuildError
 
@@ -78,25 +79,18 @@ def check_writable_dir(path: Path | str, what: str = "write into") -> Path:
     return path
 
 
-def _tmp_beside(path: Path) -> tuple[int, str]:
+def _replace_atomically(path: Path, fill: Callable[[str], None]) -> Path:
+    """Let ``fill`` write a temporary file beside ``path``, then rename it over ``path``."""
     if path.is_dir():
         raise write_error(path, OSError(errno.EISDIR, "is a directory"))
     ensure_dir(path.parent)
     try:
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise write_error(path, e) from None
-
-
-def write_bytes_atomic(path: Path | str, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temporary file and a rename; returns the path."""
-    path = Path(path)
-    fd, tmp = _tmp_beside(path)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fill(tmp)
         os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except OSError as e:
@@ -108,6 +102,18 @@ def write_bytes_atomic(path: Path | str, data: bytes) -> Path:
     return path
 
 
+def write_bytes_atomic(path: Path | str, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file (fsynced) and a rename; returns the path."""
+
+    def fill(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    return _replace_atomically(Path(path), fill)
+
+
 def write_text_atomic(path: Path | str, text: str) -> Path:
     """Write ``text`` (UTF-8, ``\\n`` line ends) atomically; returns the path."""
     return write_bytes_atomic(path, text.encode("utf-8"))
@@ -115,20 +121,16 @@ def write_text_atomic(path: Path | str, text: str) -> Path:
 
 def copy_atomic(src: Path | str, dst: Path | str) -> Path:
     """Copy a file (e.g. the build log) into place atomically."""
-    dst = Path(dst)
-    fd, tmp = _tmp_beside(dst)
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, dst)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise write_error(dst, e) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return dst
+    return _replace_atomically(Path(dst), lambda tmp: shutil.copyfile(src, tmp))
+
+
+def sha256_file(path: Path | str) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def swap_dir_in(staged: Path | str, dest: Path | str, owned: Iterable[str] = ()) -> Path:

@@ -13,24 +13,20 @@ from __future__ import annotations
 import json
 import platform
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from sagebuild import dists
 from sagebuild.errors import Exit, SagebuildError
-from sagebuild.fsio import write_text_atomic
+from sagebuild.fsio import sha256_file, write_text_atomic
 
 LOCK_KIND = "sagebuild-lock"
 LOCK_VERSION = 1
-DEFAULT_LOCK = "sagebuild.lock"
 TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
 # ---- facts ----------------------------------------------------------------------------------
-
-
-canonical_name = dists.canonical_name
 
 
 def torch_index_url(version: str | None) -> str | None:
@@ -41,11 +37,6 @@ def torch_index_url(version: str | None) -> str | None:
     if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag):
         return f"{TORCH_INDEX}/{tag}"
     return None
-
-
-def installed_distributions(python: str | None = None) -> dict[str, dict[str, Any]]:
-    """Every distribution of ``python``'s environment (default: this one), sorted by name."""
-    return dists.installed_distributions(python)
 
 
 def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,38 +55,6 @@ def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
             "distribution": triton.get("distribution"),
             "version": triton.get("distribution_version") or triton.get("version"),
         },
-    }
-
-
-def _torch_in_process() -> dict[str, Any]:
-    """Torch/Triton facts read from this interpreter (used when no probe facts are given)."""
-    from importlib import metadata
-
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - any import failure means "no usable torch"
-        torch = None
-    version = getattr(torch, "__version__", None) if torch else None
-    hip = getattr(torch.version, "hip", None) if torch else None
-    cuda = getattr(torch.version, "cuda", None) if torch else None
-    build = None if torch is None else ("rocm" if hip else "cuda" if cuda else "cpu")
-    tri_dist = tri_ver = None
-    providers = metadata.packages_distributions().get("triton") or []
-    if providers:
-        tri_dist = sorted(providers)[0]
-        try:
-            tri_ver = metadata.version(tri_dist)
-        except metadata.PackageNotFoundError:
-            tri_ver = None
-    return {
-        "torch": {
-            "version": str(version) if version else None,
-            "build": build,
-            "hip": hip,
-            "cuda": cuda,
-            "index_url": torch_index_url(str(version) if version else None),
-        },
-        "triton": {"distribution": tri_dist, "version": tri_ver},
     }
 
 
@@ -134,23 +93,19 @@ def _artefact_build(info: Mapping[str, Any]) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def _compilers_of_build(build_info: Mapping[str, Any] | None) -> dict[str, str | None]:
-    """The compilers the artefact was built with, as the build resolved and recorded them."""
-    recorded = (build_info or {}).get("compilers") or {}
-    return {k: recorded.get(k) for k in _BEHAVIOUR_COMPILERS if k in recorded}
+def _compilers(doc: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """The compilers a build record (or a lock) names, as the build resolved and recorded them."""
+    recorded = (doc or {}).get("compilers") or {}
+    return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
 
 
 def _artefacts(build_info: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The built extension as recorded by the build, hash re-read from disk where the path is known."""
     if not build_info:
         return []
-    import hashlib
-
     info = dict(build_info)
     path = next((Path(info[k]) for k in _PATH_KEYS if isinstance(info.get(k), str)), None)
-    sha = info.get("sha256")
-    if path is not None and path.is_file():
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    sha = sha256_file(path) if path is not None and path.is_file() else info.get("sha256")
     name = path.name if path is not None else str(info.get("name", "sagebuild ext"))
     return [{"name": name, "sha256": sha, "build": _artefact_build(info)}]
 
@@ -167,7 +122,6 @@ def snapshot(
     the running interpreter.
     """
     facts = dict(facts or {})
-    stack = _torch_from_facts(facts) if facts.get("torch") else _torch_in_process()
     py = facts.get("python") or {}
     system = facts.get("system") or {}
     doc: dict[str, Any] = {
@@ -184,10 +138,10 @@ def snapshot(
             "wsl": system.get("wsl", "none"),
             "libc": "-".join(x for x in platform.libc_ver() if x) or None,
         },
-        **stack,
+        **_torch_from_facts(facts),
         "gpu": _gpu_from_facts(facts),
-        "compilers": _compilers_of_build(build_info),
-        "distributions": dict(sorted((distributions or installed_distributions()).items())),
+        "compilers": _compilers(build_info),
+        "distributions": dict(sorted((distributions or dists.installed_distributions()).items())),
         "artefacts": _artefacts(build_info),
         "profile": _profile_dict(profile),
     }
@@ -314,13 +268,7 @@ class Drift:
         return "changed"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "key": self.key,
-            "change": self.change,
-            "locked": self.locked,
-            "current": self.current,
-        }
+        return {**asdict(self), "change": self.change}
 
     def __str__(self) -> str:
         if self.change == "added":
@@ -362,7 +310,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         ("gpu", "gpu"),
     ):
         drifts += _flat(kind, locked.get(section) or {}, current.get(section) or {})
-    drifts += _flat("compiler", _behaviour_compilers(locked), _behaviour_compilers(current))
+    drifts += _flat("compiler", _compilers(locked), _compilers(current))
     said = {(d.kind, d.key) for d in drifts}
     if ("torch", "version") in said:
         drifts = [d for d in drifts if (d.kind, d.key) != ("torch", "index_url")]
@@ -373,7 +321,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         for doc in (locked, current):
             name = (doc.get("triton") or {}).get("distribution")
             if name:
-                covered.add(canonical_name(str(name)))
+                covered.add(dists.canonical_name(str(name)))
     la, ca = locked["distributions"], current["distributions"]
     for name in sorted((set(la) | set(ca)) - covered):
         a = la.get(name, {}).get("version") if name in la else None
@@ -407,36 +355,12 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     return drifts
 
 
-def _behaviour_compilers(doc: Mapping[str, Any]) -> dict[str, Any]:
-    recorded = doc.get("compilers") or {}
-    return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
-
-
 def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
     p = lock.get("profile")
     return p.get("name") if isinstance(p, dict) else None
 
 
 # ---- the environment now ---------------------------------------------------------------------
-
-
-def probe_facts(python: str | None = None) -> Any | None:
-    """The probe of this machine and ``python``'s torch (a ``Facts``), or None when unavailable."""
-    try:
-        from sagebuild.probe import collect
-    except ImportError:
-        return None
-    return collect(python=python)
-
-
-def ext_build_info() -> dict[str, Any] | None:
-    """The running interpreter's record of its built extension, or None when nothing was built."""
-    try:
-        from sagebuild import ext
-    except ImportError:
-        return None
-    info = ext.build_info()
-    return dict(info) if info else None
 
 
 def _read_build_info(ext_dir: Path) -> dict[str, Any] | None:
@@ -457,13 +381,11 @@ def current(profile: Any | None, facts: Any | None = None, python: str | None = 
     distributions, its extension directory), never from the one running sagebuild.
     """
     if facts is None:
-        facts = probe_facts(python)
-    fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts or {})
+        from sagebuild.probe import collect
+
+        facts = collect(python=python)
+    fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts)
     ext_dir = (fd.get("extension") or {}).get("dir")
-    if ext_dir:  # the probed interpreter's own extension directory, read now (a build may be newer)
-        info = _read_build_info(Path(ext_dir))
-    elif dists.is_this_interpreter(python):
-        info = ext_build_info()
-    else:
-        info = None
-    return snapshot(fd, profile, info, installed_distributions(python))
+    # the probed interpreter's own extension directory, read now (a build may be newer than the probe)
+    info = _read_build_info(Path(ext_dir)) if ext_dir else None
+    return snapshot(fd, profile, info, dists.installed_distributions(python))

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sagebuild.cli.app import app
 from sagebuild.errors import SagebuildError
-from sagebuild.explain import explain, explain_file, load_database, parse_database, troubleshooting_markdown
+from sagebuild.explain import explain, load_database, parse_database, read_log_file, troubleshooting_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -238,6 +238,11 @@ torch.cuda.is_available(): True
 bench: sdpa 0.152 ms, sage 0.139 ms, speed-up 1.09x
 Successfully installed sagebuild-0.1.0
 """
+
+
+def explain_file(path: Path) -> list:
+    """What ``sagebuild explain FILE`` matches: the file's bounded tail, explained."""
+    return explain(read_log_file(path).text)
 
 
 def test_every_database_entry_has_a_sample():

@@ -26,7 +26,7 @@ from sagebuild.build import paths
 from sagebuild.build.plan import make_plan
 from sagebuild.build.proc import looks_like_oom
 from sagebuild.build.run import compile as run_compile
-from sagebuild.build.run import sha256_file
+from sagebuild.fsio import sha256_file
 from sagebuild.probe.facts import Facts, PythonFacts, SystemFacts, TorchFacts
 
 CPU = profiles.load_bundled("cpu")
@@ -58,7 +58,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def ops(built: dict[str, Any]) -> Any:
     q = ext.get_quant_ops("cpu")
-    assert q is not None, ext.load_error()
+    assert q is not None, ext.unavailable_reason("cpu")
     return q
 
 
@@ -113,7 +113,8 @@ def test_a_second_build_in_the_same_process_is_refused_not_mixed_up(
     shutil.copytree(built["dir"], other, symlinks=True)
     monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(other))
     assert ext.get_quant_ops("cpu") is None
-    assert "restart" in ext.load_error() and str(other) in ext.load_error()
+    reason = ext.unavailable_reason("cpu")
+    assert "restart" in reason and str(other) in reason
     monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(built["dir"]))
     assert ext.get_quant_ops("cpu") is not None
 
@@ -237,7 +238,7 @@ def test_fake_impls_support_torch_compile(ops: Any) -> None:
 def test_get_quant_ops_is_none_for_devices_without_kernels(ops: Any) -> None:
     assert ext.get_quant_ops("meta") is None
     assert "no kernels for meta" in ext.unavailable_reason("meta")
-    assert ext.load_error() is None
+    assert ext.unavailable_reason("cpu") is None
 
 
 # ---- fresh interpreters -------------------------------------------------------------------------
@@ -288,7 +289,7 @@ def test_a_broken_or_foreign_build_is_explained_not_raised(built: dict[str, Any]
         from sagebuild import ext
         for d in ({str(foreign)!r}, {str(corrupt)!r}):
             os.environ["SAGEBUILD_EXT_DIR"] = d
-            print(ext.get_quant_ops("cpu") is None, "|", ext.load_error())
+            print(ext.get_quant_ops("cpu") is None, "|", ext.unavailable_reason("cpu"))
     """,
         {},
     )

@@ -1,10 +1,8 @@
 """What a compile returns, shared by the bundled build (``run``) and the external tree (``source``):
-the result record, a failed result with its key log lines and explanation, the build's
-environment, and the artefact's hash."""
+the result record, a failed result with its key log lines and explanation, the build's environment."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,14 +35,6 @@ class CompileResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_env(plan: BuildPlan) -> dict[str, str]:

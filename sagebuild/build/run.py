@@ -24,9 +24,10 @@ from typing import Any, Iterator, Optional
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
 from sagebuild.build.proc import run_with_oom_retry
-from sagebuild.build.result import CompileResult, build_env, failed, sha256_file
+from sagebuild.build.result import CompileResult, build_env, failed
 from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
+from sagebuild.fsio import sha256_file
 
 KEEP_BUILDS = 2  # the current build and the one before it
 

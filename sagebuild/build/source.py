@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sagebuild.build.proc import run_with_oom_retry
-from sagebuild.build.result import CompileResult, build_env, failed, sha256_file
+from sagebuild.build.result import CompileResult, build_env, failed
+from sagebuild.fsio import sha256_file
 
 if TYPE_CHECKING:
     from sagebuild.build.plan import BuildPlan

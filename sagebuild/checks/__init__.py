@@ -18,40 +18,17 @@ from sagebuild.checks import interpreter, torch_stack, devices  # noqa: F401
 from sagebuild.checks import triton_stack, toolchain, compat, environment  # noqa: F401
 
 # isort: on
-from sagebuild.checks.registry import (
+from sagebuild.checks.registry import (  # noqa: F401 - the package's API
     REGISTRY,
-    STATUSES,
     Check,
-    CheckFn,
-    Status,
     Verdict,
     check,
     counts,
     fail,
     ok,
     overall,
-    register,
     run_checks,
     skip,
     warn,
 )
-from sagebuild.checks.summary import verdict
-
-__all__ = [
-    "REGISTRY",
-    "STATUSES",
-    "Check",
-    "CheckFn",
-    "Status",
-    "Verdict",
-    "check",
-    "counts",
-    "fail",
-    "ok",
-    "overall",
-    "register",
-    "run_checks",
-    "skip",
-    "verdict",
-    "warn",
-]
+from sagebuild.checks.summary import verdict  # noqa: F401

@@ -1,16 +1,15 @@
 """The doctor's check registry: ``@check(id, title)`` declares a check once, helpers say its verdict.
 
-A check is a function of ``(Facts, Profile)`` that returns ``ok(...)``, ``warn(...)``,
-``fail(...)`` or ``skip(...)`` (or ``None`` to stay silent). The decorator adds the id and the
-title, so each is written once, and registers the function in import order, which is the order
-of the doctor's table. Checks never touch the system: everything they know comes from the probe.
+A check is a function of ``(Facts, Profile)`` that returns ``ok/warn/fail/skip(...)`` (or None to
+stay silent); the decorator adds the id and title and registers it in import order, the order of
+the doctor's table. Checks never touch the system: everything they know comes from the probe.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
-from typing import Callable, Literal, Optional, Union
+from typing import Callable, Literal, Optional
 
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -66,52 +65,37 @@ CheckFn = Callable[[Facts, Profile], Optional[Check]]
 REGISTRY: list[CheckFn] = []
 
 
-def register(fn: CheckFn) -> CheckFn:
-    """Add a function that returns a whole ``Check`` (usable as a decorator); returns it unchanged."""
-    REGISTRY.append(fn)
-    return fn
-
-
-def check(
-    check_id: str, title: str
-) -> Callable[[Callable[[Facts, Profile], Union[Verdict, Check, None]]], CheckFn]:
+def check(check_id: str, title: str) -> Callable[[Callable[[Facts, Profile], Optional[Verdict]]], CheckFn]:
     """Declare and register a check: the function returns ``ok/warn/fail/skip(...)`` or None."""
-    taken = {getattr(fn, "check_id", None) for fn in REGISTRY}
-    if check_id in taken:
+    if check_id in {fn.check_id for fn in REGISTRY}:  # type: ignore[attr-defined]
         raise ValueError(f"a doctor check with id {check_id!r} is already registered")
 
-    def decorate(fn: Callable[[Facts, Profile], Union[Verdict, Check, None]]) -> CheckFn:
+    def decorate(fn: Callable[[Facts, Profile], Optional[Verdict]]) -> CheckFn:
         @functools.wraps(fn)
         def named(facts: Facts, profile: Profile) -> Optional[Check]:
             result = fn(facts, profile)
-            if result is None or isinstance(result, Check):
-                return result
-            return Check(check_id, title, result.status, result.detail, result.fix)
+            return (
+                None if result is None else Check(check_id, title, result.status, result.detail, result.fix)
+            )
 
         named.check_id = check_id  # type: ignore[attr-defined]
         named.title = title  # type: ignore[attr-defined]
-        return register(named)
+        REGISTRY.append(named)
+        return named
 
     return decorate
 
 
-def _identity(fn: CheckFn) -> tuple[str, str]:
-    """The id and title a check reports under, also when it raised before saying so."""
-    name = getattr(fn, "__name__", "check").removeprefix("check_").replace("_", "-")
-    return getattr(fn, "check_id", name), getattr(fn, "title", name)
-
-
-def run_checks(facts: Facts, profile: Profile, registry: Optional[list[CheckFn]] = None) -> list[Check]:
+def run_checks(facts: Facts, profile: Profile) -> list[Check]:
     """Run every registered check in order. A check that raises is reported, not propagated."""
     out: list[Check] = []
-    for fn in REGISTRY if registry is None else registry:
+    for fn in REGISTRY:
         try:
             result = fn(facts, profile)
         except Exception as e:  # a bug in one check must not hide the others
-            check_id, title = _identity(fn)
             result = Check(
-                check_id,
-                title,
+                fn.check_id,  # type: ignore[attr-defined]
+                fn.title,  # type: ignore[attr-defined]
                 "warn",
                 f"the check itself failed: {type(e).__name__}: {e}",
                 "report this as a sagebuild bug, with `sagebuild doctor --json`",

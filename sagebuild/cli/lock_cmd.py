@@ -25,12 +25,12 @@ def lock(
 ) -> None:
     """Freeze this environment (versions, torch build, GPU archs, artefact hashes) or check it for drift."""
     from sagebuild import lock as lk
-    from sagebuild import profiles
+    from sagebuild import probe, profiles
 
     locked = lk.load(check) if check is not None else None  # a bad file fails fast, before probing
-    facts = lk.probe_facts()
-    archs = facts.gpu_archs() if facts is not None else []
-    if check is not None and locked is not None:
+    facts = probe.collect()
+    archs = facts.gpu_archs()
+    if locked is not None:
         spec = profile or lk.locked_profile_name(locked) or "auto"
         try:
             prof, _ = profiles.resolve(spec, archs)

@@ -13,10 +13,9 @@ _SHAPE_HELP = "B,H,N,D of the test tensors (the seed's check is 1,8,512,64)."
 
 def resolve_profile(spec: str) -> tuple[Any, str]:
     """The profile for ``spec`` with this machine's probed archs (``auto`` matches them)."""
-    from sagebuild import lock, profiles
+    from sagebuild import probe, profiles
 
-    facts = lock.probe_facts()
-    return profiles.resolve(spec, facts.gpu_archs() if facts is not None else [])
+    return profiles.resolve(spec, probe.collect().gpu_archs())
 
 
 def render(res: Any) -> None:

@@ -14,35 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
+from sagebuild.fsio import sha256_file
 from sagebuild.probe import system, tools, torch_probe
-from sagebuild.probe.facts import (
-    ConflictFacts,
-    DeviceFacts,
-    DeviceInfo,
-    ExtensionFacts,
-    Facts,
-    PythonFacts,
-    ShadowFact,
-    SystemFacts,
-    ToolFact,
-    TorchFacts,
-    TritonFacts,
-)
-
-__all__ = [
-    "ConflictFacts",
-    "DeviceFacts",
-    "DeviceInfo",
-    "Facts",
-    "PythonFacts",
-    "ShadowFact",
-    "SystemFacts",
-    "ToolFact",
-    "TorchFacts",
-    "TritonFacts",
-    "collect",
-    "SHADOW_NAMES",
-]
+from sagebuild.probe.facts import ConflictFacts, ExtensionFacts, Facts, PythonFacts, ShadowFact, TorchFacts
 
 # Packages a same-named source folder in the working directory would shadow.
 SHADOW_NAMES = ("sageattention", "sagebuild")
@@ -157,7 +131,6 @@ def collect(
 def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str, str]) -> ExtensionFacts:
     """The extension built for this interpreter + torch: where, its metadata, and whether the
     library on disk is still the one that was verified (its sha256)."""
-    import hashlib
     import json
 
     from sagebuild.build import paths
@@ -173,15 +146,8 @@ def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str,
     except ValueError:
         return facts
     facts.built = True
-    if facts.lib_present:
-        digest = hashlib.sha256()
-        try:
-            with open(lib, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-        except OSError:
-            pass
-        facts.sha256_ok = digest.hexdigest() == facts.info.get("sha256")
-    else:
+    try:
+        facts.sha256_ok = facts.lib_present and sha256_file(lib) == facts.info.get("sha256")
+    except OSError:
         facts.sha256_ok = False
     return facts
