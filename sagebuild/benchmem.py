@@ -1,7 +1,6 @@
 """How much memory and time a bench will take, worked out from its shape before anything is allocated.
 
-``bench --head-dim 100000`` or ``--seq 10000000`` used to allocate until the OOM killer ended the
-process. :func:`check_fits` resolves the device (an absent GPU is an environment error, exit 3),
+:func:`check_fits` resolves the device (an absent GPU is an environment error, exit 3),
 estimates the peak bytes one sequence length needs on that device (and in host RAM, where the
 inputs are drawn), and refuses with a clear message what will not fit. On the CPU it also
 estimates the run's duration from a short measurement of this machine's arithmetic rate, so a long
@@ -14,6 +13,7 @@ on the CPU the golden model holds the full score matrix (float64 dots, float32 s
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -65,13 +65,7 @@ def resolve_device(device: str = "auto") -> Any:
     import torch
 
     try:
-        dev = torch.device(
-            "cuda"
-            if device == "auto" and torch.cuda.is_available()
-            else "cpu"
-            if device == "auto"
-            else device
-        )
+        dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     except (RuntimeError, ValueError):
         raise SagebuildError(
             f"--device {device}: not a device name", fix="pass auto, cpu, cuda or cuda:N", code=Exit.USAGE
@@ -218,34 +212,21 @@ class Eta:
     def __init__(self, cfg: Any, est: Estimate, say: Callable[[str], None]) -> None:
         self._say = say
         self._t0 = time.monotonic()
-        self._work = {n: float(n) * n for n in cfg.seq}
-        self._total = sum(self._work.values())
-        self._order = list(cfg.seq)
-        self._guess = est.seconds
+        self._seqs = list(cfg.seq)
+        self._guess = est.seconds or 0.0
         self.enabled = est.seconds is not None and est.seconds >= LONG_RUN_S
-
-    def _done_work(self, current_seq: Optional[int]) -> float:
-        if current_seq is None or current_seq not in self._order:
-            return 0.0
-        return sum(self._work[n] for n in self._order[: self._order.index(current_seq)])
 
     def __call__(self, message: str) -> None:
         if not self.enabled:
             self._say(message)
             return
         elapsed = time.monotonic() - self._t0
-        seq = _seq_of(message)
-        done = self._done_work(seq)
-        guess_left = max(0.0, (self._guess or 0.0) - elapsed)
-        left = elapsed / done * (self._total - done) if done > 0 else guess_left
+        m = re.search(r"seq=(\d+)", message)
+        seq = int(m.group(1)) if m else None
+        done = sum(n * n for n in self._seqs[: self._seqs.index(seq)]) if seq in self._seqs else 0
+        total = sum(n * n for n in self._seqs)
+        left = elapsed / done * (total - done) if done > 0 else max(0.0, self._guess - elapsed)
         self._say(f"{message} (elapsed {_hms(elapsed)}, about {_hms(left)} left)")
-
-
-def _seq_of(message: str) -> Optional[int]:
-    import re
-
-    m = re.search(r"seq=(\d+)", message)
-    return int(m.group(1)) if m else None
 
 
 def _hms(s: float) -> str:
