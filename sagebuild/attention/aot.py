@@ -116,6 +116,29 @@ def _source(
     return src, plan.config
 
 
+def compile_attention(
+    variant: str,
+    row: archs.Arch,
+    head_dim: int,
+    causal: bool,
+    n_k: int = 0,
+    accum: str = "fp32+fp32",
+    config: Optional[str] = None,
+):
+    """The attention kernel compiled for ``row`` without a GPU (``_source``), and its config."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    src, cfg = _source(variant, row, head_dim, causal, n_k, accum, config)
+    return triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options()), cfg
+
+
+def assembly(kernel: Any, row: archs.Arch) -> str:
+    """A compiled kernel's PTX (NVIDIA) or AMDGCN (AMD) as text."""
+    asm = kernel.asm.get("ptx" if row.vendor == "cuda" else "amdgcn") or ""
+    return asm.decode(errors="replace") if isinstance(asm, bytes) else asm
+
+
 def compile_variant(
     variant: str,
     arch: str,
@@ -130,6 +153,10 @@ def compile_variant(
     accumulation ``accum`` ("fp32+fp32" or "fp32", as ``pv_accum_dtype``)."""
     t0 = time.perf_counter()
     name = archs.normalize(arch)
+
+    def result(instruction: Optional[str] = None, error: Optional[str] = None) -> AotResult:
+        return AotResult(name, variant, head_dim, error is None, instruction, time.perf_counter() - t0, error)
+
     try:
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; known: {VARIANTS}")
@@ -138,18 +165,7 @@ def compile_variant(
             raise ValueError(f"{row.name} has no FP8 matrix path in the arch table (fp8_mma is empty)")
         if not row.int8_mma:
             raise ValueError(f"{row.name} has no INT8 matrix instruction in the arch table")
-        import triton
-        from triton.backends.compiler import GPUTarget
-
-        src, cfg = _source(variant, row, head_dim, causal, n_k, accum)
-        kernel = triton.compile(
-            src,
-            target=GPUTarget(*row.triton_target),
-            options=cfg.launch_options(),
-        )
-        asm = kernel.asm.get("ptx") if row.vendor == "cuda" else kernel.asm.get("amdgcn")
-        if isinstance(asm, bytes):
-            asm = asm.decode(errors="replace")
+        asm = assembly(compile_attention(variant, row, head_dim, causal, n_k, accum)[0], row)
         found = []
         for label, pattern in (
             ("int8", row.int8_mma),
@@ -157,29 +173,16 @@ def compile_variant(
         ):
             if not pattern:
                 continue
-            m = re.search(pattern, asm or "")
+            m = re.search(pattern, asm)
             if m is None:
-                return AotResult(
-                    name,
-                    variant,
-                    head_dim,
-                    False,
-                    None,
-                    time.perf_counter() - t0,
-                    f"no {label} matrix instruction matching {pattern!r} in the {row.vendor} assembly",
+                return result(
+                    error=f"no {label} matrix instruction matching {pattern!r} in the {row.vendor} assembly"
                 )
             found.append(m.group(0))
-        return AotResult(name, variant, head_dim, True, "; ".join(found), time.perf_counter() - t0)
+        return result("; ".join(found))
     except Exception as exc:  # report, never raise: callers tabulate results across archs
-        return AotResult(
-            name,
-            variant,
-            head_dim,
-            False,
-            None,
-            time.perf_counter() - t0,
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
-        )
+        text = str(exc).strip()
+        return result(error=f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}")
 
 
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
@@ -257,14 +260,10 @@ def sass_report(
     import subprocess
     import tempfile
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     row = archs.get(archs.normalize(arch))
     if row.vendor != "cuda":
         raise ValueError(f"{row.name}: SASS exists only for NVIDIA archs")
-    src, cfg = _source(variant, row, head_dim, causal, n_k, accum, config)
-    kernel = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options())
+    kernel, cfg = compile_attention(variant, row, head_dim, causal, n_k, accum, config)
     tool = _bundled_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
@@ -273,6 +272,7 @@ def sass_report(
         sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
         res = subprocess.run([tool, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
     usage = _RES_USAGE.search(res)
+    serialized = WGMMA_SERIALIZED.search(ptxas_verbose(kernel.asm["ptx"], row.triton_target[1]) or "")
     return {
         "config": cfg.spec(),
         "tma": "UTMALDG" in sass,
@@ -280,14 +280,8 @@ def sass_report(
         "stack_bytes": int(usage.group(2)) if usage else None,  # spills live in the stack frame
         "shared_bytes": kernel.metadata.shared,
         "loops": sass_loops(sass),
-        "wgmma_serialized": _serialized_note(ptxas_verbose(kernel.asm["ptx"], row.triton_target[1])),
+        "wgmma_serialized": serialized.group(0) if serialized else None,  # ptxas serialised the wgmma
     }
-
-
-def _serialized_note(report: Optional[str]) -> Optional[str]:
-    """ptxas's note that it serialised the kernel's wgmma (``WGMMA_SERIALIZED``), or None."""
-    m = WGMMA_SERIALIZED.search(report or "")
-    return m.group(0) if m else None
 
 
 def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
@@ -335,8 +329,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
         src = _ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
             k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
-            asm = k.asm.get("ptx") if row.vendor == "cuda" else k.asm.get("amdgcn")
-            out[name] = {"ok": True, "error": None, "asm": asm.decode() if isinstance(asm, bytes) else asm}
+            out[name] = {"ok": True, "error": None, "asm": assembly(k, row)}
         except Exception as exc:  # report, never raise
             out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[-500:], "asm": None}
     return out

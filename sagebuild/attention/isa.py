@@ -135,19 +135,14 @@ def attention_report(
     """Compile the attention kernel for an AMD arch without a GPU (as ``aot.compile_variant``
     does: the table's config for ``n_k`` keys, or ``config``) and ``report`` its AMDGCN, with the
     config and the key tile (BLOCK_M × BLOCK_N, per ``num_warps`` waves) that each loop trip covers."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     from sagebuild import archs
     from sagebuild.attention import aot
 
     row = archs.get(arch)
     if row.vendor != "rocm":
         raise ValueError(f"{row.name}: AMDGCN exists only for AMD archs (use aot.sass_report for NVIDIA)")
-    src, cfg = aot._source(variant, row, head_dim, causal, n_k, accum, config)
-    kernel = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options())
-    asm = kernel.asm["amdgcn"]
-    out = report(asm.decode() if isinstance(asm, bytes) else asm)
+    kernel, cfg = aot.compile_attention(variant, row, head_dim, causal, n_k, accum, config)
+    out = report(aot.assembly(kernel, row))
     out.update(
         arch=row.name,
         variant=variant,
