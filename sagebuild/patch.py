@@ -1,38 +1,16 @@
 """Safe plug-and-play: route ``torch.nn.functional.scaled_dot_product_attention`` to our kernels.
 
-The seed's one-liner ``F.scaled_dot_product_attention = sageattn`` breaks every caller that
-passes ``attn_mask`` positionally, uses dropout, fp32, CPU tensors or an odd head dim. The
-wrapper installed here keeps SDPA's exact signature and uses the quantized kernels only when it
-can do so faithfully; every other call goes to the original SDPA unchanged, with the reason
-counted in :func:`patch_stats`.
+The wrapper installed here keeps SDPA's exact signature and uses the quantized kernels only when
+it can do so faithfully; every other call goes to the original SDPA unchanged, with the reason
+counted in :func:`patch_stats`. Use it as a context manager or decorator (``patch_sdpa``), or for
+the whole process (:func:`enable` / :func:`disable`).
 
-Use it as a context manager, a decorator, or switch it on for the whole process::
-
-    with sagebuild.patch_sdpa():
-        model.generate(...)
-
-    @sagebuild.patch_sdpa
-    def run(): ...
-
-    sagebuild.enable(); ...; sagebuild.disable()
-
-Scope and limits:
-
-* Only the module attribute ``torch.nn.functional.scaled_dot_product_attention`` is replaced.
-  Code that looks it up at call time (``F.scaled_dot_product_attention(...)``, as Hugging Face
-  transformers' ``sdpa_attention_forward`` does) sees the patch. A module that ran
-  ``from torch.nn.functional import scaled_dot_product_attention`` before the patch was
-  installed keeps its own reference to the original and is not accelerated.
-* The patch is process-wide (it is a module attribute): while any ``patch_sdpa`` block or
-  :func:`enable` is active, calls from all threads go through the wrapper. Nesting is counted;
-  only the outermost exit restores the original, also when the block raises.
-* Calls traced by ``torch.compile`` are accelerated too: the static checks of :func:`decide`
-  (dtypes, shapes, mask, dropout, gradients) run at trace time, and a call that passes them
-  becomes one custom op, ``sagebuild::patched_sdpa``, which takes the device-dependent decision
-  and launches the kernels (or the original SDPA) at run time; ``mode="reduce-overhead"``
-  captures those launches in its CUDA graphs, whose replays the statistics do not count.
-  ``torch.jit`` traces go to the original, and so do calls that need gradients (the kernels are
-  inference-only).
+Only the module attribute is replaced (a module that imported the function beforehand keeps the
+original), process-wide, for every thread; nesting is counted and the outermost exit restores.
+Under ``torch.compile`` the static checks of :func:`decide` run at trace time and a call that
+passes them becomes the custom op ``sagebuild::patched_sdpa``, which takes the device-dependent
+decision at run time; ``torch.jit`` traces and calls needing gradients go to the original.
+docs/plug-and-play.md has the details.
 """
 
 from __future__ import annotations
