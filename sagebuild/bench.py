@@ -85,48 +85,36 @@ def parse_int_list(text: str | int | list[int] | tuple[int, ...], what: str) -> 
 def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     """The profile's bench defaults with the command line's overrides (None = keep the default)."""
     b = profile.bench
-    cfg = BenchConfig(
-        batch=b.batch,
-        heads=b.heads,
-        seq=tuple(b.seq),
-        head_dim=b.head_dim,
-        dtype=b.dtype,
-        causal=b.causal,
-        warmup=b.warmup,
-        reps=b.reps,
-    )
+    defaults = {f: getattr(b, f) for f in ("batch", "heads", "head_dim", "dtype", "causal", "warmup", "reps")}
+    cfg = BenchConfig(seq=tuple(b.seq), **defaults)
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    if cfg.dtype not in ("float16", "bfloat16"):
-        raise SagebuildError(
+    problems = [  # (what is wrong, the fix)
+        (
+            cfg.dtype not in ("float16", "bfloat16"),
             f"--dtype {cfg.dtype}: the kernels take float16 or bfloat16",
-            fix="pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
-            code=Exit.USAGE,
-        )
-    if cfg.layout not in LAYOUTS:
-        raise SagebuildError(
-            f"--layout {cfg.layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
-        )
-    if (
-        min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
-        or min(cfg.warmup, cfg.sustain_s) < 0
-    ):
-        raise SagebuildError(
+            "pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
+        ),
+        (cfg.layout not in LAYOUTS, f"--layout {cfg.layout}: expected HND or NHD", "pass --layout HND"),
+        (
+            min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
+            or min(cfg.warmup, cfg.sustain_s) < 0,
             "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
-            fix="e.g. --batch 1 --heads 16 --head-dim 64",
-            code=Exit.USAGE,
-        )
-    if cfg.gate_on not in GATE_METRICS:
-        raise SagebuildError(
+            "e.g. --batch 1 --heads 16 --head-dim 64",
+        ),
+        (
+            cfg.gate_on not in GATE_METRICS,
             f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
-            fix="pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
-            code=Exit.USAGE,
-        )
-    if cfg.gate_on == "sustained" and cfg.sustain_s <= 0:
-        raise SagebuildError(
+            "pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
+        ),
+        (
+            cfg.gate_on == "sustained" and cfg.sustain_s <= 0,
             "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
-            fix="add --sustain 1 (seconds of back-to-back calls per provider and round)",
-            code=Exit.USAGE,
-        )
+            "add --sustain 1 (seconds of back-to-back calls per provider and round)",
+        ),
+    ]
+    for bad, message, fix in problems:
+        if bad:
+            raise SagebuildError(message, fix=fix, code=Exit.USAGE)
     return cfg
 
 
@@ -268,13 +256,13 @@ def time_interleaved(
         import torch
 
         flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=device)  # > any GPU's L2
-    results: list[Timing | Exception | None] = [None] * len(fns)
+    failed: dict[int, Exception] = {}  # the exception that stopped a function: its result
     for i, fn in enumerate(fns):
         try:
             for _ in range(warmup):
                 fn()
-        except Exception as exc:  # noqa: BLE001 - reported as that function's result
-            results[i] = exc
+        except Exception as exc:  # noqa: BLE001
+            failed[i] = exc
     if gpu:
         torch.cuda.synchronize(device)
     n_rounds = rounds_used(reps, rounds)
@@ -285,7 +273,7 @@ def time_interleaved(
     for r, n in enumerate(counts):
         for i in _round_order(len(fns), r):
             fn = fns[i]
-            if results[i] is not None:
+            if i in failed:
                 continue
             try:
                 if gpu:
@@ -296,17 +284,15 @@ def time_interleaved(
                 else:
                     samples[i] += _cpu_samples(fn, n)
             except Exception as exc:  # noqa: BLE001
-                results[i] = exc
-    out: list[Timing | Exception] = []
-    for i in range(len(fns)):
-        if results[i] is not None:
-            out.append(results[i])  # type: ignore[arg-type]
-            continue
-        timing = Timing.from_samples(samples[i])
-        timing.back_to_back_ms = statistics.median(b2b[i]) if b2b[i] else None
-        timing.sustained_ms = statistics.median(sustained[i]) if sustained[i] else None
-        out.append(timing)
-    return out
+                failed[i] = exc
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    return [
+        failed.get(i)
+        or replace(
+            Timing.from_samples(samples[i]), back_to_back_ms=med(b2b[i]), sustained_ms=med(sustained[i])
+        )
+        for i in range(len(fns))
+    ]
 
 
 def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> float:
@@ -383,9 +369,7 @@ class BenchRow:
     vs_expected: Optional[float] = None  # speed-up / expected_speedup (the regression gate's ratio)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["timing"] = asdict(self.timing) if self.timing else None
-        return d
+        return asdict(self)  # the timing too: asdict recurses
 
 
 @dataclass
