@@ -36,10 +36,6 @@ from sagebuild.bench import median_ms
 DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x1024x64"
 
 
-def _ms(fn, graph: bool = False) -> float:
-    return median_ms(fn, graph, rep_ms=100)
-
-
 _DEFAULTS: dict[str, object] = {}
 
 
@@ -84,12 +80,14 @@ def main() -> None:
         sdpa: list[float] = []
         acc: dict[str, dict] = {}
         for _ in range(args.rounds):
-            sdpa.append(_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph))
+            sdpa.append(
+                median_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph, 100)
+            )
             for s in settings:
                 _set(name, s)
                 call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
                 acc.setdefault(s, accuracy(call(), ref))
-                times[s].append(_ms(call, args.graph))
+                times[s].append(median_ms(call, args.graph, 100))
         _set(name, "")
         t_sdpa = statistics.median(sdpa)
         for s in settings:

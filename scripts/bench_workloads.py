@@ -29,6 +29,7 @@ from triton.testing import do_bench
 
 import sagebuild
 from sagebuild import sageattn, sageattn_varlen
+from sagebuild.attention.metrics import accuracy
 
 Fn = Callable[[], Any]
 
@@ -136,13 +137,6 @@ WORKLOADS: list[tuple[str, str, torch.dtype, Callable[[], Case]]] = [
 ]  # fmt: skip
 
 
-def accuracy(ours: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    a, b = ours.float().flatten(), ref.float().flatten()
-    cos = float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-30))
-    rel_l1 = float((a - b).abs().sum() / b.abs().sum().clamp_min(1e-30))
-    return cos, rel_l1
-
-
 def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, Any]:
     """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy."""
     fns = {"ours": case.ours, "sdpa": case.sdpa}
@@ -157,9 +151,9 @@ def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, A
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    cos, rel_l1 = accuracy(case.ours_out(case.ours()), case.sdpa_out(case.sdpa()))
+    acc = accuracy(case.ours_out(case.ours()), case.sdpa_out(case.sdpa()))
     ms = {name: statistics.median(t) for name, t in times.items()}
-    return {"ms": ms, "ratio": ms["sdpa"] / ms["ours"], "cos": cos, "rel_l1": rel_l1}
+    return {"ms": ms, "ratio": ms["sdpa"] / ms["ours"], "cos": acc["cos"], "rel_l1": acc["rel_l1"]}
 
 
 def header() -> str:

@@ -60,10 +60,6 @@ def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
     return b, h, n, d, causal
 
 
-def bench(fn, reps_ms: int = 200, graph: bool = False) -> float:
-    return median_ms(fn, graph, reps_ms)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
@@ -92,10 +88,8 @@ def main() -> None:
         b, h, n, d, causal = parse_shape(spec)
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
-        sdpa = bench(
-            lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
-            graph=args.graph,
-        )
+        sdpa_call = functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)
+        sdpa = median_ms(sdpa_call, args.graph)
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         flops = 4 * b * h * n * n * d / (2 if causal else 1)
         for var in args.variants.split(","):
@@ -108,7 +102,7 @@ def main() -> None:
                     )
                     out = call()
                     torch.cuda.synchronize()
-                    ms = bench(call, graph=args.graph)
+                    ms = median_ms(call, args.graph)
                 except Exception as e:  # a config that does not fit (shared memory, registers)
                     print(f"  {spec} {var} {cfg}: failed: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
