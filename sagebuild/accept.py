@@ -99,14 +99,16 @@ def _match(id_: str, title: str, cause: str, fix: str, line: Optional[str]) -> d
     return {"id": id_, "title": title, "cause": cause, "fix": fix, "matched_line": line}
 
 
+def _failed(name: str, summary: str, error: str, explanation: list[dict[str, Any]]) -> StepResult:
+    return StepResult(name, "fail", int(STEP_EXIT[name]), None, summary, error, explanation)
+
+
 def _failed_step(name: str, exc: BaseException) -> StepResult:
     """A step that raised: ours with its code, fix and explanation; anything else an internal error."""
     if isinstance(exc, SagebuildError):
         text = str(exc)
         expl = [_match(f"{name}.error", f"{name} stopped", exc.message, exc.fix, None)] if exc.fix else []
-        return StepResult(
-            name, "fail", int(STEP_EXIT[name]), None, exc.message, text, expl + explain_for_report(text)
-        )
+        return _failed(name, exc.message, text, expl + explain_for_report(text))
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     summary = f"{INTERNAL} in {name}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
     return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
@@ -150,7 +152,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
     from sagebuild import bench as bench_mod
     from sagebuild import benchmem, lock, probe, profiles
     from sagebuild._version import __version__
-    from sagebuild.report.write import environment_backup
+    from sagebuild.report.write import environment_backup, write_report
 
     say("saving pip freeze (before anything changes)")
     backup = environment_backup(run_dir, opts.python)
@@ -162,23 +164,18 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
     profile: Any = None
     why = ""
     bench_cfg: Any = None
+    stage = "doctor"
     try:
         say("probing the machine")
         facts = probe.collect(root=opts.root, python=opts.python)
         profile, why = profiles.resolve(opts.profile, facts.gpu_archs())
-    except Exception as e:  # noqa: BLE001 - reported as the doctor step's failure
-        refused = ("doctor", e)
-    if refused is None:
-        try:
-            bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)
-            benchmem.check_fits(bench_cfg)  # a shape that will not fit: refused before 10 min of build
-        except Exception as e:  # noqa: BLE001
-            refused = ("bench", e)
-    if refused is None:
-        try:
-            benchmem.check_shape_fits(opts.verify_shape)
-        except Exception as e:  # noqa: BLE001
-            refused = ("verify", e)
+        stage = "bench"
+        bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)
+        benchmem.check_fits(bench_cfg)  # a shape that will not fit: refused before 10 min of build
+        stage = "verify"
+        benchmem.check_shape_fits(opts.verify_shape)
+    except Exception as e:  # noqa: BLE001 - reported as the failure of the step the setting is for
+        refused = (stage, e)
 
     steps: list[StepResult] = []
     checks: list[Any] = []
@@ -196,15 +193,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         checks = result.checks
         if result.ok:
             return StepResult("doctor", "ok", 0, None, result.counts_line())
-        return StepResult(
-            "doctor",
-            "fail",
-            int(Exit.DOCTOR_FAILED),
-            None,
-            result.counts_line(),
-            result.failure_text(),
-            result.explanation(),
-        )
+        return _failed("doctor", result.counts_line(), result.failure_text(), result.explanation())
 
     def compile_() -> StepResult:
         nonlocal compile_doc
@@ -216,15 +205,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         compile_doc = outcome.to_dict()
         if outcome.ok:
             return StepResult("compile", "ok", 0, None, outcome.summary())
-        return StepResult(
-            "compile",
-            "fail",
-            int(Exit.COMPILE_FAILED),
-            None,
-            outcome.summary(),
-            outcome.failure_text(),
-            outcome.explanation(),
-        )
+        return _failed("compile", outcome.summary(), outcome.failure_text(), outcome.explanation())
 
     def verify() -> StepResult:
         nonlocal verify_doc
@@ -248,9 +229,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
             for r in res.results
             if not r.ok and r.cause and r.fix
         ]
-        return StepResult(
-            "verify", "fail", int(Exit.VERIFY_FAILED), None, summary, error, expl + explain_for_report(error)
-        )
+        return _failed("verify", summary, error, expl + explain_for_report(error))
 
     def bench() -> StepResult:
         nonlocal bench_doc
@@ -269,9 +248,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         if res.ok:
             return StepResult("bench", "ok", 0, None, summary)
         error = "\n".join(res.failures)
-        return StepResult(
-            "bench", "fail", int(Exit.BENCH_BELOW_THRESHOLD), None, summary, error, explain_for_report(error)
-        )
+        return _failed("bench", summary, error, explain_for_report(error))
 
     runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
     exit_code = 0
@@ -362,17 +339,11 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "files": files,
     }
     report = _conforming(report)
-    paths = _write_report(report, run_dir, log_path)
+    paths = write_report(report, run_dir, build_log=log_path if log_path.is_file() else None)
     paths["environment_backup"] = backup
     if lock_path and req_path:
         paths.update({"lockfile": lock_path, "requirements": req_path})
     return AcceptResult(int(report["exit_code"]), report, paths, problems)
-
-
-def _write_report(report: dict[str, Any], run_dir: Path, log_path: Path) -> dict[str, Path]:
-    from sagebuild.report.write import write_report
-
-    return write_report(report, run_dir, build_log=log_path if log_path.is_file() else None)
 
 
 def _conforming(report: dict[str, Any]) -> dict[str, Any]:

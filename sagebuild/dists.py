@@ -47,8 +47,7 @@ def collect():
                 entry["source"] = "url"
                 entry["url"] = info.get("url", "")
         found[key] = entry
-    return {"prefix": sys.prefix, "executable": sys.executable,
-            "distributions": dict(sorted(found.items()))}
+    return dict(sorted(found.items()))
 """
 _SCRIPT = _COLLECT + "\njson.dump(collect(), sys.stdout)\n"
 
@@ -68,11 +67,10 @@ def is_this_interpreter(python: Optional[str]) -> bool:
         return False
 
 
-def environment(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> dict[str, Any]:
-    """``{"prefix", "executable", "distributions"}`` of ``python``'s environment (default: this one).
-
-    Each distribution holds its version and, for packages not installed from an index, how they
-    were installed (editable / url): a pip ``name==version`` line could not reinstall those.
+def installed_distributions(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> dict[str, Any]:
+    """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins), sorted
+    by name: its version and, for packages not installed from an index, how they were installed
+    (editable / url): a pip ``name==version`` line could not reinstall those.
     """
     if is_this_interpreter(python):
         ns: dict[str, Any] = {}
@@ -90,7 +88,7 @@ def environment(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> di
         ) from None
     try:
         doc = json.loads(proc.stdout)
-        if proc.returncode != 0 or not isinstance(doc.get("distributions"), dict):
+        if proc.returncode != 0 or not isinstance(doc, dict):
             raise ValueError
     except ValueError:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -100,8 +98,3 @@ def environment(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> di
             code=Exit.ENVIRONMENT,
         ) from None
     return doc
-
-
-def installed_distributions(python: Optional[str] = None) -> dict[str, dict[str, Any]]:
-    """Every distribution visible to ``python`` (first on ``sys.path`` wins), sorted by name."""
-    return environment(python)["distributions"]

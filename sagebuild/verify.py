@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sagebuild.errors import Exit, SagebuildError
 
@@ -95,28 +95,30 @@ def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
     return m.cause, m.fix
 
 
-def _check_output(
-    vc: VariantCheck,
-    out: Any,
-    ref: Any,
-    expect_shape: tuple[int, ...],
-    expect_dtype: Any,
-    expect_device: Any,
-    bounds: Any,
-    metrics: Callable[[Any, Any], dict[str, Any]],
-) -> None:
+def _record_error(vc: VariantCheck, e: Exception, arch: str | None = None) -> None:
+    """A variant that raised: its first line, and the likely cause and fix when one is known."""
+    text = f"{type(e).__name__}: {e}"
+    vc.problems.append(text.splitlines()[0][:500])
+    found = (e.message, e.fix) if isinstance(e, SagebuildError) else diagnose(text, arch)
+    if found:
+        vc.cause, vc.fix = found
+
+
+def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: Any, bounds: Any) -> None:
+    from sagebuild.attention import metrics
+
     vc.shape, vc.dtype, vc.device = list(out.shape), str(out.dtype).replace("torch.", ""), str(out.device)
-    if tuple(out.shape) != tuple(expect_shape):
-        vc.problems.append(f"output shape {tuple(out.shape)} != input shape {tuple(expect_shape)}")
+    if tuple(out.shape) != tuple(q.shape):
+        vc.problems.append(f"output shape {tuple(out.shape)} != input shape {tuple(q.shape)}")
     if expect_dtype is not None and out.dtype != expect_dtype:
         vc.problems.append(
             f"output dtype {vc.dtype} != input dtype {str(expect_dtype).replace('torch.', '')}"
         )
-    if out.device != expect_device:
-        vc.problems.append(f"output on {out.device}, input on {expect_device}")
+    if out.device != q.device:
+        vc.problems.append(f"output on {out.device}, input on {q.device}")
     if vc.problems:
         return
-    acc = metrics(out, ref)
+    acc = metrics.accuracy(out, ref)
     vc.accuracy = acc
     if not acc["finite"]:
         vc.problems.append(f"non-finite output: {acc['nan_count']} NaN, {acc['inf_count']} Inf")
@@ -173,7 +175,7 @@ def run_verify(
         )
     import torch
 
-    from sagebuild.attention import metrics, reference
+    from sagebuild.attention import reference
 
     dev = _resolve_device(device)
     tdtype = getattr(torch, dtype)
@@ -235,25 +237,9 @@ def run_verify(
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
         except Exception as e:  # noqa: BLE001 - every failure becomes a diagnosed result, not a traceback
-            text = f"{type(e).__name__}: {e}"
-            vc.problems.append(text.splitlines()[0][:500])
-            if isinstance(e, SagebuildError):
-                vc.cause, vc.fix = e.message, e.fix
-            else:
-                found = diagnose(text, arch if mode == "gpu" else None)
-                if found:
-                    vc.cause, vc.fix = found
+            _record_error(vc, e, arch if mode == "gpu" else None)
         else:
-            _check_output(
-                vc,
-                out,
-                ref,
-                tuple(q.shape),
-                expect_dtype,
-                q.device,
-                profile.accuracy.get(bound_key),
-                metrics.accuracy,
-            )
+            _check_output(vc, out, ref, q, expect_dtype, profile.accuracy.get(bound_key))
         vc.seconds = round(time.perf_counter() - t0, 4)
         vc.ok = not vc.problems
         results.append(vc)
@@ -284,14 +270,12 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
     """
     import torch
 
-    try:
-        from sagebuild import ext
-    except ImportError:
-        return None
+    from sagebuild import ext
+    from sagebuild.attention import reference
+
     ops = ext.get_quant_ops(dev)
     if ops is None:
         return None
-    from sagebuild.attention import reference
 
     vc = VariantCheck(EXT_CHECK, False, device=str(dev))
     t0 = time.perf_counter()
@@ -328,11 +312,7 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
             )
         vc.shape, vc.dtype = list(kq.shape), str(kq.dtype).replace("torch.", "")
     except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
-        text = f"{type(e).__name__}: {e}"
-        vc.problems.append(text.splitlines()[0][:500])
-        found = diagnose(text)
-        if found:
-            vc.cause, vc.fix = found
+        _record_error(vc, e)
     if vc.problems and not vc.cause:
         vc.cause = "the built extension's quantization does not follow the kernels' contract"
         vc.fix = "rebuild it from the bundled sources: sagebuild compile (then sagebuild verify again)"

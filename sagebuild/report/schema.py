@@ -11,15 +11,14 @@ import json
 from importlib import resources
 from typing import Any
 
-REPORT_KIND = "sagebuild-report"
-REPORT_SCHEMA_VERSION = 1
-
 _TYPES: dict[str, Any] = {
     "object": dict,
     "array": list,
     "string": str,
-    "boolean": bool,
     "null": type(None),
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
 }
 
 
@@ -36,13 +35,8 @@ def load_schema() -> dict[str, Any]:
 
 
 def _is_type(value: Any, name: str) -> bool:
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == "boolean":
-        return isinstance(value, bool)
-    return isinstance(value, _TYPES[name])
+    """JSON's types: a bool is neither an integer nor a number."""
+    return isinstance(value, _TYPES[name]) and (name == "boolean" or not isinstance(value, bool))
 
 
 def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:
