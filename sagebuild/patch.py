@@ -226,10 +226,8 @@ class PatchStats:
 
 
 _stats_lock = threading.Lock()
-_accelerated = 0
-_passed = 0
-_reasons: Counter[str] = Counter()
-_accelerated_by: Counter[str] = Counter()
+_reasons: Counter[str] = Counter()  # passed-through calls by reason
+_accelerated_by: Counter[str] = Counter()  # accelerated calls by "arch/variant"
 _warned: set[str] = set()
 
 
@@ -241,29 +239,25 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(f"sagebuild.patch_sdpa: {message}", RuntimeWarning, stacklevel=3)
 
 
-def _count(reason: str | None, support: DeviceSupport | None = None) -> None:
-    global _accelerated, _passed
+def _count(verdict: DeviceSupport | str) -> None:
+    """One call: passed through for the reason ``verdict``, or accelerated with its support."""
     with _stats_lock:
-        if reason is None:
-            _accelerated += 1
-            if support is not None:
-                _accelerated_by[f"{support.arch}/{support.variant}"] += 1
+        if isinstance(verdict, str):
+            _reasons[verdict] += 1
         else:
-            _passed += 1
-            _reasons[reason] += 1
+            _accelerated_by[f"{verdict.arch}/{verdict.variant}"] += 1
 
 
 def patch_stats() -> PatchStats:
     """Calls accelerated vs passed through (with the reasons) since the last :func:`reset_stats`."""
     with _stats_lock:
-        return PatchStats(_accelerated, _passed, Counter(_reasons), Counter(_accelerated_by), is_active())
+        accelerated, passed = sum(_accelerated_by.values()), sum(_reasons.values())
+        return PatchStats(accelerated, passed, Counter(_reasons), Counter(_accelerated_by), is_active())
 
 
 def reset_stats() -> None:
     """Zero the counters (e.g. between a baseline and a patched run)."""
-    global _accelerated, _passed
     with _stats_lock:
-        _accelerated = _passed = 0
         _reasons.clear()
         _accelerated_by.clear()
 
@@ -274,16 +268,9 @@ def reset_stats() -> None:
 _original: Callable[..., Any] | None = None
 
 
-def _call_original(
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    dropout_p: float,
-    is_causal: bool,
-    scale: float | None,
-    enable_gqa: bool,
-) -> Any:
+def _call_original(*args: Any) -> Any:
+    """The original SDPA on the wrapper's eight arguments (query ... enable_gqa), as passed."""
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = args
     original = _original
     if original is None:  # called after restore through a stale reference
         import torch
@@ -395,7 +382,7 @@ def _eager_sdpa(args: tuple) -> Any:
         )
         _count(reason)
         return _call_original(*args)
-    _count(None, verdict)
+    _count(verdict)
     return out if out.dtype == query.dtype else out.to(query.dtype)
 
 
@@ -433,7 +420,7 @@ def _restore() -> None:
             "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
             "someone else while the patch was active; leaving their function in place",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     _original = None
 
@@ -444,39 +431,37 @@ def is_active() -> bool:
         return _original is not None
 
 
+def _update(depth: int = 0, enabled: bool | None = None) -> None:
+    """Change the scope depth or the enable flag; the wrapper is installed while either holds."""
+    global _depth, _enabled
+    with _state_lock:
+        _depth += depth
+        _enabled = _enabled if enabled is None else enabled
+        if _depth or _enabled:
+            _install()
+        else:
+            _restore()
+
+
 def enable() -> None:
     """Install the wrapper for the rest of the process (idempotent); undo with :func:`disable`."""
-    global _enabled
-    with _state_lock:
-        _enabled = True
-        _install()
+    _update(enabled=True)
 
 
 def disable() -> None:
     """Undo :func:`enable`. Active ``patch_sdpa`` blocks keep the wrapper until they exit."""
-    global _enabled
-    with _state_lock:
-        _enabled = False
-        if _depth == 0:
-            _restore()
+    _update(enabled=False)
 
 
 class _SdpaPatch(contextlib.ContextDecorator):
     """One ``with patch_sdpa():`` scope; reusable and re-entrant (the depth is process-wide)."""
 
     def __enter__(self) -> _SdpaPatch:
-        global _depth
-        with _state_lock:
-            _depth += 1
-            _install()
+        _update(+1)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _depth
-        with _state_lock:
-            _depth -= 1
-            if _depth == 0 and not _enabled:
-                _restore()
+        _update(-1)
 
 
 def patch_sdpa(func: F | None = None) -> Any:
