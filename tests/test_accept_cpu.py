@@ -153,3 +153,59 @@ def test_accept_keep_going_runs_everything_but_keeps_the_first_code(
     assert res.exit_code == 20
     assert [s["status"] for s in res.report["steps"]] == ["ok", "fail", "ok", "ok"]
     assert res.summary()["steps"][2]["name"] == "verify"
+
+
+def _fake_compile(monkeypatch: pytest.MonkeyPatch, ok: bool) -> None:
+    """A compile step that passes (a built library recorded, nothing compiled) or fails for memory."""
+    if not ok:
+        _failing_compile(monkeypatch)
+        return
+    from sagebuild.build import run
+    from sagebuild.build.run import CompileResult
+
+    def fake(plan, log_path, progress=True):
+        Path(log_path).write_text("[sagebuild] built\n")
+        return CompileResult(True, "bundled", str(log_path), "0" * 64, 0.1, str(log_path), 1)
+
+    monkeypatch.setattr(run, "compile", fake)
+
+
+@pytest.mark.parametrize("passes", [True, False], ids=["passing-run", "failing-run"])
+def test_accept_compat_installs_sageattention_only_after_a_passing_run(
+    passes: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``accept --compat --python X`` installs the `sageattention` distribution into X's
+    site-packages when every step passed, and leaves it alone when a step failed."""
+    import sysconfig
+
+    from typer.testing import CliRunner
+
+    from sagebuild.cli.app import app
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.check_output([py, "-c", code], text=True).strip())
+    here = sysconfig.get_paths()["purelib"]  # the venv sees sagebuild and torch through this .pth
+    (site / "sagebuild-parent.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SAGEBUILD_EXT_DIR", str(tmp_path / "ext"))
+    monkeypatch.chdir(tmp_path)
+    _fake_compile(monkeypatch, ok=passes)
+
+    args = ["accept", "--profile", "cpu", "--out", str(tmp_path / "out"), "--python", str(py), "--compat"]
+    args += ["--verify-shape", "1,1,64,64", "--seq", "64", "--heads", "1", "--reps", "1", "--warmup", "0"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    summary = json.loads(r.stdout)
+    installed = sorted(p.name for p in site.iterdir() if p.name.startswith("sageattention"))
+    if passes:
+        assert r.exit_code == 0, r.output
+        assert summary["compat"]["site_packages"] == str(site)
+        assert installed == ["sageattention", f"sageattention-{summary['compat']['installed']}.dist-info"]
+        status = subprocess.run([py, "-c", "import sageattention; print(sageattention.__provider__)"],
+                                capture_output=True, text=True)  # fmt: skip
+        assert status.stdout.strip() == "sagebuild", status.stderr
+    else:
+        assert r.exit_code == 20 and summary["compat"] is None
+        assert installed == []
