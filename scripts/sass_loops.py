@@ -6,15 +6,9 @@
 
 Each config is compiled ahead of time (``aot.sass_report``: Triton, then the bundled
 ``cuobjdump``) and one line printed per config: registers, stack frame (spills), shared memory
-per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's
-instructions, matrix instructions and the waits on them (``WARPGROUP.DEPBAR``: one per MMA
-when ptxas serialised the wgmma, which the last column names), exponentials (MUFU: scores per
-thread and tile, plus the rescale's), masked selects (FSEL), local-memory accesses, register
-shuffles (SHFL.IDX, PRMT: P into the P·V operand's layout) and asynchronous copies (LDGSTS: loads
-Triton's pipeliner stages through shared memory, each with its waits and a CTA barrier), two-input
-float max (FMNMX) and three-input integer max (VIMNMX3: the rows' maxima on the INT32 scores). An
-empty config is the table's choice for the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with
-FP8 V in plain key order.
+per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's counts
+(``aot._LOOP_CLASSES`` says what each class shows). An empty config is the table's choice for
+the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with FP8 V in plain key order.
 """
 
 from __future__ import annotations
@@ -44,7 +38,7 @@ def main() -> None:
         r = aot.sass_report(
             args.variant, args.arch, args.head_dim, args.causal, args.keys, args.accum, cfg or None
         )
-        # each loop's counts in aot._loop_counts' order: the instructions, then aot._LOOP_CLASSES
+        # each loop's counts in aot.sass_loops' order: the instructions, then aot._LOOP_CLASSES
         loops = "; ".join("/".join(str(n) for n in lp.values()) for lp in r["loops"])
         serial = (r["wgmma_serialized"] or "no")[:5]
         print(f"| {r['config']} | {r['tma']} | {r['registers']} | {r['stack_bytes']} | "

@@ -188,41 +188,27 @@ def compile_variant(
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 _BACK_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
 _RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
-# The instruction classes ``sass_loops`` counts per key loop, by opcode (``sass_loops`` says why each),
-# in the order scripts/sass_loops.py prints them under its header.
+# The instruction classes ``sass_loops`` counts per key loop, by opcode, in the order
+# scripts/sass_loops.py prints them under its header.
 _LOOP_CLASSES = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
         ("mma", r"[A-Z]*GMMA\b"),
-        ("mma_waits", r"WARPGROUP\.DEPBAR\b"),
-        ("mufu", r"MUFU\b"),
-        ("fsel", r"FSEL\b"),
-        ("local", r"(LDL|STL)\b"),
-        ("shuffles", r"(SHFL\.IDX|PRMT)\b"),
-        ("async_copies", r"LDGSTS\b"),
-        ("fmnmx", r"FMNMX\b"),
-        ("max3", r"VIMNMX3\b"),
+        ("mma_waits", r"WARPGROUP\.DEPBAR\b"),  # one per MMA when ptxas serialised the wgmma
+        ("mufu", r"MUFU\b"),  # exponentials: a tile's scores per thread, plus the rescale's
+        ("fsel", r"FSEL\b"),  # masked tiles select −inf
+        ("local", r"(LDL|STL)\b"),  # spills
+        ("shuffles", r"(SHFL\.IDX|PRMT)\b"),  # P moved into the P·V operand's layout
+        ("async_copies", r"LDGSTS\b"),  # loads Triton's pipeliner staged through shared memory
+        ("fmnmx", r"FMNMX\b"),  # two-input float max
+        ("max3", r"VIMNMX3\b"),  # sm90's three-input integer max: row maxima on the INT32 scores
     )
 )
 
 
-def _loop_counts(body: list[str]) -> dict[str, int]:
-    """A loop's instruction count and its count of each of ``_LOOP_CLASSES``."""
-    counts = {"instructions": len(body)}
-    for name, op in _LOOP_CLASSES:
-        counts[name] = sum(bool(op.match(t)) for t in body)
-    return counts
-
-
 def sass_loops(sass: str) -> list[dict]:
-    """The innermost loops of a SASS listing that issue matrix instructions (``*GMMA``, ``*MMA``):
-    one entry per loop with its instruction count, exponentials (``MUFU``: a tile's scores per
-    thread, plus the rescale's), selects (``FSEL``: masked tiles select −inf), local-memory
-    accesses (``LDL``/``STL``: spills), register shuffles (``SHFL.IDX``, ``PRMT``: P moved
-    into the P·V operand's layout, ``configs.use_v_key_order``) and asynchronous global-to-shared
-    copies (``LDGSTS``: loads Triton's pipeliner staged through shared memory), two-input float
-    max (``FMNMX``) and sm90's three-input integer max (``VIMNMX3``: the rows' maxima taken on the
-    scores' INT32 bits), in listing order.
+    """The innermost loops of a SASS listing that issue matrix instructions (``*GMMA``, ``*MMA``),
+    in listing order: each one's instruction count and its count of each of ``_LOOP_CLASSES``.
     A backward branch whose span runs through the kernel's exit is not a loop: TMA kernels place
     their barrier-wait retry blocks after the exit and branch back into the key loop from there."""
     # (address, instruction without its @predicate)
@@ -240,7 +226,13 @@ def sass_loops(sass: str) -> list[dict]:
             if not exits and any(re.match(r"[A-Z]*MMA\b", t) for t in body):
                 spans.append((index[int(m.group(1), 16)], i, body))
     inner = [sp for sp in spans if not any(o is not sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
-    return [_loop_counts(body) for _, _, body in sorted(inner)]
+    return [
+        {
+            "instructions": len(body),
+            **{name: sum(bool(op.match(t)) for t in body) for name, op in _LOOP_CLASSES},
+        }
+        for _, _, body in sorted(inner)
+    ]
 
 
 def sass_report(

@@ -1,9 +1,8 @@
 """Re-issuing a repeated attention call's launches without re-running its Python.
 
-At small shapes the host path is the whole call (docs/performance.md, runs 13–14): the device
-work of 1×16×1024×64 is ~28 µs, the Python around it ~46 µs, most of it deciding again what
-the plan already fixed (views, argument lists, constexprs). A call whose plan is cached is run
-once under a recorder: every Triton launch (through ``launcher.launch``) and every tensor those
+At small shapes the host path decides the call, most of it deciding again what the plan already
+fixed (views, argument lists, constexprs). A call whose plan is cached is run once under a
+recorder: every Triton launch (through ``launcher.launch``) and every tensor those
 launches touch is classified as one of the call's inputs (q, k, v) or a buffer allocated during
 the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
 the same buffers and issue the same launches with the new tensors, nothing else.
