@@ -54,11 +54,6 @@ def kernel_info(asm: str) -> dict[str, Optional[int]]:
     return out
 
 
-def spills(info: dict[str, Optional[int]]) -> bool:
-    """Whether a kernel spills: a VGPR or SGPR spill count or scratch memory above zero."""
-    return any((info.get(k) or 0) > 0 for k in ("vgpr_spills", "sgpr_spills", "scratch_bytes"))
-
-
 def count(opcodes: list[str]) -> dict[str, Any]:
     """The counts of one instruction sequence: all instructions (scheduling hints apart), VALU and
     SALU, matrix instructions by opcode, hardware conversions to and from FP8, and the compares
@@ -117,7 +112,7 @@ def report(asm: str) -> dict[str, Any]:
     info = kernel_info(asm)
     return {
         "kernel": info,
-        "spills": spills(info),
+        "spills": any((info[k] or 0) > 0 for k in ("vgpr_spills", "sgpr_spills", "scratch_bytes")),
         "total": count([op for _, op, _ in _lines(asm) if op]),
         "loops": loops(asm),
     }
@@ -173,8 +168,3 @@ def issue_cycles(loop: dict[str, Any], matrix_cycles: dict[str, int]) -> int:
     if unknown:
         raise ValueError(f"no issue cycles known for {', '.join(unknown)}; add them to the cycle table")
     return loop["valu"] + sum(n * matrix_cycles[op] for op, n in loop["matrix"].items())
-
-
-def faster_pv(fp16_loop: dict[str, Any], fp8_loop: dict[str, Any], matrix_cycles: dict[str, int]) -> str:
-    """The P·V variant ("fp16" or "fp8") whose key loop (the same tile) issues in fewer cycles."""
-    return "fp8" if issue_cycles(fp8_loop, matrix_cycles) < issue_cycles(fp16_loop, matrix_cycles) else "fp16"
