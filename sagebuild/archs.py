@@ -132,6 +132,16 @@ def decode_gfx_target_version(value: int) -> str | None:
     return f"gfx{major}{minor}{stepping:x}"
 
 
+def decode_hsa_override(value: str) -> str | None:
+    """``HSA_OVERRIDE_GFX_VERSION`` → the arch ROCm then reports: ``11.0.0`` → ``gfx1100``,
+    ``9.0.10`` → ``gfx90a``; None when the value is malformed."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
+    if not m:
+        return None
+    major, minor, step = (int(x) for x in m.groups())
+    return f"gfx{major}{minor}{step:x}"
+
+
 def pv_path(name: str) -> str:
     """The P·V variant the dispatch table names for an arch, or an error naming the nearest path."""
     arch = get(name)

@@ -95,10 +95,6 @@ def validate_inputs(root: Path, python: Optional[str], timeout: float) -> None:
             f"--timeout {timeout:g}: the torch probe needs a time limit of more than 0 seconds",
             fix="pass a positive number of seconds, e.g. --timeout 60 (the default)",
         )
-    if not root.is_dir():
-        raise SagebuildError(
-            f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"
-        )
     if python is None:
         return
     p = Path(python)

@@ -10,7 +10,8 @@ from fakeroots import ENV, add_kfd_node, cpu_torch, cuda_torch, make_cpu_only, m
 from typer.testing import CliRunner
 
 from sagebuild import probe, profiles
-from sagebuild.build.plan import decode_hsa_override, make_plan, parse_arch_list, plan_jobs
+from sagebuild.archs import decode_hsa_override
+from sagebuild.build.plan import make_plan, parse_arch_list, plan_jobs
 from sagebuild.errors import SagebuildError
 from sagebuild.probe.facts import DeviceInfo, Facts, SystemFacts
 

@@ -1,8 +1,8 @@
 """The build plan: how many jobs, which archs, which env, which commands, where the output goes.
 
-Planning reads only facts (``sagebuild.probe`` output, or any object with the same fields) and
-the profile, so a plan can be made for a system image (``--root``) and tested with fake
-machines. Nothing is built here; ``sagebuild.build.run.compile`` executes a plan.
+Planning reads only facts (``sagebuild.probe`` output) and the profile, so a plan can be made for
+a system image (``--root``) and tested with fake machines. Nothing is built here;
+``sagebuild.build.run.compile`` executes a plan.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from sagebuild import archs
 from sagebuild.build import paths
 from sagebuild.build.jobs import INVALID_FIX, invalid_message, overfill, parse_max_jobs
 from sagebuild.errors import SagebuildError
+from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
 
 # Sources of the bundled extension: CPU ops always, the CUDA/HIP file on GPU builds.
 CPU_SOURCES = ("ops_cpu.cpp",)
@@ -76,8 +78,8 @@ class BuildPlan:
 # ---- jobs -------------------------------------------------------------------------------------
 
 
-def _available_mem_gb(facts: Any) -> tuple[Optional[float], str]:
-    mem = getattr(getattr(facts, "system", None), "mem_available_gb", None)
+def _available_mem_gb(facts: Facts) -> tuple[Optional[float], str]:
+    mem = facts.system.mem_available_gb
     if mem is not None:
         return float(mem), "probe"
     try:
@@ -88,13 +90,8 @@ def _available_mem_gb(facts: Any) -> tuple[Optional[float], str]:
         return None, "unknown"
 
 
-def _cores(facts: Any) -> int:
-    n = getattr(getattr(facts, "system", None), "cpu_count", None)
-    return int(n) if n else (os.cpu_count() or 1)
-
-
 def plan_jobs(
-    profile: Any, facts: Any, jobs: Optional[int] = None, env: Optional[Mapping[str, str]] = None
+    profile: Profile, facts: Facts, jobs: Optional[int] = None, env: Optional[Mapping[str, str]] = None
 ) -> tuple[int, str]:
     """``MAX_JOBS`` and why: ``--jobs`` > ``MAX_JOBS`` env > min(memory/per-job, cores, profile cap)."""
     env = os.environ if env is None else env
@@ -110,7 +107,7 @@ def plan_jobs(
         return n, f"MAX_JOBS={raw} set in the environment"
     per_job = profile.build.mem_per_job_gb
     cap = profile.build.max_jobs
-    cores = _cores(facts)
+    cores = facts.system.cpu_count or os.cpu_count() or 1
     mem, src = _available_mem_gb(facts)
     if mem is None:
         n = max(1, min(2, cores, cap))
@@ -152,15 +149,6 @@ def parse_arch_list(text: str, vendor: str) -> list[str]:
     return out
 
 
-def decode_hsa_override(value: str) -> Optional[str]:
-    """``11.0.0`` → ``gfx1100``; ``9.0.10`` → ``gfx90a``; None when the value is malformed."""
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
-    if not m:
-        return None
-    major, minor, step = (int(x) for x in m.groups())
-    return f"gfx{major}{minor}{step:x}"
-
-
 def _dedup(names: list[str], vendor: str) -> list[str]:
     out: list[str] = []
     for n in names:
@@ -177,13 +165,8 @@ def _dedup(names: list[str], vendor: str) -> list[str]:
     return out
 
 
-def _torch_archs(facts: Any) -> list[str]:
-    t = getattr(facts, "torch", None)
-    return [d.arch for d in (getattr(t, "devices", None) or []) if getattr(d, "arch", None)]
-
-
 def plan_archs(
-    profile: Any, facts: Any, arch: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    profile: Profile, facts: Facts, arch: Optional[str] = None, env: Optional[Mapping[str, str]] = None
 ) -> tuple[list[str], str, list[str]]:
     """(arch list, why, warnings) for the profile's vendor."""
     vendor = profile.vendor
@@ -195,19 +178,19 @@ def plan_archs(
     if arch:
         return parse_arch_list(arch, vendor), "--arch given on the command line", warnings
 
-    fenv = dict(getattr(facts, "env", None) or {})
-    override = fenv.get(_HSA_OVERRIDE) or (env or {}).get(_HSA_OVERRIDE)
+    override = facts.env.get(_HSA_OVERRIDE) or (env or {}).get(_HSA_OVERRIDE)
+    torch_archs = [d.arch for d in facts.torch.devices if d.arch]
     candidates: list[tuple[str, list[str]]]
     if vendor == "rocm":
         candidates = [
-            ("the visible devices' gcnArchName (torch)", _torch_archs(facts)),
-            ("KFD sysfs gfx_target_version", list(getattr(facts, "kfd_archs", []) or [])),
-            ("rocminfo", list(getattr(facts, "rocminfo_archs", []) or [])),
+            ("the visible devices' gcnArchName (torch)", torch_archs),
+            ("KFD sysfs gfx_target_version", facts.kfd_archs),
+            ("rocminfo", facts.rocminfo_archs),
         ]
     else:
         candidates = [
-            ("the devices' compute capability (torch)", _torch_archs(facts)),
-            ("nvidia-smi", list(getattr(facts, "nvidia_smi_archs", []) or [])),
+            ("the devices' compute capability (torch)", torch_archs),
+            ("nvidia-smi", facts.nvidia_smi_archs),
         ]
     found, source = [], ""
     for src, names in candidates:
@@ -217,8 +200,8 @@ def plan_archs(
             break
 
     if vendor == "rocm" and override:
-        shown = decode_hsa_override(override)
-        real = _dedup(list(getattr(facts, "kfd_archs", []) or []), vendor)
+        shown = archs.decode_hsa_override(override)
+        real = _dedup(facts.kfd_archs, vendor)
         msg = (
             f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports "
             f"{shown or 'a different arch'} instead of the GPU's real arch"
@@ -261,14 +244,9 @@ def arch_env_value(vendor: str, names: list[str]) -> str:
 # ---- the plan ---------------------------------------------------------------------------------
 
 
-def _torch_facts(facts: Any) -> tuple[Optional[str], Optional[str], bool]:
-    t = getattr(facts, "torch", None)
-    return getattr(t, "version", None), getattr(t, "build", None), bool(getattr(t, "importable", False))
-
-
 def make_plan(
-    profile: Any,
-    facts: Any,
+    profile: Profile,
+    facts: Facts,
     jobs: Optional[int] = None,
     arch: Optional[str] = None,
     source: Optional[Path | str] = None,
@@ -287,8 +265,8 @@ def make_plan(
             warnings.append(f"{too_many[0]}; {too_many[1]}")
     problems: list[str] = []
 
-    torch_version, torch_build, importable = _torch_facts(facts)
-    if not importable:
+    torch_version, torch_build = facts.torch.version, facts.torch.build
+    if not facts.torch.importable:
         problems.append(
             "torch is not importable in the target interpreter: the extension needs it to build "
             f"(install it: {profile.torch_install})"
@@ -305,9 +283,8 @@ def make_plan(
     if arch_env and arch_list:
         build_env[arch_env] = arch_env_value(profile.vendor, arch_list)
 
-    py = getattr(getattr(facts, "python", None), "executable", None) or sys.executable
-    py_version = getattr(getattr(facts, "python", None), "version", None)
-    base = paths.ext_dir(torch_version or "unknown", py_version, env, getattr(facts.python, "prefix", None))
+    py = facts.python.executable or sys.executable
+    base = paths.ext_dir(torch_version or "unknown", facts.python.version, env, facts.python.prefix)
 
     with_gpu = profile.vendor != "cpu"
     # what both kinds of build share

@@ -7,9 +7,9 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sagebuild.build.proc import key_lines
+from sagebuild.build.proc import RunOutcome, key_lines
 from sagebuild.explain import explain_for_report
 
 if TYPE_CHECKING:
@@ -50,13 +50,12 @@ def failed(
     log_path: Path,
     t0: float,
     error: str,
-    lines: list[str],
-    jobs: int,
-    retried: bool = False,
-    aot: Optional[list[dict[str, Any]]] = None,
+    extra: Sequence[str] = (),
+    out: Optional[RunOutcome] = None,
 ) -> CompileResult:
-    """A failed compile: ``error`` in one sentence, the log's key lines and what ``explain`` makes of them."""
-    keys = key_lines(lines) if lines else []
+    """A failed compile: ``error`` in one sentence, the key lines of the build's output (``out``) and
+    of ``extra``, and what ``explain`` makes of them."""
+    lines = (out.lines if out else []) + list(extra)
     return CompileResult(
         ok=False,
         mode=plan.mode,
@@ -64,10 +63,9 @@ def failed(
         sha256=None,
         seconds=time.monotonic() - t0,
         log_path=str(log_path),
-        jobs=jobs,
-        retried_with_half_jobs=retried,
-        key_lines=keys,
+        jobs=out.jobs if out else plan.jobs,
+        retried_with_half_jobs=bool(out and out.retried_with_half_jobs),
+        key_lines=key_lines(lines) if lines else [],
         explanation=explain_for_report(error + "\n" + "\n".join(lines[-400:])),
-        aot=aot or [],
         error=error,
     )

@@ -60,12 +60,7 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
         log.write(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n")
     if plan.problems:
         return failed(
-            plan,
-            log_path,
-            t0,
-            "the build cannot start: " + "; ".join(plan.problems),
-            list(plan.problems),
-            plan.jobs,
+            plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems), plan.problems
         )
     if plan.mode == "source":
         return build_source(plan, log_path, progress)
@@ -114,17 +109,9 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
                 )
             else:
                 why = f"the build exited with status {out.rc}"
-            return failed(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
+            return failed(plan, log_path, t0, why, out=out)
         if not built.is_file():
-            return failed(
-                plan,
-                log_path,
-                t0,
-                f"the build exited 0 but produced no {built}",
-                out.lines,
-                out.jobs,
-                out.retried_with_half_jobs,
-            )
+            return failed(plan, log_path, t0, f"the build exited 0 but produced no {built}", out=out)
 
         build_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         staging = base / f"staging-{build_id}"
@@ -136,15 +123,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             _append_log(log_path, f"[sagebuild] verification: {json.dumps(report)}\n")
             if not ok:
                 why = f"the built library failed verification: {report.get('error')}"
-                return failed(
-                    plan,
-                    log_path,
-                    t0,
-                    why,
-                    out.lines + [str(report.get("error"))],
-                    out.jobs,
-                    out.retried_with_half_jobs,
-                )
+                return failed(plan, log_path, t0, why, [str(report.get("error"))], out)
             info = _build_info(plan, lib, report, out.jobs, out.retried_with_half_jobs, time.monotonic() - t0)
             (staging / paths.INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             final = paths.builds_dir(base) / build_id

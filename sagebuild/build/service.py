@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -16,11 +15,9 @@ from sagebuild.build import run
 from sagebuild.build.plan import BuildPlan, make_plan
 from sagebuild.build.result import CompileResult
 from sagebuild.errors import SagebuildError
-from sagebuild.explain import explain_for_report
+from sagebuild.explain import explain_for_report, read_log_file
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
-
-_LOG_TAIL = 200_000  # bytes of a build log read back to explain a failure without key lines
 
 
 @dataclass
@@ -51,18 +48,11 @@ class CompileOutcome:
         found = list(self.result.explanation)
         log = Path(self.result.log_path)
         if not found and log.is_file():
-            found = explain_for_report(_tail(log, _LOG_TAIL))
+            found = explain_for_report(read_log_file(log).text)
         return found
 
     def to_dict(self) -> dict[str, Any]:
         return {"plan": self.plan.to_dict(), "result": self.result.to_dict()}
-
-
-def _tail(path: Path, limit: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - limit))
-        return f.read().decode("utf-8", errors="replace")
 
 
 def plan_for_machine(
@@ -76,10 +66,6 @@ def plan_for_machine(
 
     Returns the plan, why the profile was chosen, and the facts.
     """
-    if not root.is_dir():
-        raise SagebuildError(
-            f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"
-        )
     if source is not None and not source.is_dir():
         raise SagebuildError(
             f"--source {source}: not a directory", fix="pass the directory holding the extension's setup.py"

@@ -50,7 +50,7 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResu
     )
     if out.rc != 0:
         why = "the compiler was killed for memory" if out.oom else f"setup.py build_ext exited with {out.rc}"
-        return failed(plan, log_path, t0, why, out.lines, out.jobs, out.retried_with_half_jobs)
+        return failed(plan, log_path, t0, why, out=out)
     fresh = new_extension_files(before, extension_files(root))
     if not fresh:
         why = (
@@ -58,7 +58,7 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResu
             f"under {root}: the extensions were skipped or built elsewhere (check that setup.py found a "
             f"CUDA/ROCm torch and that the log lists compile steps)"
         )
-        return failed(plan, log_path, t0, why, out.lines + [why], out.jobs, out.retried_with_half_jobs)
+        return failed(plan, log_path, t0, why, [why], out)
     artefacts = [{"path": str(p), "sha256": sha256_file(p)} for p in fresh]
     return CompileResult(
         ok=True,

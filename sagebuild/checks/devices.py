@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from sagebuild import archs, profiles
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
@@ -123,19 +122,12 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
     return fail(f"detected {', '.join(found)}, profile {profile.name} covers {', '.join(profile.archs)}", fix)
 
 
-def _override_arch(value: str) -> Optional[str]:
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value)
-    if not m:
-        return None
-    return f"gfx{int(m.group(1))}{int(m.group(2))}{int(m.group(3)):x}"
-
-
 @check("hsa-override", "HSA_OVERRIDE_GFX_VERSION unset")
 def check_hsa_override(facts: Facts, profile: Profile) -> Verdict:
     val = facts.hsa_override
     if val is None:
         return ok("not set: ROCm reports the real arch")
-    fake = _override_arch(val)
+    fake = archs.decode_hsa_override(val)
     real = f"; the hardware is {', '.join(facts.kfd_archs)} (KFD)" if facts.kfd_archs else ""
     return warn(
         f"HSA_OVERRIDE_GFX_VERSION={val} makes ROCm report {fake or 'another arch'}{real}: it masks "

@@ -14,10 +14,6 @@ def _match_here(root: Path) -> tuple[str, str, list[str]]:
     """(matching profile name, why, detected archs) from the device facts alone (no torch import)."""
     from sagebuild import probe, profiles
 
-    if not root.is_dir():
-        from sagebuild.errors import SagebuildError
-
-        raise SagebuildError(f"--root {root}: not a directory", fix="pass a directory holding a system image")
     facts = probe.collect(root=root, probe_torch=False)
     found = facts.gpu_archs()
     profile, why = profiles.match(found)

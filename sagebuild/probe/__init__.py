@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
+from sagebuild.errors import SagebuildError
 from sagebuild.fsio import sha256_file
 from sagebuild.probe import system, tools, torch_probe
 from sagebuild.probe.facts import ConflictFacts, ExtensionFacts, Facts, PythonFacts, ShadowFact, TorchFacts
@@ -82,6 +83,10 @@ def collect(
     injects torch facts instead of running the subprocess probe (tests); ``probe_torch=False``
     skips torch entirely (fast listings that need only the device facts).
     """
+    if not Path(root).is_dir():
+        raise SagebuildError(
+            f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"
+        )
     env = dict(os.environ if env is None else env)
     cwd = Path.cwd() if cwd is None else Path(cwd)
     rt = system.Root(root)
