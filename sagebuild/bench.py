@@ -395,24 +395,11 @@ class BenchResult:
         return Exit.OK if self.ok else Exit.BENCH_BELOW_THRESHOLD
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "timing_kind": self.timing_kind,
-            "device": self.device,
-            "device_name": self.device_name,
-            "method": self.method,
-            "note": self.note,
-            "sdpa_backend": self.sdpa_backend,
-            "config": self.config.to_dict(),
-            "rows": [r.to_dict() for r in self.rows],
-            "gate": {
-                "min_speedup": self.min_speedup,
-                "speed_gate_applied": self.speed_gate_applied,
-                "metric": self.gate_on,
-                "failures": list(self.failures),
-                "expectation": dict(self.expectation),
-            },
-        }
+        d = asdict(self)  # the config and rows too: asdict recurses
+        d["config"]["seq"] = list(self.config.seq)
+        gate_fields = ("min_speedup", "speed_gate_applied", "gate_on", "failures", "expectation")
+        d["gate"] = {("metric" if k == "gate_on" else k): d.pop(k) for k in gate_fields}
+        return d
 
 
 def gate(
