@@ -32,14 +32,10 @@ out = _console(stderr=False)  # reports, tables, answers
 err = _console(stderr=True)  # progress, warnings, errors
 
 
-def in_ci() -> bool:
-    """``CI`` is set by GitHub Actions, GitLab and most other runners."""
-    return bool(os.environ.get("CI"))
-
-
 def interactive(json_out: bool = False) -> bool:
-    """True on a TTY outside CI: spinners and live status lines are only drawn there."""
-    return not json_out and err.is_terminal and not in_ci()
+    """True on a TTY outside CI (``CI`` is set by GitHub Actions, GitLab and most other runners):
+    spinners and live status lines are only drawn there."""
+    return not json_out and err.is_terminal and not os.environ.get("CI")
 
 
 def line(message: str) -> None:

@@ -34,15 +34,11 @@ _WHY = {
 }
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def default_file_mode() -> int:
     """The mode ``open(path, "w")`` gives a new file: 0666 less the umask."""
-    return 0o666 & ~_umask()
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def write_error(path: Path | str, exc: OSError, what: str = "write") -> SagebuildError:

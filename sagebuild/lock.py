@@ -181,15 +181,11 @@ def requirements(lock: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def requirements_path(lock_path: Path) -> Path:
-    return lock_path.with_name(lock_path.name + ".requirements.txt")
-
-
 def write(lock: Mapping[str, Any], path: Path | str) -> tuple[Path, Path]:
     """Write the lock and its requirements export atomically; returns both paths."""
     path = Path(path)
     write_text_atomic(path, render(lock))
-    req = write_text_atomic(requirements_path(path), requirements(lock))
+    req = write_text_atomic(path.with_name(path.name + ".requirements.txt"), requirements(lock))
     return path, req
 
 
@@ -353,11 +349,6 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         else:
             drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
-
-
-def locked_profile_name(lock: Mapping[str, Any]) -> str | None:
-    p = lock.get("profile")
-    return p.get("name") if isinstance(p, dict) else None
 
 
 # ---- the environment now ---------------------------------------------------------------------

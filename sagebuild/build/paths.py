@@ -96,10 +96,6 @@ def tree_dir(base: Path) -> Path:
     return base / "tree"
 
 
-def logs_dir(base: Path) -> Path:
-    return base / "logs"
-
-
 def running_ext_dir() -> Path:
     """The extension directory of the running interpreter and its torch (imports torch)."""
     import torch

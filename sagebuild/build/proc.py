@@ -52,10 +52,6 @@ def key_lines(lines: list[str], limit: int = 15) -> list[str]:
     return [ln.rstrip()[:400] for ln in picked if ln.strip()]
 
 
-def _use_progress(progress: bool) -> bool:
-    return progress and console.interactive()
-
-
 def run_once(
     cmd: list[str], env: Mapping[str, str], cwd: Optional[str], log: IO[str], label: str, progress: bool
 ) -> tuple[int, list[str]]:
@@ -74,7 +70,7 @@ def run_once(
         bufsize=1,
     )
     assert proc.stdout is not None
-    if _use_progress(progress):
+    if progress and console.interactive():
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         with Progress(

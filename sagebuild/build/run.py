@@ -32,11 +32,6 @@ from sagebuild.fsio import sha256_file
 KEEP_BUILDS = 2  # the current build and the one before it
 
 
-def default_log_path(plan: BuildPlan) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return paths.logs_dir(Path(plan.ext_dir)) / f"compile-{stamp}.log"
-
-
 @contextlib.contextmanager
 def _build_lock(base: Path) -> Iterator[None]:
     """One build per extension directory at a time (a second sagebuild waits)."""
@@ -53,7 +48,8 @@ def _build_lock(base: Path) -> Iterator[None]:
 
 def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = True) -> CompileResult:
     """Run the plan; never raises for a failed build (the result says what failed and why)."""
-    log_path = Path(log_path) if log_path else default_log_path(plan)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log_path = Path(log_path) if log_path else Path(plan.ext_dir) / "logs" / f"compile-{stamp}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:

@@ -114,12 +114,6 @@ def emit_json(doc: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def report_error(err: SagebuildError) -> None:
-    console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
-    if err.fix:
-        console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
-
-
 def as_user_error(exc: BaseException) -> SagebuildError:
     """Any exception as the error the user sees: ours as is, a file-system or memory failure as a
     clear line (exit 2 / 3), anything else as an internal error (exit 1)."""
@@ -139,7 +133,9 @@ def as_user_error(exc: BaseException) -> SagebuildError:
 
 def fail(err: SagebuildError, json_out: bool = False, command: str | None = None) -> None:
     """Print ``err`` (and, with ``--json``, a JSON document carrying it) and exit with its code."""
-    report_error(err)
+    console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
+    if err.fix:
+        console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
     if json_out:
         doc: dict[str, Any] = {"ok": False, "error": err.to_dict()}
         if command:

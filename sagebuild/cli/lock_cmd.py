@@ -31,7 +31,7 @@ def lock(
     facts = probe.collect()
     archs = facts.gpu_archs()
     if locked is not None:
-        spec = profile or lk.locked_profile_name(locked) or "auto"
+        spec = profile or (locked.get("profile") or {}).get("name") or "auto"
         try:
             prof, _ = profiles.resolve(spec, archs)
         except Exception:  # noqa: BLE001 - a locked custom profile that is gone is itself drift

@@ -58,11 +58,6 @@ def _remove_files(paths: list[Path], location: Path) -> None:
                 d.rmdir()
 
 
-def _can_import_sagebuild(python: str) -> bool:
-    code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sagebuild') else 1)"
-    return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
-
-
 def _backup(dist: dict[str, Any]) -> Path:
     """Copy an upstream distribution's files into a fresh backup folder; returns it."""
     dist_info = Path(dist["dist_info"])
@@ -93,7 +88,8 @@ def install(python: Optional[str] = None, force: bool = False) -> dict[str, Any]
     exe = python or sys.executable
     before = status(exe)
     site = Path(before["site_packages"])
-    if not _can_import_sagebuild(exe):
+    code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sagebuild') else 1)"
+    if subprocess.run([exe, "-c", code], capture_output=True, timeout=60).returncode != 0:
         raise SagebuildError(
             f"{exe} cannot import sagebuild, which the sageattention module it would get imports",
             f"install sagebuild into that environment first ({exe} -m pip install sagebuild), then rerun",

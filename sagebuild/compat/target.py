@@ -75,12 +75,6 @@ def probe(python: Optional[str] = None) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def _same_dir(a: Optional[str], b: Optional[str]) -> bool:
-    import os
-
-    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)  # type: ignore[arg-type]
-
-
 def status(python: Optional[str] = None) -> dict[str, Any]:
     """Which ``sageattention`` the interpreter would import, from which distribution, and whose.
 
@@ -96,7 +90,8 @@ def status(python: Optional[str] = None) -> dict[str, Any]:
         module_dir = os.path.dirname(origin) if origin.endswith(".py") else origin
     provider = None
     for dist in facts["dists"]:
-        if dist["location"] and _same_dir(module_dir, os.path.join(dist["location"], PACKAGE)):
+        where = os.path.join(dist["location"] or "", PACKAGE)
+        if dist["location"] and module_dir and os.path.realpath(module_dir) == os.path.realpath(where):
             provider = dist
     if origin is None:
         whose = None
