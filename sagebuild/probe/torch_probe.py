@@ -9,6 +9,7 @@ environment, so the target needs nothing but the standard library.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -216,15 +217,17 @@ def run_script(
     return py, tor, None, seconds
 
 
+def _fields_of(cls: type, raw: dict, **given: Any) -> Any:
+    """``cls`` from the probe's JSON: the keys that are fields of ``cls``, then ``given``."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{**{k: v for k, v in raw.items() if k in names}, **given})
+
+
 def python_facts(py: Optional[dict], python: str) -> PythonFacts:
     if py is None:
         return PythonFacts(executable=python)
-    return PythonFacts(
-        version=py.get("version"),
-        executable=py.get("executable") or python,
-        prefix=py.get("prefix"),
-        platform=py.get("platform"),
-        in_venv=bool(py.get("in_venv")),
+    return _fields_of(
+        PythonFacts, py, executable=py.get("executable") or python, in_venv=bool(py.get("in_venv"))
     )
 
 
@@ -301,30 +304,19 @@ def torch_facts(
             importable=False, error=error or "the torch probe produced no result", seconds=seconds
         )
     devices = []
-    for d in tor.get("devices") or []:
-        raw = d.get("raw_arch")
+    for i, d in enumerate(tor.get("devices") or []):
+        arch = archs.normalize(d["raw_arch"]) if d.get("raw_arch") else None
         devices.append(
-            DeviceInfo(
-                index=int(d.get("index", len(devices))),
-                name=str(d.get("name")),
-                arch=archs.normalize(raw) if raw else None,
-                raw_arch=raw,
-                total_mem_gb=d.get("total_mem_gb"),
-            )
+            _fields_of(DeviceInfo, d, index=int(d.get("index", i)), name=str(d.get("name")), arch=arch)
         )
-    return TorchFacts(
+    return _fields_of(
+        TorchFacts,
+        tor,
         importable=bool(tor.get("importable")),
         error=tor.get("error") or tor.get("device_error"),
-        version=tor.get("version"),
-        build=tor.get("build"),
-        hip=tor.get("hip"),
-        cuda=tor.get("cuda"),
         cuda_available=bool(tor.get("cuda_available")),
         device_count=int(tor.get("device_count") or 0),
         devices=devices,
-        hip_runtime=tor.get("hip_runtime"),
-        miopen=tor.get("miopen"),
-        cudnn=tor.get("cudnn"),
         triton=triton_facts(tor.get("triton") or {}, list(tor.get("torch_requires") or []), marker_env),
         seconds=round(seconds, 2) if seconds is not None else None,
     )
