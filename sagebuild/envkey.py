@@ -1,11 +1,8 @@
 """The key of one environment's extension build: which interpreter, which torch, which sources.
 
-The extension cache used to be keyed by the Python and torch versions only, so a second venv (or
-checkout) with the same torch silently replaced the first one's build, and each environment's
-doctor then reported the other's. The key now also holds the interpreter's prefix (``sys.prefix``:
-one per venv/conda env), torch's CUDA/HIP build and a hash of the extension sources sagebuild ships
-(another checkout or version has other sources). It is short, so paths stay readable:
-``cp312-torch2.13.0+cpu-3f9a1c0d2b4e``.
+Two venvs (or checkouts) with the same torch must not share a build, so the key holds the
+interpreter's prefix (``sys.prefix``), torch's CUDA/HIP build and a hash of the bundled extension
+sources. It is short, so paths stay readable: ``cp312-torch2.13.0+cpu-3f9a1c0d2b4e``.
 """
 
 from __future__ import annotations

@@ -228,16 +228,8 @@ def load(path: Path | str) -> dict[str, Any]:
             fix="upgrade sagebuild (pip install -U sagebuild) to check this lockfile",
             code=Exit.USAGE,
         )
-    for key, typ in (
-        ("python", dict),
-        ("platform", dict),
-        ("torch", dict),
-        ("triton", dict),
-        ("gpu", dict),
-        ("compilers", dict),
-        ("distributions", dict),
-        ("artefacts", list),
-    ):
+    for key in ("python", "platform", "torch", "triton", "gpu", "compilers", "distributions", "artefacts"):
+        typ = list if key == "artefacts" else dict
         if not isinstance(doc.get(key), typ):
             raise _bad(path, f'section "{key}" is missing or not a {"list" if typ is list else "mapping"}')
     for name, entry in doc["distributions"].items():
@@ -298,14 +290,8 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     written by an older sagebuild (with build times in it) does not drift on those.
     """
     drifts: list[Drift] = []
-    for kind, section in (
-        ("python", "python"),
-        ("platform", "platform"),
-        ("torch", "torch"),
-        ("triton", "triton"),
-        ("gpu", "gpu"),
-    ):
-        drifts += _flat(kind, locked.get(section) or {}, current.get(section) or {})
+    for kind in ("python", "platform", "torch", "triton", "gpu"):
+        drifts += _flat(kind, locked.get(kind) or {}, current.get(kind) or {})
     drifts += _flat("compiler", _compilers(locked), _compilers(current))
     said = {(d.kind, d.key) for d in drifts}
     if ("torch", "version") in said:

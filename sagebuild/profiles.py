@@ -8,7 +8,7 @@ pass thresholds. Bundled ones live in ``profiles/*.yaml`` (package ``sagebuild.p
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -123,17 +123,13 @@ def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], src: str, pa
     return val
 
 
+_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "mapping"}
+
+
 def _tname(typ: type | tuple[type, ...]) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
-    return {
-        "str": "string",
-        "int": "integer",
-        "float": "number",
-        "bool": "boolean",
-        "dict": "mapping",
-        "list": "list",
-    }.get(typ.__name__, typ.__name__)
+    return _TYPE_NAMES.get(typ, typ.__name__)
 
 
 def _spec(d: dict[str, Any], key: str, src: str) -> str:
@@ -153,18 +149,7 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
     return val
 
 
-_TOP_KEYS = {
-    "name",
-    "description",
-    "vendor",
-    "archs",
-    "versions",
-    "build",
-    "kernels",
-    "accuracy",
-    "bench",
-    "torch_install",
-}
+_TOP_KEYS = {f.name for f in fields(Profile)} - {"source"}
 
 
 def parse(data: Any, source: str) -> Profile:
