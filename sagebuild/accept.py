@@ -197,10 +197,11 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
 
     def compile_() -> StepResult:
         nonlocal compile_doc
-        from sagebuild.build.service import compile_for
+        from sagebuild.build.plan import make_plan
+        from sagebuild.build.service import run_build
 
-        outcome = compile_for(
-            profile, facts, jobs=opts.jobs, arch=opts.arch, log_path=log_path, progress=opts.progress
+        outcome = run_build(
+            make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch), log_path, opts.progress
         )
         compile_doc = outcome.to_dict()
         if outcome.ok:

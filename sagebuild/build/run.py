@@ -281,14 +281,8 @@ def run_aot(
     """Compile each (variant, arch) with Triton for the target, in a subprocess.
 
     The subprocess isolates compiler crashes and runs without ``TRITON_INTERPRET`` (the
-    interpreter cannot compile ahead of time). Missing machinery is reported, not hidden.
+    interpreter cannot compile ahead of time).
     """
-    import importlib.util
-
-    if importlib.util.find_spec("sagebuild.attention.aot") is None:
-        msg = "sagebuild.attention.aot is not available; the Triton ahead-of-time step was skipped"
-        _append_log(log_path, f"[sagebuild] {msg}\n")
-        return [{"variant": v, "arch": a, "ok": None, "skipped": msg} for v, a in pairs]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:
         proc = subprocess.run(

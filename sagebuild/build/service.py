@@ -1,7 +1,7 @@
 """Compiling as a service: plan the build for a machine and profile, run it, and describe the outcome.
 
-``sagebuild compile`` and the compile step of ``sagebuild accept`` both call
-:func:`plan_build` and :func:`run_build`. Nothing here prints.
+``sagebuild compile`` and the compile step of ``sagebuild accept`` both run a plan through
+:func:`run_build`. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from sagebuild.build.plan import BuildPlan, make_plan
 from sagebuild.build.result import CompileResult
 from sagebuild.errors import SagebuildError
 from sagebuild.explain import explain_for_report, read_log_file
-from sagebuild.probe.facts import Facts
-from sagebuild.profiles import Profile
 
 
 @dataclass
@@ -61,32 +59,18 @@ def plan_for_machine(
     jobs: Optional[int] = None,
     arch: Optional[str] = None,
     source: Optional[Path] = None,
-) -> tuple[BuildPlan, str, Facts]:
-    """Probe the machine (or the image under ``root``), pick the profile, make the plan.
-
-    Returns the plan, why the profile was chosen, and the facts.
-    """
+) -> tuple[BuildPlan, str]:
+    """Probe the machine (or the image under ``root``), pick the profile, make the plan; returns
+    the plan and why the profile was chosen."""
     if source is not None and not source.is_dir():
         raise SagebuildError(
             f"--source {source}: not a directory", fix="pass the directory holding the extension's setup.py"
         )
     facts = probe.collect(root=root)
     profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
-    return make_plan(profile, facts, jobs=jobs, arch=arch, source=source), why, facts
+    return make_plan(profile, facts, jobs=jobs, arch=arch, source=source), why
 
 
 def run_build(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = True) -> CompileOutcome:
     """Run a plan; never raises for a failed build (the outcome says what failed and why)."""
     return CompileOutcome(plan, run.compile(plan, log_path, progress=progress))
-
-
-def compile_for(
-    profile: Profile,
-    facts: Facts,
-    jobs: Optional[int] = None,
-    arch: Optional[str] = None,
-    log_path: Optional[Path] = None,
-    progress: bool = True,
-) -> CompileOutcome:
-    """Plan the bundled build for already probed facts and run it (``accept``'s compile step)."""
-    return run_build(make_plan(profile, facts, jobs=jobs, arch=arch), log_path, progress)

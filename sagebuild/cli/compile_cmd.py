@@ -75,9 +75,10 @@ def render_result(res: CompileResult) -> None:
         )
         out.print(f"sha256 {res.sha256}", highlight=False)
         for a in res.aot:
-            state = "skipped" if a.get("ok") is None else "ok"
-            detail = a.get("instruction") or a.get("skipped") or ""
-            out.print(escape(f"  triton {a['variant']}@{a['arch']}: {state} {detail}"), highlight=False)
+            out.print(
+                escape(f"  triton {a['variant']}@{a['arch']}: ok {a.get('instruction') or ''}"),
+                highlight=False,
+            )
         out.print(f"log: {escape(res.log_path)}", highlight=False)
         return
     err = console.err
@@ -113,7 +114,7 @@ def register(app: typer.Typer) -> None:
         verify it in a fresh interpreter, and compile the profile's Triton kernels ahead of time."""
         from sagebuild.build import service
 
-        plan, why, _facts = service.plan_for_machine(profile, root, jobs, arch, source)
+        plan, why = service.plan_for_machine(profile, root, jobs, arch, source)
         doc = {"command": "compile", "dry_run": dry_run, "profile_why": why, "plan": plan.to_dict()}
         if not json_out:
             render_plan(plan, why, dry_run)
