@@ -20,26 +20,9 @@ from sagebuild.probe.facts import DeviceFacts, SystemFacts
 
 KFD_NODES = "sys/devices/virtual/kfd/kfd/topology/nodes"
 
-# Env vars whose values change what gets built or which GPU is used.
-ENV_VARS = (
-    "PYTORCH_ROCM_ARCH",
-    "TORCH_CUDA_ARCH_LIST",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "HIP_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "MAX_JOBS",
-    "HSA_ENABLE_DXG_DETECTION",
-    "ROCM_HOME",
-    "ROCM_PATH",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CXX",
-    "WSL_DISTRO_NAME",
-    "VIRTUAL_ENV",
-    "CONDA_PREFIX",
-)
-# Further vars of the GPU stack worth showing in a dump (values of secret-looking ones redacted).
+# Env vars whose values change what gets built or which GPU is used: the GPU stack's (by prefix,
+# e.g. PYTORCH_ROCM_ARCH, HSA_OVERRIDE_GFX_VERSION, CUDA_VISIBLE_DEVICES, ROCM_HOME) and these.
+ENV_VARS = ("MAX_JOBS", "CXX", "WSL_DISTRO_NAME", "VIRTUAL_ENV", "CONDA_PREFIX")
 ENV_PREFIXES = ("HSA_", "HIP_", "ROCM", "ROCR_", "CUDA", "TORCH", "PYTORCH_", "TRITON_", "NVIDIA_")
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 REDACTED = "***"
