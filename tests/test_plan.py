@@ -41,6 +41,8 @@ def _plans(arch: str) -> list[LaunchPlan]:
                         out.append(make_plan(arch, head_dim=d, n_k=n_k, pv=pv, pv_accum=accum, causal=causal))
             out.append(make_plan(arch, head_dim=d, n_k=n_k, layout="varlen", causal=True))
             out.append(make_plan(arch, head_dim=d, n_k=n_k, layout="NHD", backend="ext", return_lse=True))
+            out.append(make_plan(arch, head_dim=d, n_k=n_k, mask="bool"))
+            out.append(make_plan(arch, head_dim=d, n_k=n_k, mask="additive", mask_rows=True, causal=True))
     return out
 
 

@@ -99,7 +99,7 @@ def test_tma_tiles_replay(monkeypatch):
     assert reps
     descs = [d for item in reps[0].launches for d in item[4]]  # (position, tensor index, spec)
     assert len(descs) == 4  # K, V and their second channel pieces (the same boxes unsplit)
-    assert all(i >= replay._INPUTS for _, i, _ in descs)  # the call's own K/V buffers
+    assert all(i >= reps[0].n_inputs for _, i, _ in descs)  # the call's own K/V buffers
     templates = [(pos, item[2]) for item in reps[0].launches for pos, _, _ in item[4]]
     assert all(t[pos] is None for pos, t in templates)  # no recorded descriptor is reused
     b = _qkv(2, n=n, d=d)
@@ -124,6 +124,28 @@ def test_aliased_inputs_get_their_own_replay():
     assert len([r for r in api._REPLAYS.values() if r is not None]) == 2
     api.clear_caches()
     assert _same(out_alias, FP16(y, y, y, **kw)) and _same(out, FP16(q, k, v, **kw))
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_masked_calls_replay_with_each_calls_mask(kind):
+    """The mask is a replay input like q, k, v: a replayed call reads its own mask, not the
+    recorded one (a new mask of the same layout must change the result)."""
+    api.clear_caches()
+    kw = {"config": CFG, "quantization_backend": "triton"}
+    q, k, v = _qkv(4)
+
+    def mask(valid: int):
+        keep = torch.arange(200, device=DEV) < valid
+        m = keep if kind == "bool" else torch.zeros(200, device=DEV).masked_fill(~keep, float("-inf"))
+        return m[None, None, None, :]
+
+    FP16(q, k, v, attn_mask=mask(150), **kw)
+    FP16(q, k, v, attn_mask=mask(150), **kw)  # recorded
+    replayed = FP16(q, k, v, attn_mask=mask(40), **kw)
+    assert [r for r in api._REPLAYS.values() if r is not None]
+    api.clear_caches()
+    assert _same(replayed, FP16(q, k, v, attn_mask=mask(40), **kw))
+    assert not torch.equal(replayed, FP16(q, k, v, attn_mask=mask(150), **kw))
 
 
 def test_a_call_with_other_tensor_ops_is_never_replayed():

@@ -74,6 +74,32 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
 
 
 @triton.jit
+def _apply_attn_mask(
+    s, c, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+    MASKED: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
+    """The caller's mask on a tile of scores ``s`` (softmax logits s·c, per row c > 0): boolean
+    (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
+    keys past its end are never read."""
+    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
+    if ROWS:
+        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
+        ok = row_ok[:, None] & col_ok[None, :] if MASKED else row_ok[:, None]
+        a = tl.load(ptrs, mask=ok, other=0)
+    elif MASKED:
+        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
+    else:
+        a = tl.load(ptrs)[None, :]
+    if MODE == 1:
+        s = tl.where(a != 0, s, float("-inf"))
+    else:
+        # finite floors (finfo.min masks) stay finite after the 1/c scaling; -inf stays -inf
+        a = tl.where(a == float("-inf"), a, tl.maximum(a.to(tl.float32), -1e20))
+        s = s + a * (1.4426950408889634 / c)[:, None]
+    return s
+
+
+@triton.jit
 def _wgmma_wait(x):
     """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
     statement: Triton keeps a side-effecting asm in program order)."""
@@ -134,8 +160,19 @@ def _attn_tiles(
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
     ROW_SUM_PARTS: tl.constexpr,
+    AM,
+    am_base,
+    stride_mm,
+    stride_mn,
+    row_ok,
+    MASK_MODE: tl.constexpr,
+    MASK_ROWS: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
+
+    MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean (nonzero attends), 2 additive
+    (natural-log units, added to sm_scale·q·kᵀ). MASK_ROWS: the mask varies along query rows;
+    otherwise one [BLOCK_N] vector per tile serves every row (key padding).
 
     V_KEY_ORDER: FP8 V stored in wgmma key order (``layout.KEY_GROUP``), its rows padded with zeros
     to whole groups: a ragged tile reads V rows up to the padded end, where stored positions
@@ -186,13 +223,19 @@ def _attn_tiles(
             s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
             c = qs
             off = tl.zeros_like(qs)
+        if MASK_MODE != 0:
+            s = _apply_attn_mask(
+                s, c, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+                MASKED, MASK_MODE, MASK_ROWS,
+            )  # fmt: skip
         if MASKED:
             ok = col_ok[None, :]
             if CAUSAL:
                 ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
             s = tl.where(ok, s, float("-inf"))
+        if MASKED or MASK_MODE != 0:  # a row may have no key yet
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
             if KS_BLK % BLOCK_N == 0:
                 # One scale for the tile, so the row max is taken on the INT32 bits, which grow
@@ -250,6 +293,7 @@ def _attn_fwd_kernel(
     LSE,
     CUQ,
     CUK,
+    AM,
     KD,
     VD,
     KD2,
@@ -267,6 +311,10 @@ def _attn_fwd_kernel(
     stride_ob,
     stride_oh,
     stride_on,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
     H,
     GROUP,
     N_Q,
@@ -298,6 +346,8 @@ def _attn_fwd_kernel(
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
     ROW_SUM_PARTS: tl.constexpr,
+    MASK_MODE: tl.constexpr,
+    MASK_ROWS: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -391,6 +441,7 @@ def _attn_fwd_kernel(
         else:
             hi = n_k
             full = n_k // BLOCK_N * BLOCK_N
+        am_base = b.to(tl.int64) * stride_mb + h.to(tl.int64) * stride_mh
         # the unmasked tiles, then the masked ones: one loop, unrolled at compile time
         for masked in tl.static_range(2):
             acc, acc2, l_i, m_i = _attn_tiles(
@@ -439,6 +490,13 @@ def _attn_fwd_kernel(
                 WGMMA_WAIT,
                 V_KEY_ORDER,
                 ROW_SUM_PARTS,
+                AM,
+                am_base,
+                stride_mm,
+                stride_mn,
+                row_ok,
+                MASK_MODE,
+                MASK_ROWS,
             )
 
         if ROW_SUM_PARTS > 1:
@@ -545,10 +603,14 @@ def attention_forward(
     plan: Any,
     *,
     lse: Optional[torch.Tensor] = None,
+    mask: Optional[torch.Tensor] = None,
     launch_key: Optional[tuple] = None,
 ) -> None:
     """Launch the attention kernel as ``plan`` (``sagebuild.attention.plan.LaunchPlan``) says;
     writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it).
+
+    ``mask``: the caller's attention mask as a [B, H, N_q, N_k] view (broadcast dims stride 0),
+    uint8 (nonzero attends) or floating (additive), exactly when the plan has one.
 
     ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
     per-signature plan key, which fixes the plan)."""
@@ -557,6 +619,8 @@ def attention_forward(
         raise ValueError(f"K was quantized in blocks of {kv.k_blk} tokens; the plan reads {plan.k_blk}")
     if plan.return_lse != (lse is not None):
         raise ValueError("pass lse exactly when the plan returns it")
+    if (plan.mask != "none") != (mask is not None):
+        raise ValueError("pass mask exactly when the plan has one")
     group = q.heads // kv.k.heads
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale
@@ -581,12 +645,14 @@ def attention_forward(
             lse if lse is not None else dummy,
             q.cu,
             kv.k.cu,
+            mask if mask is not None else dummy,
             *descs,
             *q.strides(),
             *kv.k.strides(),
             *kv.v.strides(),
             kv.v.stride_d,
             *out.strides(),
+            *(mask.stride() if mask is not None else (0, 0, 0, 0)),
             q.heads,
             group,
             q.max_len,

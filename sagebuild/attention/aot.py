@@ -94,6 +94,7 @@ def _source(
         "LSE": "*fp32",
         "CUQ": "*i32",
         "CUK": "*i32",
+        "AM": "*i8",  # the attn_mask (unused: no mask)
     }
     v_type = _fp8_type(row) if fp8 else "fp16"
     if plan.tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box

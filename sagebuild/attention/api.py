@@ -21,6 +21,7 @@ from sagebuild.attention.plan import VARIANTS, LaunchPlan, make_plan
 from sagebuild.attention.validate import (
     AttentionInputError,
     check_dense,
+    check_mask,
     check_sm_scale,
     check_varlen,
     unit_stride,
@@ -152,10 +153,14 @@ def plan_dense(
     pv_accum: Optional[str] = None,
     quantization_backend: str = "auto",
     config: Any = None,
+    attn_mask: Optional[torch.Tensor] = None,
 ) -> LaunchPlan:
     """Validate dense inputs (clear errors for every user mistake) and plan their call."""
     qv, kv, _ = check_dense(q, k, v, tensor_layout)
     d = qv.shape[-1]
+    mask, rows = "none", False
+    if attn_mask is not None:
+        _, mask, rows = check_mask(attn_mask, qv, kv.shape[2])
     return make_plan(
         dispatch.device_arch(qv.device),
         head_dim=d,
@@ -170,6 +175,8 @@ def plan_dense(
         return_lse=return_lse,
         smooth_k=smooth_k,
         sm_scale=check_sm_scale(sm_scale, d),
+        mask=mask,
+        mask_rows=rows,
     )
 
 
@@ -206,30 +213,34 @@ def attend(
     quantization_backend: str,
     config: Any = None,
     pv_accum: Optional[str] = None,
+    attn_mask: Optional[torch.Tensor] = None,
 ) -> Any:
     """The dense implementation: plan (cached per signature), quantize K/V, launch attention.
-    Returns out, or (out, lse [B, H, N_q] float32)."""
+    Returns out, or (out, lse [B, H, N_q] float32). ``attn_mask``: SDPA's boolean or additive
+    mask, broadcastable to [B, H, N_q, N_k] (``validate.check_mask``)."""
     flags = (
         tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, return_lse, pv,
         quantization_backend, config, pv_accum,
     )  # fmt: skip
+    inputs = (q, k, v)
+    if attn_mask is not None:  # its layout fixes the plan and the launch's strides
+        if not isinstance(attn_mask, torch.Tensor):
+            check_mask(attn_mask, q, 0)  # raises: what a mask must be
+        flags += (attn_mask.dtype, attn_mask.shape, attn_mask.stride())
+        if attn_mask.dtype == torch.bool:  # the kernel reads bytes; a view replays like the input it is
+            attn_mask = attn_mask.view(torch.uint8)
+        inputs = (q, k, v, attn_mask)
     key = _plan_key(q, k, v, *flags)
     rkey = None
     if key is not None:  # a replayed signature first: one key hash, nothing else decided again
         rkey = (key, q.data_ptr() == k.data_ptr(), q.data_ptr() == v.data_ptr(), k.data_ptr() == v.data_ptr())
         rep = _REPLAYS.get(rkey)
         if rep is not None:
-            return rep(q, k, v)
+            return rep(*inputs)
     call = _PLANS.get(key) if key is not None else None
     fresh = call is None
     if fresh:
-        plan = plan_dense(
-            q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
-            qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
-            pv_accum=pv_accum, quantization_backend=quantization_backend, config=config,
-        )  # fmt: skip
-        ops = _ext_ops(q.device) if plan.quantization == "extension" else None
-        call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
+        call = _plan_call(q, k, v, flags, attn_mask)
         if key is not None:
             if len(_PLANS) >= launcher.MAX_ENTRIES:
                 _PLANS.clear()
@@ -243,15 +254,29 @@ def attend(
         and not (q.is_cuda and torch.cuda.is_current_stream_capturing())
     ):
         with replay.Recorder() as rec:
-            result = _execute(call, key, q, k, v)
+            result = _execute(call, key, q, k, v, attn_mask)
         if len(_REPLAYS) >= launcher.MAX_ENTRIES:
             _REPLAYS.clear()
-        _REPLAYS[rkey] = rec.build((q, k, v), result)  # None: this signature is never replayed
+        _REPLAYS[rkey] = rec.build(inputs, result)  # None: this signature is never replayed
         return result
-    return _execute(call, key, q, k, v)
+    return _execute(call, key, q, k, v, attn_mask)
 
 
-def _execute(call: _Call, key: Optional[tuple], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+def _plan_call(q: Any, k: Any, v: Any, flags: tuple, attn_mask: Any) -> _Call:
+    """A signature's decisions (``flags``: ``attend``'s, in its order), validated and planned."""
+    layout_, causal, scale, gran, smooth_k, return_lse, pv, backend, config, accum = flags[:10]
+    plan = plan_dense(
+        q, k, v, tensor_layout=layout_, is_causal=causal, sm_scale=scale, qk_quant_gran=gran,
+        smooth_k=smooth_k, return_lse=return_lse, pv=pv, pv_accum=accum, quantization_backend=backend,
+        config=config, attn_mask=attn_mask,
+    )  # fmt: skip
+    ops = _ext_ops(q.device) if plan.quantization == "extension" else None
+    return _Call(plan, layout_ == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
+
+
+def _execute(
+    call: _Call, key: Optional[tuple], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any
+) -> Any:
     """One call's quantization and attention launches under its plan."""
     plan = call.plan
     b, n, d = q.shape[0], q.shape[1 if call.nhd else 2], q.shape[-1]
@@ -269,7 +294,8 @@ def _execute(call: _Call, key: Optional[tuple], q: torch.Tensor, k: torch.Tensor
     else:
         out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if plan.return_lse else None
-    attention_forward(layout.dense(q), kv, layout.dense(out_hnd), plan, lse=lse, launch_key=key)
+    mask = check_mask(attn_mask, q, k.shape[2])[0] if plan.mask != "none" else None
+    attention_forward(layout.dense(q), kv, layout.dense(out_hnd), plan, lse=lse, mask=mask, launch_key=key)
     return (out, lse) if plan.return_lse else out
 
 

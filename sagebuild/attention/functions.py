@@ -5,8 +5,9 @@ Same names, positional order, defaults and trailing ``**kwargs`` as upstream's
 KJNodes, WanVideoWrapper). Every value upstream accepts is accepted and mapped to our nearest
 kernel of equal or better accuracy: docs/kernels.md, "Upstream API mapping", is that table, and
 ``_GRANULARITY`` / ``_BACKEND`` / ``_fp8_accum`` below are its code. Keywords upstream ignores are
-ignored, except a non-None ``attn_mask`` and ``dropout_p > 0``: those calls run torch's SDPA
-exactly, with a one-time warning saying why (``masked``), never dropping the mask.
+ignored, except a non-None ``attn_mask`` and ``dropout_p > 0``, which are never dropped: a
+boolean or additive mask runs in the kernels; dropout runs torch's SDPA exactly, with a one-time
+warning saying why (``masked``).
 
 sagebuild's own keywords ride along as keywords: ``qk_quant_gran`` ("per_warp" | "per_block"),
 ``config`` (a launch config), ``quantization_backend="ext"`` (the C++ extension's quantization
@@ -108,8 +109,9 @@ def _dense(
     attn_mask: Any = None,
     dropout_p: float = 0.0,
 ) -> Any:
-    """Every dense public function ends here: masks and dropout to ``masked``, the rest to the kernels."""
-    if attn_mask is not None or dropout_p:
+    """Every dense public function ends here: to the kernels (masks included), or with dropout to
+    ``masked`` (exact attention, warned once)."""
+    if dropout_p:
         if _use_ops():
             out, lse = ops.attention_ref(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal),
                                          sm_scale, bool(return_lse), where)  # fmt: skip
@@ -120,8 +122,8 @@ def _dense(
     args = (q, k, v, tensor_layout, bool(is_causal), sm_scale, qk_quant_gran, bool(smooth_k), pv, pv_accum,
             quantization_backend, config)  # fmt: skip
     if _use_ops():
-        return ops.attention_lse(*args) if return_lse else ops.attention(*args)
-    return ops.run_dense(*args, bool(return_lse))
+        return ops.attention_lse(*args, attn_mask) if return_lse else ops.attention(*args, attn_mask)
+    return ops.run_dense(*args, bool(return_lse), attn_mask)
 
 
 def _extras(kwargs: dict[str, Any], **defaults: Any) -> dict[str, Any]:
@@ -313,7 +315,7 @@ def sageattn_varlen(
             "drop attn_mask and pass each sequence's extent in cu_seqlens_q / cu_seqlens_k",
         )
     if x["dropout_p"]:
-        reason = ops.masked.route(None, float(x["dropout_p"]))
+        reason = ops.masked.route(float(x["dropout_p"]))
         ops.masked.warn_once(str(reason), "sageattn_varlen")
         return ops.masked.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
                                            bool(is_causal), sm_scale)  # fmt: skip

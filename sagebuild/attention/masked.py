@@ -1,13 +1,11 @@
-"""Where calls with an attention mask or dropout go: the one place that decides.
+"""Where calls with dropout go: the one place that decides, and the exact attention they get.
 
 Upstream SageAttention ignores ``attn_mask`` and ``dropout_p`` (its kernels have neither), so a
-caller's mask is silently dropped there. Here such a call never loses them: ``route`` names why
-the quantized kernels cannot take it, the caller warns once with that reason, and ``reference``
+caller's mask is silently dropped there. Here neither is lost: masks run in the kernels (SDPA's
+boolean and additive masks, ``validate.check_mask``); dropout makes ``route`` name why the
+kernels cannot serve the call, the caller warns once with that reason, and ``reference``
 computes the exact attention with torch's SDPA (or, when the LSE is asked for, the same maths
 written out in float32).
-
-An in-kernel mask path (key padding first) is added in ``route`` alone: return None for the masks
-the kernel takes, and the dense op passes them on.
 """
 
 from __future__ import annotations
@@ -20,17 +18,16 @@ from typing import Optional
 import torch
 
 from sagebuild.attention.reference import causal_mask, expand_kv
+from sagebuild.attention.validate import AttentionInputError
 
 _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def route(attn_mask: Optional[torch.Tensor], dropout_p: float) -> Optional[str]:
-    """None when the quantized kernels serve the call, else why it goes to SDPA (a short sentence)."""
+def route(dropout_p: float) -> Optional[str]:
+    """None when the quantized kernels serve the call (masks included), else why it goes to SDPA."""
     if dropout_p > 0:
         return f"dropout_p={dropout_p} (the quantized kernels are inference-only: no dropout)"
-    if attn_mask is not None:
-        return "an attn_mask was given (the quantized kernels take no mask yet)"
     return None
 
 
@@ -71,8 +68,6 @@ def reference(
     hq, hk = qh.shape[1], kh.shape[1]
     if hq != hk:
         if hk == 0 or hq % hk:
-            from sagebuild.attention.validate import AttentionInputError
-
             raise AttentionInputError(
                 f"query heads ({hq}) must be a multiple of key/value heads ({hk})",
                 "pass k and v with a head count dividing q's",

@@ -10,9 +10,9 @@ Every argument is a tensor, str, bool, int, float or None. Decisions that need t
 (``pv="auto"``: the variant ``sageattn`` picks) are taken inside the ops, at run time.
 
 Ops (namespace ``sagebuild``):
-  ``attention``        dense, returns out
+  ``attention``        dense (with or without an ``attn_mask`` the kernels take), returns out
   ``attention_lse``    dense, returns (out, lse [B, H_q, N_q] float32)
-  ``attention_ref``    dense with a mask or dropout: exact attention (``masked.reference``), warned
+  ``attention_ref``    dense with dropout: exact attention (``masked.reference``), warned
   ``attention_varlen`` packed sequences, returns out
 """
 
@@ -54,6 +54,7 @@ def run_dense(
     quantization_backend: str,
     config: Optional[str],
     return_lse: bool,
+    attn_mask: Optional[torch.Tensor] = None,
 ) -> object:
     """The dense call itself (what the ops run, and the public functions eagerly)."""
     if not isinstance(q, torch.Tensor):
@@ -75,6 +76,7 @@ def run_dense(
         quantization_backend=quantization_backend,
         config=config,
         pv_accum=accum,
+        attn_mask=attn_mask,
     )
 
 
@@ -102,14 +104,15 @@ def attention(
     pv_accum: str,
     quantization_backend: str,
     config: Optional[str],
+    attn_mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     return run_dense(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                     quantization_backend, config, False)  # fmt: skip
+                     quantization_backend, config, False, attn_mask)  # fmt: skip
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                    quantization_backend, config):  # fmt: skip
+                    quantization_backend, config, attn_mask=None):  # fmt: skip
     return _out_like(q)
 
 
@@ -127,15 +130,16 @@ def attention_lse(
     pv_accum: str,
     quantization_backend: str,
     config: Optional[str],
+    attn_mask: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = run_dense(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                         quantization_backend, config, True)  # fmt: skip
+                         quantization_backend, config, True, attn_mask)  # fmt: skip
     return out, lse
 
 
 @attention_lse.register_fake
 def _attention_lse_fake(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                        quantization_backend, config):  # fmt: skip
+                        quantization_backend, config, attn_mask=None):  # fmt: skip
     return _out_like(q), _lse_like(q, tensor_layout)
 
 
@@ -151,8 +155,8 @@ def run_reference(
     return_lse: bool,
     where: str,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """A call the kernels cannot take (``masked.route``): warned once, then exact attention."""
-    reason = masked.route(attn_mask, dropout_p)
+    """A call with dropout (``masked.route``): warned once, then exact attention."""
+    reason = masked.route(dropout_p)
     if reason is not None:
         masked.warn_once(reason, where)
     return masked.reference(q, k, v, attn_mask, dropout_p, tensor_layout, is_causal, sm_scale, return_lse)

@@ -25,6 +25,7 @@ GRANULARITIES = ("per_warp", "per_block")
 BACKENDS = ("auto", "triton", "ext")
 PV_ACCUM = ("fp32+fp32", "fp32")
 LAYOUTS = ("HND", "NHD", "varlen")
+MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
 LOG2E = 1.4426950408889634
 
 
@@ -56,6 +57,8 @@ class LaunchPlan:
     smooth_k: bool
     sm_scale: float
     table_version: str
+    mask: str = "none"  # the caller's attn_mask: "none" | "bool" | "additive"
+    mask_rows: bool = False  # the mask varies along query rows (else one row serves all: key padding)
 
     @property
     def fp8(self) -> bool:
@@ -96,6 +99,8 @@ class LaunchPlan:
             "WGMMA_WAIT": self.wgmma_pipe,
             "V_KEY_ORDER": fp8 and self.v_key_order,
             "ROW_SUM_PARTS": self.row_sum_parts,
+            "MASK_MODE": MASKS.index(self.mask),
+            "MASK_ROWS": self.mask_rows,
         }
 
     def record(self) -> dict[str, Any]:
@@ -127,6 +132,7 @@ def record_schema() -> dict[str, Any]:
     props["variant"] = {"enum": sorted(VARIANTS.values())}
     props["layout"] = {"enum": list(LAYOUTS)}
     props["quantization"] = {"enum": ["triton", "extension"]}
+    props["mask"] = {"enum": list(MASKS)}
     return {
         "type": "object",
         "required": [f.name for f in fields(LaunchPlan)],
@@ -200,6 +206,8 @@ def make_plan(
     return_lse: bool = False,
     smooth_k: bool = True,
     sm_scale: Optional[float] = None,
+    mask: str = "none",
+    mask_rows: bool = False,
 ) -> LaunchPlan:
     """Decide a call: variant, launch config, quantization and every kernel feature.
 
@@ -212,6 +220,12 @@ def make_plan(
     _check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
     _check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
     _check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
+    _check_choice("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None")
+    if mask != "none" and layout == "varlen":
+        raise AttentionInputError(
+            "packed (varlen) sequences take no attn_mask",
+            "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
+        )
     dp = configs.padded_head_dim(head_dim)
     if dp is None or head_dim < 1:
         raise AttentionInputError(
@@ -296,4 +310,6 @@ def make_plan(
         smooth_k=bool(smooth_k),
         sm_scale=scale,
         table_version=configs.CONFIG_TABLE_VERSION,
+        mask=mask,
+        mask_rows=mask != "none" and bool(mask_rows),
     )

@@ -3,7 +3,7 @@
 At small shapes the host path decides the call, most of it deciding again what the plan already
 fixed (views, argument lists, constexprs). A call whose plan is cached is run once under a
 recorder: every Triton launch (through ``launcher.launch``) and every tensor those
-launches touch is classified as one of the call's inputs (q, k, v) or a buffer allocated during
+launches touch is classified as one of the call's inputs (q, k, v, a mask) or a buffer allocated during
 the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
 the same buffers and issue the same launches with the new tensors, nothing else.
 
@@ -49,10 +49,13 @@ def _view_spec(t: torch.Tensor) -> tuple:
 class Replay:
     """A recorded call: buffers to allocate, launches to issue, outputs to return.
 
-    Tensors are looked up in one list per call: q, k, v, then the views of the call's buffers by
-    view id (``_INPUTS + id``), so that filling a launch's arguments is one index per tensor."""
+    Tensors are looked up in one list per call: the inputs (q, k, v and any mask), then the views
+    of the call's buffers by view id (``n_inputs + id``), so that filling a launch's arguments is
+    one index per tensor."""
 
-    def __init__(self, device: torch.device, groups: list, launches: list, outputs: Any, views: int) -> None:
+    def __init__(
+        self, device: torch.device, groups: list, launches: list, outputs: Any, views: int, n_inputs: int
+    ) -> None:
         self.device = device
         self.index = device.index if device.type == "cuda" else None  # for the current stream
         # [((view id, spec) allocated as is, [(view id, spec) taken from it ...])]; a negative id:
@@ -65,15 +68,17 @@ class Replay:
         self.launches = launches
         self.outputs = outputs  # tensor index, or a tuple of them
         self.blank = [None] * views
+        self.n_inputs = n_inputs
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
-        vals = [q, k, v, *self.blank]
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        vals = [*inputs, *self.blank]
+        n = self.n_inputs
         for (pid, (dtype, size, stride, _)), others in self.groups:
             base = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
             if pid >= 0:
-                vals[_INPUTS + pid] = base
+                vals[n + pid] = base
             for vid, (_, vsize, vstride, voff) in others:
-                vals[_INPUTS + vid] = base.as_strided(vsize, vstride, voff)
+                vals[n + vid] = base.as_strided(vsize, vstride, voff)
         direct = self.index is not None and not launcher.hooks_installed()
         stream = launcher.raw_stream(self.index) if direct else 0
         for fn, grid, template, slots, descs, constexprs, key, options, bound in self.launches:
@@ -89,9 +94,6 @@ class Replay:
         if isinstance(self.outputs, tuple):
             return tuple(vals[i] for i in self.outputs)
         return vals[self.outputs]
-
-
-_INPUTS = 3  # q, k, v come first in a replay's tensor list
 
 
 class Recorder:
@@ -129,7 +131,7 @@ class Recorder:
         def index(a: torch.Tensor) -> int:
             idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
                         and a.dtype == t.dtype), None)  # fmt: skip
-            return idx if idx is not None else _INPUTS + view_id(a)
+            return idx if idx is not None else len(inputs) + view_id(a)
 
         launches = []
         for _, fn, grid, args, constexprs, key, options in self.launches:
@@ -151,7 +153,7 @@ class Recorder:
         input_storages = {t.untyped_storage().data_ptr() for t in inputs}
         if any(t.untyped_storage().data_ptr() in input_storages for t in outs):
             return None
-        out_ids = tuple(_INPUTS + view_id(t) for t in outs)
+        out_ids = tuple(len(inputs) + view_id(t) for t in outs)
         plan = []
         for members in groups.values():
             if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
@@ -168,7 +170,7 @@ class Recorder:
                 rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
                 plan.append(((primary[0], primary[1]), rest))
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
-        return Replay(dev, plan, launches, outputs, len(spec_ids))
+        return Replay(dev, plan, launches, outputs, len(spec_ids), len(inputs))
 
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:

@@ -146,6 +146,50 @@ def check_dense(
     return unit_stride(q), unit_stride(k), unit_stride(v)
 
 
+MASK_DTYPES = {  # uint8: a boolean mask's bytes, as the API hands it on (nonzero attends)
+    torch.bool: "bool",
+    torch.uint8: "bool",
+    torch.float16: "additive",
+    torch.bfloat16: "additive",
+    torch.float32: "additive",
+}
+
+
+def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tensor, str, bool]:
+    """The kernels' view of an ``attn_mask`` for q ([B, H, N_q, D] view) and nk keys: ([B, H, N_q,
+    N_k] view with stride 0 on broadcast dims, uint8 for a boolean mask; "bool" | "additive";
+    whether it varies along query rows). SDPA's rules: True attends, floats are added to the
+    scaled scores, the mask broadcasts to [B, H, N_q, N_k]."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype not in MASK_DTYPES:
+        kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise _fail(
+            f"attn_mask must be a boolean or float16/bfloat16/float32 tensor, got {kind}",
+            "pass a boolean mask (True attends) or an additive float mask, as for torch's SDPA",
+        )
+    if mask.device != q.device:
+        raise _fail(
+            f"attn_mask is on {mask.device}, q on {q.device}",
+            "move the mask to q's device with .to(q.device)",
+        )
+    b, h, nq = q.shape[:3]
+    try:
+        view = mask.expand(b, h, nq, nk) if mask.dim() <= 4 else None
+    except RuntimeError:
+        view = None
+    if view is None:
+        raise _fail(
+            f"attn_mask of shape {tuple(mask.shape)} does not broadcast to [B, H, N_q, N_k] = "
+            f"{[b, h, nq, nk]}",
+            "pass a mask broadcastable to (batch, heads, queries, keys), e.g. [B, 1, 1, N_k] for key padding",
+        )
+    if view.stride(-1) * 256 >= 2**31:  # the kernel steps along keys at 32-bit offsets within a tile
+        view = view.contiguous()
+    kind = MASK_DTYPES[mask.dtype]
+    if mask.dtype == torch.bool:
+        view = view.view(torch.uint8)
+    return view, kind, nq > 1 and view.stride(2) != 0
+
+
 def _check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
     if hk != hv:
         raise _fail(
