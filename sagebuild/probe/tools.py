@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from sagebuild import archs
 from sagebuild.probe.facts import ToolFact
@@ -29,15 +29,11 @@ class ToolSpec:
     candidates: tuple[str, ...]  # executable names tried in order
     args: tuple[str, ...]  # arguments that print the version
     version_re: Optional[str]  # first group = version; None: first output line
-    extra_dirs: Callable[[Mapping[str, str]], list[str]] = lambda env: []
+    homes: tuple[str, ...] = ()  # env vars naming an install whose bin/ is searched after PATH
+    dirs: tuple[str, ...] = ()  # then these directories
 
-
-def _home_bins(*names: str, defaults: Sequence[str] = ()) -> Callable[[Mapping[str, str]], list[str]]:
-    def dirs(env: Mapping[str, str]) -> list[str]:
-        out = [f"{env[n]}/bin" for n in names if env.get(n)]
-        return out + list(defaults)
-
-    return dirs
+    def extra_dirs(self, env: Mapping[str, str]) -> list[str]:
+        return [f"{env[n]}/bin" for n in self.homes if env.get(n)] + list(self.dirs)
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -48,28 +44,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         ("nvcc",),
         ("--version",),
         r"release (\d+\.\d+)",
-        _home_bins("CUDA_HOME", "CUDA_PATH", defaults=("/usr/local/cuda/bin",)),
+        ("CUDA_HOME", "CUDA_PATH"),
+        ("/usr/local/cuda/bin",),
     ),
     ToolSpec(
         "hipcc",
         ("hipcc",),
         ("--version",),
         r"HIP version:\s*(\S+)",
-        _home_bins("ROCM_HOME", "ROCM_PATH", defaults=("/opt/rocm/bin",)),
+        ("ROCM_HOME", "ROCM_PATH"),
+        ("/opt/rocm/bin",),
     ),
     ToolSpec(
         "rocminfo",
         ("rocminfo",),
         (),
         r"Runtime Version:\s*(\S+)",
-        _home_bins("ROCM_HOME", "ROCM_PATH", defaults=("/opt/rocm/bin",)),
+        ("ROCM_HOME", "ROCM_PATH"),
+        ("/opt/rocm/bin",),
     ),
     ToolSpec(
         "nvidia-smi",
         ("nvidia-smi",),
         ("--query-gpu=driver_version,compute_cap", "--format=csv,noheader"),
         r"^\s*([\d.]+)\s*,",
-        _home_bins(defaults=("/usr/lib/wsl/lib",)),
+        dirs=("/usr/lib/wsl/lib",),
     ),
 )
 
