@@ -60,15 +60,7 @@ def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     torch_devs = (facts.get("torch") or {}).get("devices") or []
-    archs: list[str] = list(facts.get("gpu_archs") or [])
-    if not archs:
-        for a in (
-            [d.get("arch") for d in torch_devs]
-            + list(facts.get("kfd_archs") or [])
-            + list(facts.get("rocminfo_archs") or [])
-        ):
-            if a and a not in archs:
-                archs.append(a)
+    archs = list(facts.get("gpu_archs") or [])  # Facts.gpu_archs(): torch's, then KFD, rocminfo, nvidia-smi
     names = sorted({d.get("name") for d in torch_devs if d.get("name")})
     tools = facts.get("tools") or {}
     driver = facts.get("driver")
@@ -151,7 +143,7 @@ def snapshot(
 def _profile_dict(profile: Any | None) -> dict[str, Any] | None:
     if profile is None:
         return None
-    d = profile.to_dict() if hasattr(profile, "to_dict") else dict(profile)
+    d = profile.to_dict()
     d.pop("source", None)
     return d
 
