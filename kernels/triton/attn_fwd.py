@@ -100,6 +100,32 @@ def _apply_attn_mask(
 
 
 @triton.jit
+def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.constexpr):
+    """A key mask's extent: (n, plain) with n = 1 + the last key not blocked (False, or additive
+    ≤ -65504: fp16's finfo.min and below, where exp underflows to 0 in float32) and plain = keys
+    [0, n) are all neutral (True, or +0.0). A plain mask is the sequence [0, n) and nothing else:
+    the key loop stops at n and never reads the mask again (key padding at no cost)."""
+    offs = tl.arange(0, SCAN)
+    last = -1
+    neutral = 0
+    for start in range(0, n_k, SCAN):
+        cols = start + offs
+        ok = cols < n_k
+        a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
+        if MODE == 1:
+            keep = ok & (a != 0)
+            neut = keep
+        else:
+            a = a.to(tl.float32)
+            keep = ok & (a > -65504.0)
+            neut = ok & (a == 0.0)
+        last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
+        neutral += tl.sum(neut.to(tl.int32))
+    n = last + 1
+    return n, (n > 0) & (neutral == n)
+
+
+@triton.jit
 def _wgmma_wait(x):
     """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
     statement: Triton keeps a side-effecting asm in program order)."""
@@ -165,6 +191,7 @@ def _attn_tiles(
     stride_mm,
     stride_mn,
     row_ok,
+    apply_mask,
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
 ):
@@ -172,7 +199,8 @@ def _attn_tiles(
 
     MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean (nonzero attends), 2 additive
     (natural-log units, added to sm_scale·q·kᵀ). MASK_ROWS: the mask varies along query rows;
-    otherwise one [BLOCK_N] vector per tile serves every row (key padding).
+    otherwise one [BLOCK_N] vector per tile serves every row (key padding). ``apply_mask``
+    (run time): False when the keys [0, n_k) are all attended as they are (``_key_extent``).
 
     V_KEY_ORDER: FP8 V stored in wgmma key order (``layout.KEY_GROUP``), its rows padded with zeros
     to whole groups: a ragged tile reads V rows up to the padded end, where stored positions
@@ -223,7 +251,7 @@ def _attn_tiles(
             s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
             c = qs
             off = tl.zeros_like(qs)
-        if MASK_MODE != 0:
+        if MASK_MODE != 0 and apply_mask:
             s = _apply_attn_mask(
                 s, c, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
                 MASKED, MASK_MODE, MASK_ROWS,
@@ -432,16 +460,22 @@ def _attn_fwd_kernel(
         else:
             k_row0 = 0
             v_row0 = 0
+        am_base = b.to(tl.int64) * stride_mb + h.to(tl.int64) * stride_mh
+        n_loop = n_k  # the keys the loop visits
+        apply_mask = MASK_MODE != 0
+        if MASK_MODE != 0 and not MASK_ROWS:  # key padding: stop at the last key, mask only holes
+            n_eff, plain = _key_extent(AM, am_base, n_k, stride_mn, MASK_MODE, 1024)
+            n_loop = tl.where(plain, n_eff, n_k)
+            apply_mask = plain == 0
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
         diag = n_k - n_q
         if CAUSAL:
-            hi = tl.minimum(n_k, start_m + BLOCK_M + diag)
+            hi = tl.minimum(n_loop, start_m + BLOCK_M + diag)
             full = tl.maximum(tl.minimum(hi, start_m + diag + 1), 0) // BLOCK_N * BLOCK_N
             hi = tl.maximum(hi, 0)
         else:
-            hi = n_k
-            full = n_k // BLOCK_N * BLOCK_N
-        am_base = b.to(tl.int64) * stride_mb + h.to(tl.int64) * stride_mh
+            hi = n_loop
+            full = n_loop // BLOCK_N * BLOCK_N
         # the unmasked tiles, then the masked ones: one loop, unrolled at compile time
         for masked in tl.static_range(2):
             acc, acc2, l_i, m_i = _attn_tiles(
@@ -458,7 +492,7 @@ def _attn_fwd_kernel(
                 k_base,
                 v_base,
                 ks_base,
-                n_k,
+                n_loop,
                 full if masked else 0,
                 hi if masked else full,
                 diag,
@@ -495,6 +529,7 @@ def _attn_fwd_kernel(
                 stride_mm,
                 stride_mn,
                 row_ok,
+                apply_mask,
                 MASK_MODE,
                 MASK_ROWS,
             )
