@@ -99,6 +99,33 @@ def test_full_boolean_and_additive_masks_with_gqa_and_nhd(kind):
     _check(out, _ref(q, k, v, additive, causal=True, nhd=True)[0], kind)
 
 
+@pytest.mark.parametrize(
+    "name", ["bool with holes", "bool left padding", "fp16 finfo.min padding", "bf16 -inf with a bias"]
+)
+def test_key_vectors_that_are_not_plain_prefixes(name):
+    """Key masks the kernel cannot reduce to a shorter sequence (``_key_extent``) are applied per
+    tile; HF-style fp16 padding (finfo.min) is a prefix and stops the loop."""
+    q, k, v = _qkv(seed=9)
+    keep = torch.ones(2, 72, dtype=torch.bool, device=DEV)
+    if name == "bool with holes":
+        keep[0, 10:20], keep[1, 40:] = False, False
+        mask = keep[:, None, None]
+    elif name == "bool left padding":
+        keep[:, :30] = False
+        mask = keep[:, None, None]
+    elif name == "fp16 finfo.min padding":
+        keep[1, 33:] = False
+        mask = torch.zeros(2, 1, 1, 72, dtype=torch.float16, device=DEV).masked_fill(
+            ~keep[:, None, None], -65504.0
+        )
+    else:
+        keep[0, 50:] = False
+        bias = torch.linspace(-2, 0, 72, device=DEV).expand(2, 72).masked_fill(~keep, -math.inf)
+        mask = bias.to(torch.bfloat16)[:, None, None]
+    out = functions.sageattn_qk_int8_pv_fp16_triton(q, k, v, attn_mask=mask, config=CFG)
+    _check(out, _ref(q, k, v, mask)[0], "fp16")
+
+
 def test_finite_floor_masks_behave_like_sdpa():
     """HF-style masks hold finfo.min, not -inf: a row masked everywhere is a plain average there."""
     q, k, v = _qkv(b=1, hq=2, hk=2)

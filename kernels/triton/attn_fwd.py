@@ -75,11 +75,11 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
 
 @triton.jit
 def _apply_attn_mask(
-    s, c, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+    s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
     MASKED: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr,
 ):  # fmt: skip
-    """The caller's mask on a tile of scores ``s`` (softmax logits s·c, per row c > 0): boolean
-    (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
+    """The caller's mask on a tile of scores ``s`` (softmax logits s·c − off, per row c > 0):
+    boolean (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
     keys past its end are never read."""
     ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
     if ROWS:
@@ -93,9 +93,14 @@ def _apply_attn_mask(
     if MODE == 1:
         s = tl.where(a != 0, s, float("-inf"))
     else:
-        # finite floors (finfo.min masks) stay finite after the 1/c scaling; -inf stays -inf
-        a = tl.where(a == float("-inf"), a, tl.maximum(a.to(tl.float32), -1e20))
-        s = s + a * (1.4426950408889634 / c)[:, None]
+        # Large finite values keep the exponent in float32's precision (at finfo.min its rounding
+        # alone would be ±1e13): below -3e4 a value is -3e4, whose exp is 0 beside any attended
+        # key; at -1e9 and below (finfo.min masks) the score is dropped too, as it vanishes in
+        # SDPA's sum, so a row of nothing but such values averages V as SDPA's does. -inf stays.
+        a = a.to(tl.float32)
+        absorbed = (a <= -1e9) & (a != float("-inf"))
+        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
+        s = tl.where(absorbed, ((off - 43281.0) / c)[:, None], s + a * (1.4426950408889634 / c)[:, None])
     return s
 
 
@@ -253,7 +258,7 @@ def _attn_tiles(
             off = tl.zeros_like(qs)
         if MASK_MODE != 0 and apply_mask:
             s = _apply_attn_mask(
-                s, c, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+                s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
                 MASKED, MASK_MODE, MASK_ROWS,
             )  # fmt: skip
         if MASKED:
