@@ -273,8 +273,6 @@ def read_log_file(path: Path) -> LogText:
             return read_log(fh, st.st_size if stat.S_ISREG(st.st_mode) else None)
     except FileNotFoundError:
         raise SagebuildError(f"log file not found: {path}", fix=hint) from None
-    except IsADirectoryError:
-        raise SagebuildError(f"{path} is a directory, not a log file", fix=hint) from None
     except PermissionError:
         raise SagebuildError(f"cannot read {path}: permission denied", fix="check its permissions") from None
     except OSError as e:

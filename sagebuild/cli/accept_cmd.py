@@ -30,6 +30,7 @@ from sagebuild.cli.common import (
     exit_with,
     handle_errors,
     out,
+    parse_shape,
 )
 
 _OUT = (
@@ -79,11 +80,7 @@ def register(app: typer.Typer) -> None:
         from sagebuild.console import interactive, steps
         from sagebuild.errors import Exit, SagebuildError
 
-        dims = parse_int_list(verify_shape, "verify-shape")
-        if len(dims) != 4:
-            raise SagebuildError(
-                f"--verify-shape {verify_shape}: expected B,H,N,D", fix="e.g. --verify-shape 1,8,512,64"
-            )
+        dims = parse_shape(verify_shape, "--verify-shape")
         overrides = {
             "batch": batch,
             "heads": heads,

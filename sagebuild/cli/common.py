@@ -107,6 +107,18 @@ RoundsOpt = Annotated[
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def parse_shape(text: str, option: str) -> Any:
+    """The ``B,H,N,D`` an option such as ``--shape`` names, or a usage error (exit 2)."""
+    from sagebuild.bench import parse_int_list
+
+    dims = parse_int_list(text, option.lstrip("-"))
+    if len(dims) != 4:
+        raise SagebuildError(
+            f"{option} {text}: expected four numbers B,H,N,D", fix=f"e.g. {option} 1,8,512,64"
+        )
+    return dims
+
+
 def emit_json(doc: dict[str, Any]) -> None:
     """Write ``doc`` (with the schema version) as the only thing on stdout."""
     doc = {"schema_version": JSON_SCHEMA_VERSION, **doc}

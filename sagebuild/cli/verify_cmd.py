@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, ProfileOpt, emit_json, exit_with, handle_errors, out
+from sagebuild.cli.common import JsonOpt, ProfileOpt, emit_json, exit_with, handle_errors, out, parse_shape
 
 _SHAPE_HELP = "B,H,N,D of the test tensors (the seed's check is 1,8,512,64)."
 
@@ -69,15 +69,10 @@ def register(app: typer.Typer) -> None:
         """Run each kernel variant on small random tensors: shape, dtype, device, finite values and
         accuracy against the float32 reference within the profile's bounds. On a CPU-only machine
         the golden model runs (proves the algorithm and the install, not a GPU)."""
-        from sagebuild.bench import parse_int_list
-        from sagebuild.errors import Exit, SagebuildError
+        from sagebuild.errors import Exit
         from sagebuild.verify import run_verify
 
-        dims = parse_int_list(shape, "shape")
-        if len(dims) != 4:
-            raise SagebuildError(
-                f"--shape {shape}: expected four numbers B,H,N,D", fix="e.g. --shape 1,8,512,64"
-            )
+        dims = parse_shape(shape, "--shape")
         if dry_run:  # the plan for the profile's archs, without a GPU (sagebuild/verify.py)
             from sagebuild.verify import plan_text, verify_plan
 

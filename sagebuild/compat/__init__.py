@@ -10,11 +10,3 @@ Modules: ``contents`` (the files and RECORD), ``target`` (what an interpreter wo
 running it), ``installer`` (install / remove / restore, atomic, upstream backed up first).
 Nothing here imports torch.
 """
-
-from __future__ import annotations
-
-from sagebuild.compat.contents import DIST_VERSION, MARKER_FILE
-from sagebuild.compat.installer import install, remove
-from sagebuild.compat.target import status
-
-__all__ = ["DIST_VERSION", "MARKER_FILE", "install", "remove", "status"]
