@@ -207,12 +207,12 @@ def run_verify(
             f"GPU {torch.cuda.get_device_name(dev)} ({arch}); variants on this arch: {', '.join(avail)}; "
             f"sageattn dispatches to {auto_variant}"
         )
-        kernels = {
-            "qk_int8_pv_fp16": attention.sageattn_qk_int8_pv_fp16_triton,
-            "qk_int8_pv_fp8": attention.sageattn_qk_int8_pv_fp8_triton,
-        }
         fns = {
-            name: (lambda fn=kernels[name]: fn(q, k, v, tensor_layout=layout, is_causal=causal))
+            name: (
+                lambda fn=getattr(attention, f"sageattn_{name}_triton"): fn(
+                    q, k, v, tensor_layout=layout, is_causal=causal
+                )
+            )
             for name in names
         }
         fns[AUTO] = lambda: attention.sageattn(q, k, v, tensor_layout=layout, is_causal=causal)

@@ -28,6 +28,7 @@ from sagebuild.build.result import CompileResult, build_env, failed
 from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 from sagebuild.fsio import sha256_file
+from sagebuild.probe.tools import run_tool
 
 KEEP_BUILDS = 2  # the current build and the one before it
 
@@ -214,14 +215,10 @@ def verify_library(
 
 
 def _tool_version(cmd: list[str]) -> Optional[str]:
-    exe = shutil.which(cmd[0])
-    if not exe:
+    if not shutil.which(cmd[0]):
         return None
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = [ln.strip() for ln in (out.stdout or out.stderr).splitlines() if ln.strip()]
+    out, _ = run_tool(cmd, os.environ, timeout=20)
+    lines = [ln.strip() for ln in (out or "").splitlines() if ln.strip()]
     if cmd[0] == "nvcc":
         lines = [ln for ln in lines if "release" in ln] or lines
     return lines[0] if lines else None
