@@ -93,7 +93,9 @@ def decide(
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return f"{query.dim()}-D inputs (needs 4-D B,H,N,D)"
     if attn_mask is not None:
-        return "attn_mask given (only no mask or is_causal)"
+        why = _mask_reason(attn_mask, query, key, is_causal)
+        if why:
+            return why
     if dropout_p != 0.0:
         return "dropout_p > 0"
     if grad_enabled and any(t.requires_grad for t in tensors):
@@ -126,6 +128,31 @@ def decide(
     if need and min(lq, lk) < need:
         return f"shorter than {need} tokens on {support.arch} (SDPA measured faster there)"
     return support
+
+
+def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None:
+    """Why an ``attn_mask`` stays with SDPA, or None for the masks accelerated: boolean (or of
+    q's dtype), broadcastable to [B, H, N_q, N_k] and the same for every query row (key padding,
+    where the kernel's cost is at most the unmasked call's, so the unmasked crossover holds; a
+    mask varying along queries has not been measured against SDPA)."""
+    import torch
+
+    if type(mask) is not torch.Tensor:
+        return "attn_mask not a plain tensor"
+    if is_causal:
+        return "attn_mask with is_causal (SDPA refuses both)"
+    if mask.dtype != torch.bool and mask.dtype != query.dtype:
+        return f"attn_mask dtype {str(mask.dtype).removeprefix('torch.')} (needs bool or q's dtype)"
+    if mask.device != query.device:
+        return "attn_mask on another device"
+    b, h, lq, _ = query.shape
+    if mask.dim() > 4 or any(
+        n not in (1, want) for n, want in zip(mask.shape[::-1], (key.shape[2], lq, h, b))
+    ):
+        return "attn_mask does not broadcast to [B, H, N_q, N_k]"
+    if mask.dim() >= 2 and mask.shape[-2] > 1 and mask.stride(-2) != 0:
+        return "attn_mask varies along queries (key-padding masks only)"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -179,11 +206,13 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
     return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok, min_len=min_len)
 
 
-def _dispatch_kernel(q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport) -> Any:
+def _dispatch_kernel(
+    q: Any, k: Any, v: Any, is_causal: bool, sm_scale: float, support: DeviceSupport, attn_mask: Any = None
+) -> Any:
     """``sageattn`` on HND views (any strides); GQA is native, as every backend's kernel must be."""
     from sagebuild.attention import sageattn
 
-    return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=sm_scale)
+    return sageattn(q, k, v, tensor_layout="HND", is_causal=is_causal, sm_scale=sm_scale, attn_mask=attn_mask)
 
 
 @dataclass
@@ -316,7 +345,8 @@ def _define_op() -> None:
 
     # the schema spelled out: this module's annotations are strings (no torch at import)
     schema = (
-        "(Tensor query, Tensor key, Tensor value, bool is_causal, float? scale, bool enable_gqa) -> Tensor"
+        "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, bool is_causal, float? scale, "
+        "bool enable_gqa) -> Tensor"
     )
 
     @torch.library.custom_op("sagebuild::patched_sdpa", mutates_args=(), schema=schema)
@@ -324,15 +354,16 @@ def _define_op() -> None:
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
+        attn_mask: torch.Tensor | None,
         is_causal: bool,
         scale: float | None,
         enable_gqa: bool,
     ) -> torch.Tensor:
-        out = _eager_sdpa((query, key, value, None, 0.0, is_causal, scale, enable_gqa))
+        out = _eager_sdpa((query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa))
         return out.contiguous()  # the fake's layout; a fresh tensor, never an input
 
     @patched_sdpa.register_fake
-    def _(query, key, value, is_causal, scale, enable_gqa):  # type: ignore[no-untyped-def]
+    def _(query, key, value, attn_mask, is_causal, scale, enable_gqa):  # type: ignore[no-untyped-def]
         return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
     _op = patched_sdpa
@@ -357,7 +388,7 @@ def scaled_dot_product_attention(
         # traced: the static half of ``decide`` now, the device-dependent rest in the op at run time
         if isinstance(_verdict(args, _any_device), str) or _op is None:
             return _call_original(*args)
-        return _op(query, key, value, bool(is_causal), scale, bool(enable_gqa))
+        return _op(query, key, value, attn_mask, bool(is_causal), scale, bool(enable_gqa))
     if torch.jit.is_tracing() or torch.jit.is_scripting():
         return _call_original(*args)
     return _eager_sdpa(args)
@@ -369,10 +400,11 @@ def _eager_sdpa(args: tuple) -> Any:
     if isinstance(verdict, str):
         _count(verdict)
         return _call_original(*args)
-    query, key, value, _, _, is_causal, scale, _ = args
+    query, key, value, attn_mask, _, is_causal, scale, _ = args
     sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
+    masked = {} if attn_mask is None else {"attn_mask": attn_mask}
     try:
-        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict)
+        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, **masked)
     except Exception as err:  # never break the user's model: fall back, say why once
         reason = f"kernel raised {type(err).__name__}"
         _warn_once(

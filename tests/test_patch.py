@@ -44,23 +44,21 @@ class _FakeKernel:
         self.calls: list[dict] = []
         self.lock = threading.Lock()
 
-    def __call__(self, q, k, v, is_causal, sm_scale, support):
+    def __call__(self, q, k, v, is_causal, sm_scale, support, attn_mask=None):
         with self.lock:
+            call = {"q": tuple(q.shape), "k": tuple(k.shape), "causal": is_causal, "sm_scale": sm_scale}
             self.calls.append(
-                {
-                    "q": tuple(q.shape),
-                    "k": tuple(k.shape),
-                    "causal": is_causal,
-                    "sm_scale": sm_scale,
-                    "arch": support.arch,
-                }
+                {**call, "arch": support.arch, **({"mask": True} if attn_mask is not None else {})}
             )
         if self.fail:
             raise RuntimeError("boom")
         groups = q.shape[1] // k.shape[1]
         kf = k.float().repeat_interleave(groups, dim=1)
         vf = v.float().repeat_interleave(groups, dim=1)
-        return ORIG(q.float(), kf, vf, is_causal=is_causal, scale=sm_scale)  # fp32: the wrapper casts back
+        mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()
+        return ORIG(
+            q.float(), kf, vf, mask, is_causal=is_causal, scale=sm_scale
+        )  # fp32: the wrapper casts back
 
 
 @pytest.fixture
@@ -158,7 +156,7 @@ def test_pass_through_reasons_are_recorded(fake_gpu):
     assert stats.accelerated == 0 and fake_gpu.calls == []
     assert stats.reasons == {
         "dtype float32 (needs float16/bfloat16)": 2,
-        "attn_mask given (only no mask or is_causal)": 1,
+        "attn_mask varies along queries (key-padding masks only)": 1,
         "head dim 160 not supported on fakearch": 1,
         "3-D inputs (needs 4-D B,H,N,D)": 1,
     }
@@ -223,7 +221,18 @@ def _decide(
         (lambda: _decide(_meta(2, 8, 128, 64), _meta(2, 8, 128, 64, dtype=torch.bfloat16)), "dtypes differ"),
         (lambda: _decide(_meta(8, 128, 64)), "3-D inputs"),
         (lambda: _decide(_meta(1, 2, 8, 128, 64)), "5-D inputs"),
-        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(128, 128, dtype=torch.bool)), "attn_mask given"),
+        (
+            lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(128, 128, dtype=torch.bool)),
+            "varies along queries",
+        ),
+        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(2, 1, 1, 128, dtype=torch.bool)), None),
+        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(128, dtype=torch.float16)), None),
+        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(1, 128, dtype=torch.float32)), "dtype float32"),
+        (lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(3, 1, 1, 128, dtype=torch.bool)), "broadcast"),
+        (
+            lambda: _decide(_meta(2, 8, 128, 64), mask=_meta(2, 1, 1, 128, dtype=torch.bool), is_causal=True),
+            "is_causal",
+        ),
         (lambda: _decide(_meta(2, 8, 128, 64), dropout_p=0.1), "dropout_p > 0"),
         (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=True), "require grad"),
         (lambda: _decide(_meta(2, 8, 128, 64, requires_grad=True), grad_enabled=False), None),
@@ -419,6 +428,23 @@ def test_accelerated_call_matches_original(fake_gpu, dtype, is_causal):
     stats = patch.patch_stats()
     assert (stats.accelerated, stats.passed_through) == (1, 0)
     assert stats.accelerated_by == {"fakearch/fp16": 1}
+
+
+def test_key_padding_masks_are_accelerated_and_others_pass_through(fake_gpu):
+    """A mask constant along queries (key padding) goes to the kernel with the call; one that
+    varies along queries stays with SDPA, bit for bit."""
+    q, k, v = _qkv(b=2, hq=4, lq=24, d=32)
+    pad = torch.ones(2, 1, 1, 24, dtype=torch.bool)
+    pad[1, ..., 10:] = False
+    rows = torch.ones(24, 24, dtype=torch.bool).tril()
+    with patch.patch_sdpa():
+        got = F.scaled_dot_product_attention(q, k, v, pad)
+        kept = F.scaled_dot_product_attention(q, k, v, rows)
+    torch.testing.assert_close(got, ORIG(q, k, v, pad), atol=2e-2, rtol=2e-2)
+    assert torch.equal(kept, ORIG(q, k, v, rows))
+    assert [c.get("mask") for c in fake_gpu.calls] == [True]
+    stats = patch.patch_stats()
+    assert (stats.accelerated, stats.passed_through) == (1, 1)
 
 
 def test_scale_is_honoured(fake_gpu):
