@@ -95,6 +95,13 @@ KNOBS: tuple[Knob, ...] = (
         "<cache dir>/ext/<environment key>",
         "Where this environment's compiled extension is written and looked up.",
     ),
+    Knob(
+        "SAGEBUILD_OUT",
+        "path",
+        "sagebuild-out",
+        "Where `scripts/quickstart.sh` has `sagebuild accept` write its report and lockfile (read by "
+        "that script only).",
+    ),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
