@@ -54,7 +54,7 @@ install() {
 
 tests() {
   local rc=0
-  $PY -m pytest -q -m gpu tests -p no:cacheprovider || rc=$?
+  $PY -m pytest -q -rs -m gpu tests -p no:cacheprovider || rc=$?
   # unmarked, but they run on the GPU when there is one (the CPU interpreter otherwise)
   $PY -m pytest -q tests/test_replay.py -p no:cacheprovider || rc=$?
   return $rc
