@@ -128,6 +128,8 @@ def _dense(
 
 def _extras(kwargs: dict[str, Any], **defaults: Any) -> dict[str, Any]:
     """sagebuild's own keywords out of ``**kwargs`` (with defaults); everything else stays ignored."""
+    if not kwargs:  # the usual call: no per-call dict to build (small calls are host-bound)
+        return defaults
     return {name: kwargs.get(name, default) for name, default in defaults.items()}
 
 
