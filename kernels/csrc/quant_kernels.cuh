@@ -33,7 +33,7 @@ constexpr int kFinalizeThreads = 256;
 
 // ---- 16-byte vector path ----
 // A warp reading one 2-byte element per thread moves 64 B per load: the scalar kernels below
-// ran at ~0.7 TB/s on an H200 (docs/performance.md, run 5). When rows can be read 16 bytes at
+// run at ~0.7 TB/s on an H200. When rows can be read 16 bytes at
 // a time (unit channel stride, aligned rows, a power-of-two number of vectors per row) the
 // *_vec kernels read 8 halfs (4 floats) per load and store INT8 codes 8 (4) at a time.
 template <class T>

@@ -2,7 +2,7 @@
 
 ``fn[grid](*args)`` binds and specialises every argument on every call: with ~40 arguments
 that is tens of microseconds of Python per launch, and at small attention shapes (a few µs of
-GPU work) the host path is the whole call (docs/performance.md, runs 3 and 5). The caller
+GPU work) the host path is the whole call. The caller
 knows when two launches specialise identically — same shapes, strides, dtypes and pointer
 alignment give the same compiled kernel — and passes a key saying so. The first launch with a
 key goes through Triton (compiling if needed) and keeps the compiled kernel; later launches call

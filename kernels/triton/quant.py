@@ -12,8 +12,8 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 
 The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
 float32 is ``div.full.f32`` on NVIDIA, within 2 ulp); each element costs one rounded product,
-never a division (an IEEE division per element made the quantization launch issue-bound,
-docs/performance.md run 13), and the product is rounded on its own before the INT8 rounding
+never a division (an IEEE division per element makes the quantization launch issue-bound),
+and the product is rounded on its own before the INT8 rounding
 (``to_int8``), as torch and the extension compute it.
 
 K and V together: the statistics (mean of K, amax of V: inside the quantization launch for short
@@ -37,19 +37,12 @@ from . import launcher
 from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
 
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
-# computed inside the K/V quantization launch instead of by two torch reductions, which cost
-# ~12 µs of device time each on an H200 at 1×16×1024×64 besides their host time. Each program
-# re-reads its whole head from L2, so the extra traffic grows with N²·D: at 1×16×2048×128 the
-# inline path was measured slower than sageattention 1.0.6 (0.165 vs 0.129 ms), at
-# 1×16×1024×64 faster than the reductions (docs/performance.md, run 7). Since run 13 the
-# alternative is kv_stats' two Triton launches, not the reductions: the limit is not re-measured.
+# computed inside the K/V quantization launch (saving the statistics launches); each program
+# re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
 # The in-launch statistics' loads (``_column_stats``): rows per load by padded head dim, and
-# loads in flight. H200 device time of quant_kv, CUDA-graph replays (docs/performance.md, run
-# 14), K only / K + FP8 V: 1×16×1024×64 15.6 / 24.0 µs with run 13's loop (256 rows, reduced
-# per load) → 10.9 / 15.6 at 128 rows and 3 stages; 1×16×1024×128 23.1 / 32.7 at 32 rows and
-# 1 stage → 15.8 / 24.6 with 3 stages (64 rows and 3 stages: 20.0 / 31.5; two FP32 accumulators
-# of 64 registers each beside the block being quantized).
+# loads in flight (the H200 sweep's fastest; 64 rows at head dim 128 left too few registers
+# beside the two FP32 accumulators and the block being quantized).
 INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
 INLINE_STAGES = 3
 INLINE_WARPS = 4
@@ -57,11 +50,9 @@ INLINE_WARPS = 4
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
 # 2 B · 2 tensors · PART_CHUNK_ELEMS · PART_STAGES = 48 KB per program at any head dim, inside
-# AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and at most PART_WAVES programs per SM (``part_rows``); a
-# small launch combines each head's parts. H200 sweep (docs/performance.md, run 14): 3 stages
-# and 4 programs per SM against run 13's 1 stage and 8: 64.9 → 53.2 µs at 2×32×4096×128,
-# 104.1 → 86.9 at 1×32×16384×128, 88.7 → 83.0 at 4×32×8192×64 (with one stage the SASS
-# consumed each load before issuing the next: ~2 loads in flight per thread, ~2 TB/s).
+# AMD's 64 KB of LDS), at least PART_MIN_ROWS tokens and at most PART_WAVES programs per SM
+# (``part_rows``); a small launch combines each head's parts. Three stages keep loads in flight
+# (with one, each load was consumed before the next was issued: ~2 TB/s).
 PART_CHUNK_ELEMS = 4096
 PART_MIN_ROWS = 256
 PART_WAVES = 4
@@ -364,9 +355,7 @@ def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> in
     else:
         sms = 4  # Triton's CPU interpreter (tests): a few parts
     # rounded down: one full wave (PART_WAVES programs per SM fit), not a few programs more that
-    # run as a second wave on their own (H200, docs/performance.md run 27: kv_stats 52.9 → 50.7 µs
-    # at 2×32×4096×128 with 8 parts instead of 9, 87.2 → 81.6 at 1×32×16384×128, 83.0 → 78.3
-    # at 4×32×8192×64)
+    # run as a second wave on their own
     count = max(1, min(launcher.cdiv(n, PART_MIN_ROWS), PART_WAVES * sms // heads))
     chunk = chunk_rows(head_dim_pad)
     return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
