@@ -56,6 +56,12 @@ def _hnd(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])
 
 
+def _key_padding_mask(nk: int, valid: list[int]) -> torch.Tensor:
+    """[B, 1, 1, nk] boolean: batch entry i attends to its first valid[i] keys."""
+    keep = torch.arange(nk, device="cuda")[None, :] < torch.tensor(valid, device="cuda")[:, None]
+    return keep[:, None, None, :]
+
+
 def dense(b: int, h: int, nq: int, d: int, dtype: torch.dtype, causal: bool = False, nk: int = 0) -> Case:
     q = _rand(b, h, nq, d, dtype=dtype)
     k, v = (_rand(b, h, nk or nq, d, dtype=dtype) for _ in range(2))
@@ -92,8 +98,7 @@ def key_padding(b: int, nq: int, nk: int, valid: list[int], h: int, d: int, dtyp
     mask on the padded batch, ours on the valid keys packed."""
     q = _rand(b, h, nq, d, dtype=dtype)
     k, v = (_rand(b, h, nk, d, dtype=dtype) for _ in range(2))
-    mask = torch.arange(nk, device="cuda")[None, :] < torch.tensor(valid, device="cuda")[:, None]
-    attn_mask = mask[:, None, None, :]
+    attn_mask = _key_padding_mask(nk, valid)
     qp = _hnd(q).contiguous()
     kp, vp = (torch.cat([x[i, :, : valid[i]].transpose(0, 1) for i in range(b)]) for x in (k, v))
     cuq = torch.arange(0, (b + 1) * nq, nq, device="cuda", dtype=torch.int32)
@@ -115,8 +120,7 @@ def masked_key_padding(
     the "/ dense" column is this call over the unmasked one (issue 35 asks <= 1.1)."""
     q = _rand(b, h, nq, d, dtype=dtype)
     k, v = (_rand(b, h, nk, d, dtype=dtype) for _ in range(2))
-    keep = torch.arange(nk, device="cuda")[None, :] < torch.tensor(valid, device="cuda")[:, None]
-    mask = keep[:, None, None, :]
+    mask = _key_padding_mask(nk, valid)
     return Case(
         ours=lambda: sageattn(q, k, v, attn_mask=mask),
         sdpa=lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),

@@ -4,6 +4,7 @@ with (dtype, atol, rtol) triples, and a plan's launches run directly."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import pytest
@@ -80,3 +81,23 @@ def forward(p: LaunchPlan, q, k, v, out: Optional[torch.Tensor] = None):
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if p.return_lse else None
     attention_forward(layout.dense(q), kv, layout.dense(out), p, lse=lse)
     return out, lse
+
+
+def fp64_attention(q, k, v, layout="HND", causal=False, scale=None, mask=None):
+    """Exact attention in float64 in the caller's layout, as SDPA defines it: (out, LSE) in float32.
+    GQA by repetition, causal bottom-right, ``mask`` boolean (True attends) or additive; a row that
+    attends to nothing gives zeros and LSE -inf."""
+    if layout == "NHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    q, k, v = (t.double() for t in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = q @ k.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if causal:
+        nq, nk = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(nk - nq), -math.inf)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.double()
+    lse = torch.logsumexp(s, -1)
+    out = torch.softmax(s, -1).nan_to_num(0.0) @ v
+    return (out.transpose(1, 2) if layout == "NHD" else out).float(), lse.float()

@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 from kernel_inputs import CFG as SMALL_TILES
+from kernel_inputs import fp64_attention
 
 from sagebuild.attention import api, functions
 from sagebuild.attention.metrics import accuracy
@@ -36,23 +37,6 @@ def _qkv(b=2, hq=4, hk=2, nq=40, nk=72, d=64, seed=0, nhd=False):
     )
 
 
-def _ref(q, k, v, mask, causal=False, nhd=False):
-    """fp64 attention with SDPA's mask rules (fully masked rows: zeros, LSE -inf)."""
-    if nhd:
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    q, k, v = (t.double() for t in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
-    nq, nk = s.shape[-2:]
-    if causal:
-        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(nk - nq), -math.inf)
-    s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.double()
-    lse = torch.logsumexp(s, -1)
-    out = torch.softmax(s, -1).nan_to_num(0.0) @ v
-    return (out.transpose(1, 2) if nhd else out).float(), lse.float()
-
-
 def _check(out, ref, kind):
     acc = accuracy(out.float(), ref)
     cos, rel = BOUNDS[kind]
@@ -75,7 +59,7 @@ def test_key_padding_masks_run_in_the_kernels(fn, causal):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="sagebuild")  # no SDPA fallback
         out, lse = f(q, k, v, attn_mask=pad, is_causal=causal, return_lse=True, config=CFG)
-    ref, ref_lse = _ref(q, k, v, pad, causal)
+    ref, ref_lse = fp64_attention(q, k, v, causal=causal, mask=pad)
     _check(out, ref, kind)
     assert torch.equal(torch.isfinite(lse), torch.isfinite(ref_lse))
     fin = torch.isfinite(ref_lse)
@@ -90,13 +74,13 @@ def test_full_boolean_and_additive_masks_with_gqa_and_nhd(kind):
     full = torch.rand(2, 4, 40, 72, generator=g).to(DEV) > 0.3
     full[0, 1, 7] = False  # one row attends to nothing: zeros, as SDPA
     out = f(q, k, v, tensor_layout="NHD", attn_mask=full, config=CFG)
-    ref, _ = _ref(q, k, v, full, nhd=True)
+    ref, _ = fp64_attention(q, k, v, "NHD", mask=full)
     _check(out, ref, kind)
     assert out[0, 7, 1].abs().max() == 0
     additive = (torch.randn(40, 72, generator=g) * 2).to(DEV)  # [N_q, N_k]: broadcast over B and H
     additive[:, 60:] = -math.inf
     out = f(q, k, v, tensor_layout="NHD", attn_mask=additive, is_causal=True, config=CFG)
-    _check(out, _ref(q, k, v, additive, causal=True, nhd=True)[0], kind)
+    _check(out, fp64_attention(q, k, v, "NHD", causal=True, mask=additive)[0], kind)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +107,7 @@ def test_key_vectors_that_are_not_plain_prefixes(name):
         bias = torch.linspace(-2, 0, 72, device=DEV).expand(2, 72).masked_fill(~keep, -math.inf)
         mask = bias.to(torch.bfloat16)[:, None, None]
     out = functions.sageattn_qk_int8_pv_fp16_triton(q, k, v, attn_mask=mask, config=CFG)
-    _check(out, _ref(q, k, v, mask)[0], "fp16")
+    _check(out, fp64_attention(q, k, v, mask=mask)[0], "fp16")
 
 
 def test_finite_floor_masks_behave_like_sdpa():

@@ -17,6 +17,7 @@ import warnings
 
 import pytest
 import torch
+from kernel_inputs import fp64_attention as _ref
 
 from sagebuild.attention import functions, masked
 from sagebuild.attention.metrics import accuracy
@@ -29,24 +30,6 @@ BOUNDS = {"fp16": (0.999, 0.025), "fp8": (0.998, 0.05), "sdpa": (0.99999, 2e-3)}
 def _rand(*shape, seed=0, dtype=torch.float16):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g).to(dtype=dtype, device=DEV)
-
-
-def _ref(q, k, v, layout="HND", causal=False, scale=None, mask=None):
-    """fp32 attention in the caller's layout (GQA by repetition; causal bottom-right)."""
-    if layout == "NHD":
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    q, k, v = (t.double() for t in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = q @ k.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    if causal:
-        nq, nk = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(nk - nq), -math.inf)
-    if mask is not None:
-        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.double()
-    lse = torch.logsumexp(s, -1)
-    out = torch.softmax(s, -1) @ v
-    return (out.transpose(1, 2) if layout == "NHD" else out).float(), lse.float()
 
 
 def _within(out, ref, kind):

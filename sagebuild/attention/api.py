@@ -240,7 +240,13 @@ def attend(
     call = _PLANS.get(key) if key is not None else None
     fresh = call is None
     if fresh:
-        call = _plan_call(q, k, v, flags, attn_mask)
+        plan = plan_dense(
+            q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
+            qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
+            pv_accum=pv_accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
+        )  # fmt: skip
+        ops = _ext_ops(q.device) if plan.quantization == "extension" else None
+        call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
         if key is not None:
             if len(_PLANS) >= launcher.MAX_ENTRIES:
                 _PLANS.clear()
@@ -260,18 +266,6 @@ def attend(
         _REPLAYS[rkey] = rec.build(inputs, result)  # None: this signature is never replayed
         return result
     return _execute(call, key, q, k, v, attn_mask)
-
-
-def _plan_call(q: Any, k: Any, v: Any, flags: tuple, attn_mask: Any) -> _Call:
-    """A signature's decisions (``flags``: ``attend``'s, in its order), validated and planned."""
-    layout_, causal, scale, gran, smooth_k, return_lse, pv, backend, config, accum = flags[:10]
-    plan = plan_dense(
-        q, k, v, tensor_layout=layout_, is_causal=causal, sm_scale=scale, qk_quant_gran=gran,
-        smooth_k=smooth_k, return_lse=return_lse, pv=pv, pv_accum=accum, quantization_backend=backend,
-        config=config, attn_mask=attn_mask,
-    )  # fmt: skip
-    ops = _ext_ops(q.device) if plan.quantization == "extension" else None
-    return _Call(plan, layout_ == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
 
 
 def _execute(
