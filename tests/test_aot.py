@@ -135,6 +135,27 @@ def test_preprocessing_kernels_lower_for_every_vendor():
     assert not res["sm90/1"]["kv_partials"]["cp_async"]
 
 
+_STORES_SCRIPT = """
+import json, re, sys
+from sagebuild.attention.aot import compile_preprocessing
+out = {}
+for varlen in (False, True):
+    r = compile_preprocessing("sm90", varlen=varlen)["quant_blocks"]
+    stores = sorted(set(re.findall(r"st\\.global[.\\w]*", r["asm"] or "")))
+    out[str(varlen)] = stores if r["ok"] else r["error"]
+print(json.dumps(out))
+"""
+
+
+def test_fp8_v_stores_are_16_bytes_wide_dense_and_packed():
+    """The quantization's channel-major FP8 V stores are 16-byte vectors on sm90 for dense and
+    packed sequences alike: rows past a sequence's end are written as zeros up to a multiple of
+    16, so the store mask is constant over 16 tokens (a ``rows < n`` mask gave byte stores)."""
+    res = _compile_in_subprocess(_STORES_SCRIPT, [])
+    for varlen, stores in res.items():
+        assert "st.global.v4.b32" in stores and "st.global.b8" not in stores, (varlen, stores)
+
+
 _TMA_SCRIPT = """
 import json, re, sys, triton
 from triton.backends.compiler import GPUTarget

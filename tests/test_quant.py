@@ -103,6 +103,11 @@ def test_packed_sequences_quantize_per_sequence(dtype, atol, rtol):
         assert torch.equal(vs[b], ref_vs[0]) and torch.equal(
             vq.t[at : at + hi - lo].transpose(0, 1).float(), ref_v[0]
         ), b
+        # rows up to the next multiple of 16 are written as zeros (16-byte stores), short of
+        # the next sequence's start
+        pad_end = at + -(-(hi - lo) // 16) * 16
+        assert b + 1 == len(lens) or pad_end <= layout.packed_v_start(hi, b + 1)
+        assert not vq.t[at + hi - lo : pad_end].float().any(), b
 
 
 def test_int8_codes_round_ties_away_from_zero():

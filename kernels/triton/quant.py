@@ -322,8 +322,9 @@ def _quant_blocks_kernel(
         if V_KEY_ORDER:  # row k of the block ← its key σ(k); rows past n (zeros) fill the last group
             vq = tl.trans(wgmma_key_order(tl.trans(vq)))
             w_ok = rows < key_rows_of(n)
-        else:
-            w_ok = row_ok
+        else:  # rows past n up to 16 (zeros): the row stride and packed starts leave room, and a
+            # bound the compiler knows to be a multiple of 16 keeps the byte stores 16-wide
+            w_ok = rows < (n + 15) // 16 * 16
         tl.store(
             VQ + wbase + rows.to(tl.int64)[:, None] * stride_wn + offs_d.to(tl.int64)[None, :] * stride_wd,
             vq.to(VQ.dtype.element_ty),

@@ -277,13 +277,15 @@ def sass_report(
     }
 
 
-def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] = None) -> dict[str, dict]:
+def compile_preprocessing(
+    arch: str, head_dim: int = 128, stages: Optional[int] = None, varlen: bool = False
+) -> dict[str, dict]:
     """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
     launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
-    unknown key count (``features``: only with SAGEBUILD_PDL=1).
+    unknown key count (``features``: only with SAGEBUILD_PDL=1); ``varlen``: packed sequences.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -293,7 +295,7 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
 
     row = archs.get(archs.normalize(arch))
     fp8 = bool(row.fp8_mma)
-    both = dict(SMOOTH_K=True, V_FP8=fp8, IS_VARLEN=False)
+    both = dict(SMOOTH_K=True, V_FP8=fp8, IS_VARLEN=varlen)
     kernels = {
         "kv_partials": (
             quant._kv_partials_kernel,
@@ -309,16 +311,18 @@ def compile_preprocessing(arch: str, head_dim: int = 128, stages: Optional[int] 
         "quant_blocks": (
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
-                 FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=False,
-                 INLINE_STATS=False, STATS_BLK=128, PDL_TRIGGER=features.enabled("pdl", row.family)),
+                 FP8_MAX=240.0 if _fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=varlen,
+                 INLINE_STATS=False, STATS_BLK=128, STATS_STAGES=1,
+                 PDL_TRIGGER=features.enabled("pdl", row.family), V_KEY_ORDER=False,
+                 stride_wn=1),  # FP8 V's tokens are contiguous: the JIT specialises that 1
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{_fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},
         ),
     }  # fmt: skip
     out: dict[str, dict] = {}
     for name, (fn, constexprs, ptr) in kernels.items():
-        # the channel-major FP8 V output's strides (stride_w*) are left unspecialised
-        aligned = lambda a: a == "PART_ROWS" or (a.startswith("stride_") and not a.startswith("stride_w"))  # noqa: E731
+        # every stride a multiple of 16 elements, FP8 V's rows too (``layout.v_row_stride``)
+        aligned = lambda a: a == "PART_ROWS" or a.startswith("stride_")  # noqa: E731
         src = _ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
             k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
