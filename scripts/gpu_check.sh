@@ -72,6 +72,11 @@ if has bench; then
   # shellcheck disable=SC2086
   run bench $PY scripts/bench_workloads.py ${BENCH_ARGS:-} --json "$LOGS/bench.json"
   grep -E "^\||whole calls" "$LOGS/bench.log" | tee -a "$summary"
+  # issue 36's end-to-end target: a diffusers Wan forward, sage backend against native
+  if $PY -c "import diffusers" 2> /dev/null; then
+    run bench_diffusers $PY scripts/bench_diffusers.py --json "$LOGS/diffusers.json"
+    grep -E "^\|" "$LOGS/bench_diffusers.log" | tee -a "$summary"
+  fi
 fi
 
 # Always last, whatever happened above: the main job, its exit code is this script's.

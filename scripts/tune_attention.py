@@ -6,7 +6,8 @@ grid of (BLOCK_M, BLOCK_N, num_warps, num_stages) against SDPA's default backend
 run, and print the winners. The winners go into the config table by hand (a new table version,
 the numbers in docs/performance.md's table): users never pay for autotuning.
 
-    python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c] [--variants fp8,fp16]
+    python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c,1x40x32760x128k512]
+        [--variants fp8,fp16]
         [--graph]
 
 ``--graph`` times CUDA-graph replays (``bench.median_ms``): device time only. Small
@@ -54,10 +55,14 @@ FN = {
 }
 
 
-def parse_shape(s: str) -> tuple[int, int, int, int, bool]:
+def parse_shape(s: str) -> tuple[int, int, int, int, int, bool]:
+    """``BxHxNxD[kNK][c]``: batch, heads, query tokens, head dim, key tokens (``k512``: cross-
+    attention to 512 keys; default N), causal."""
     causal = s.endswith("c")
-    b, h, n, d = (int(x) for x in s.rstrip("c").split("x"))
-    return b, h, n, d, causal
+    s = s.rstrip("c")
+    s, _, nk = s.partition("k")
+    b, h, n, d = (int(x) for x in s.split("x"))
+    return b, h, n, d, int(nk) if nk else n, causal
 
 
 def main() -> None:
@@ -85,13 +90,14 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     rows = []
     for spec in args.shapes.split(","):
-        b, h, n, d, causal = parse_shape(spec)
+        b, h, n, d, nk, causal = parse_shape(spec)
         torch.manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
+        q = torch.randn(b, h, n, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(b, h, nk, d, device="cuda", dtype=dtype) for _ in range(2))
         sdpa_call = functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)
         sdpa = median_ms(sdpa_call, args.graph)
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-        flops = 4 * b * h * n * n * d / (2 if causal else 1)
+        flops = 4 * b * h * n * nk * d / (2 if causal else 1)
         for var in args.variants.split(","):
             best = None
             for cfg in grid:
