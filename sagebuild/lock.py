@@ -75,7 +75,6 @@ def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
 _ARTEFACT_KEYS = ("archs", "arch_env", "dispatch_keys", "ops", "torch", "vendor")
 _TORCH_ABI_KEYS = ("version", "cuda", "hip", "git")
 _BEHAVIOUR_COMPILERS = ("c++", "nvcc", "hipcc")
-_PATH_KEYS = ("artefact", "artifact", "path", "so_path", "library")
 
 
 def _artefact_build(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,15 +90,14 @@ def _compilers(doc: Mapping[str, Any] | None) -> dict[str, str | None]:
     return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
 
 
-def _artefacts(build_info: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The built extension as recorded by the build, hash re-read from disk where the path is known."""
+def _artefacts(build_info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
+    """The built extension as its build recorded it, the hash re-read from ``library`` on disk when
+    it is there (a library changed after its build must drift), else the recorded hash."""
     if not build_info:
         return []
     info = dict(build_info)
-    path = next((Path(info[k]) for k in _PATH_KEYS if isinstance(info.get(k), str)), None)
-    sha = sha256_file(path) if path is not None and path.is_file() else info.get("sha256")
-    name = path.name if path is not None else str(info.get("name", "sagebuild ext"))
-    return [{"name": name, "sha256": sha, "build": _artefact_build(info)}]
+    sha = sha256_file(library) if library is not None and library.is_file() else info.get("sha256")
+    return [{"name": str(info.get("name", "sagebuild ext")), "sha256": sha, "build": _artefact_build(info)}]
 
 
 def snapshot(
@@ -107,8 +105,10 @@ def snapshot(
     profile: Any | None = None,
     build_info: Mapping[str, Any] | None = None,
     distributions: Mapping[str, Mapping[str, Any]] | None = None,
+    library: Path | None = None,
 ) -> dict[str, Any]:
-    """The lock document for this environment. ``facts`` is ``probe.collect().to_dict()``.
+    """The lock document for this environment. ``facts`` is ``probe.collect().to_dict()``;
+    ``library`` is the built library ``build_info`` describes (its hash is read from the file).
 
     All parameters can be passed in (tests, a probe of another interpreter); the defaults read
     the running interpreter.
@@ -134,7 +134,7 @@ def snapshot(
         "gpu": _gpu_from_facts(facts),
         "compilers": _compilers(build_info),
         "distributions": dict(sorted((distributions or dists.installed_distributions()).items())),
-        "artefacts": _artefacts(build_info),
+        "artefacts": _artefacts(build_info, library),
         "profile": _profile_dict(profile),
     }
     return doc
@@ -332,14 +332,17 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
 # ---- the environment now ---------------------------------------------------------------------
 
 
-def _read_build_info(ext_dir: Path) -> dict[str, Any] | None:
+def _read_build(ext_dir: Path) -> tuple[dict[str, Any] | None, Path]:
+    """The current build's record and its library. The record names no path (its build directory
+    is renamed into place after it is written), so the library is the file beside it."""
     from sagebuild.build import paths
 
+    lib = paths.current_lib(ext_dir)
     try:
         info = json.loads(paths.current_info(ext_dir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
+        return None, lib
+    return (info if isinstance(info, dict) else None), lib
 
 
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
@@ -356,5 +359,5 @@ def current(profile: Any | None, facts: Any | None = None, python: str | None = 
     fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts)
     ext_dir = (fd.get("extension") or {}).get("dir")
     # the probed interpreter's own extension directory, read now (a build may be newer than the probe)
-    info = _read_build_info(Path(ext_dir)) if ext_dir else None
-    return snapshot(fd, profile, info, dists.installed_distributions(python))
+    info, lib = _read_build(Path(ext_dir)) if ext_dir else (None, None)
+    return snapshot(fd, profile, info, dists.installed_distributions(python), lib)

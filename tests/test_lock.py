@@ -195,3 +195,34 @@ def test_other_interpreter_is_locked_from_its_own_environment(tmp_path: Path):
     assert doc["distributions"].get("only-in-x") == {"version": "1.2.3"}
     assert "typer" not in doc["distributions"]  # sagebuild's own environment is not what was locked
     assert str(py) != sys.executable
+
+
+def test_lock_hashes_the_library_on_disk_beside_its_build_record(tmp_path: Path, monkeypatch):
+    """The build record (as ``build.run`` writes it) names no path; the lock hashes the library in
+    the same build directory, so a library changed after its build drifts from the lock."""
+    from types import SimpleNamespace
+
+    from sagebuild.build import paths, run
+    from sagebuild.fsio import sha256_file
+
+    monkeypatch.setattr(run, "compiler_versions", lambda vendor: {"c++": "g++ 13.3"})
+    ext = tmp_path / "ext"
+    lib = paths.current_lib(ext)
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"the verified build")
+    plan = SimpleNamespace(profile="cpu", vendor="cpu", archs=[], arch_env=None, env={}, python="python")
+    info = run._build_info(plan, lib, {"ops": ["k_mean"], "dispatch_keys": ["CPU"]}, 1, False, 1.0)
+    paths.current_info(ext).write_text(json.dumps(info), encoding="utf-8")
+    facts = {"python": {"version": "3.11"}, "extension": {"dir": str(ext)}}
+    locked = lk.current(None, facts=facts)
+    assert locked["artefacts"][0]["name"] == "sagebuild_ext"
+    assert locked["artefacts"][0]["sha256"] == info["sha256"]
+
+    lib.write_bytes(b"overwritten after the build")
+    now = lk.current(None, facts=facts)
+    assert now["artefacts"][0]["sha256"] == sha256_file(lib) != info["sha256"]
+    assert [str(d) for d in lk.diff(locked, now) if d.kind == "artefact"] == [
+        f"artefact sagebuild_ext sha256: {info['sha256']} → {sha256_file(lib)}"
+    ]
+    lib.unlink()  # no library on disk: the hash the build recorded
+    assert lk.current(None, facts=facts)["artefacts"][0]["sha256"] == info["sha256"]
