@@ -14,9 +14,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sagebuild.errors import Exit, SagebuildError
+
+if TYPE_CHECKING:
+    from sagebuild.benchmem import Estimate
 
 LAYOUTS = ("HND", "NHD")
 AUTO = "sageattn"
@@ -529,9 +532,16 @@ def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:
 
 
 def run_bench(
-    profile: Any, cfg: BenchConfig, device: str = "auto", progress: Optional[Callable[[str], None]] = None
+    profile: Any,
+    cfg: BenchConfig,
+    device: str = "auto",
+    progress: Optional[Callable[[str], None]] = None,
+    fits: Optional[Estimate] = None,
 ) -> BenchResult:
-    """Benchmark every provider at every sequence length of ``cfg`` and apply the profile's gate."""
+    """Benchmark every provider at every sequence length of ``cfg`` and apply the profile's gate.
+
+    ``fits``: the caller's ``benchmem.check_fits(cfg, device)``, so the estimate (a CPU rate
+    measurement among it) is not made twice; without it the check runs here."""
     import torch
     import torch.nn.functional as F
 
@@ -540,7 +550,7 @@ def run_bench(
     from sagebuild.profiles import shape_key
 
     # resolves the device; an absent GPU or a shape that will not fit is refused before allocating
-    dev = torch.device(check_fits(cfg, device).device)
+    dev = torch.device((fits if fits is not None else check_fits(cfg, device)).device)
     say = progress or (lambda _msg: None)
     gpu = dev.type == "cuda"
     n_rounds = rounds_used(cfg.reps, cfg.rounds)

@@ -406,6 +406,20 @@ def test_cli_bench_json():
     assert doc["gate"]["metric"] == "sustained" and doc["config"]["gate_on"] == "sustained"
 
 
+def test_cli_bench_estimates_its_memory_once(monkeypatch):
+    """``sagebuild bench`` checks the shape fits (and measures the CPU's rate) once: the estimate it
+    made before showing progress is the one the run takes."""
+    from sagebuild import benchmem
+
+    calls = []
+    real = benchmem.estimate
+    monkeypatch.setattr(benchmem, "estimate", lambda cfg, dev: calls.append(dev) or real(cfg, dev))
+    args = ["bench", "--profile", "cpu", "--seq", "64", "--heads", "1", "--reps", "1", "--warmup", "0"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 1, calls
+
+
 def test_kernel_only_adapter_matches_the_whole_call():
     """bench's kernel-only timing runs B's attention launch on pre-quantized inputs: same output.
 

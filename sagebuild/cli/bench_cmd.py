@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
             progress = status("benchmarking", json_out)
         with progress as say:
             res = bench.run_bench(
-                prof, cfg, device=device, progress=benchmem.Eta(cfg, est, say) if say else None
+                prof, cfg, device=device, progress=benchmem.Eta(cfg, est, say) if say else None, fits=est
             )
         doc = {"command": "bench", "profile": prof.name, "profile_why": why, **res.to_dict()}
         if out_path is not None:
