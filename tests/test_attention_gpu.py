@@ -212,7 +212,8 @@ def test_sageattn_takes_the_measured_fp8_accumulation():
     if "qk_int8_pv_fp8" not in _variants():
         pytest.skip("qk_int8_pv_fp8 is not available on this GPU")
     q, k, v = _inputs(1, 8, 2048, 128, seed=7)
-    variant, accum = dispatch.choice_for_call(q.device, 128, 2048)
+    auto_plan = api.plan_dense(q, k, v, is_causal=True)  # what sageattn's call plans
+    variant, accum = auto_plan.variant, auto_plan.pv_accum
     if variant != "qk_int8_pv_fp8":
         pytest.skip("sageattn does not take FP8 P·V here")
     if dispatch.family(dispatch.device_arch(q.device)) == "Hopper":
@@ -342,7 +343,7 @@ def test_graphed_attention_replays_the_eager_result_and_guards_its_signature(h, 
     q2, k2, v2 = _inputs(1, h, n, d, seed=22)
     out = g(q2, k2, v2).clone()
     torch.testing.assert_close(out, sageattn(q2, k2, v2, is_causal=True), rtol=0, atol=0)
-    variant = dispatch.choice_for_call(q.device, d, n)[0]
+    variant = api.plan_dense(q, k, v, is_causal=True).variant
     _check(accuracy(out, exact_attention(q2, k2, v2, is_causal=True)), variant)
     g.q.copy_(q)
     g.k.copy_(k)
@@ -368,7 +369,7 @@ def test_inputs_on_another_gpu_than_the_current_one():
     with torch.cuda.device(1):
         ref = sageattn(q, k, v, is_causal=True)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
-    variant = dispatch.choice_for_call(q.device, 64, 1024)[0]
+    variant = api.plan_dense(q, k, v, is_causal=True).variant
     _check(accuracy(out, exact_attention(q, k, v, is_causal=True)), variant)
     qp, kp, vp = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))  # [N, H, D]
     cu = torch.tensor([0, 400, 1024], dtype=torch.int32, device="cuda:1")
@@ -522,7 +523,7 @@ def test_fused_qkv_views_past_2_to_the_31_elements(causal):
     q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [B, H, N, D] views, token stride 3·H·D
     assert q.stride(2) == 3 * h * d and (n - 1) * q.stride(2) > 2**31
     out = sageattn(q, k, v, tensor_layout="HND", is_causal=causal)
-    variant = dispatch.choice_for_call(q.device, d, n)[0]
+    variant = api.plan_dense(q, k, v, is_causal=causal).variant
     late = (2**31 // q.stride(2)) + 1  # the first token whose row starts past 2³¹ elements
     for lo, hi in ((0, 512), (late, late + 512), (n - 512, n)):
         _check(accuracy(out[:, :, lo:hi], _exact_rows(q, k, v, lo, hi, causal)), variant)

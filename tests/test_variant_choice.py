@@ -55,19 +55,18 @@ def test_a_variant_without_a_time_is_not_compared():
 def test_bench_on_a_gpu_times_every_variant_and_names_pick_and_winner():
     """On the GPU's profile: every variant ``dispatch.available_variants`` lists gets a whole-call
     row, and the result's note ends with one "dispatch picks X; fastest: Y" line per length."""
-    import torch
-
     from sagebuild import bench
-    from sagebuild.attention import dispatch
+    from sagebuild.attention import dispatch, plan
     from sagebuild.profiles import match
 
-    prof = match([dispatch.device_arch("cuda")])[0]
+    arch = dispatch.device_arch("cuda")
+    prof = match([arch])[0]
     cfg = bench.config_from_profile(prof, seq=(1024, 2048), warmup=2, reps=6)
     res = bench.run_bench(prof, cfg)
     timed = {r.provider for r in res.rows if r.kind == "whole_call" and r.timing is not None}
     assert set(dispatch.available_variants("cuda")) <= timed, res.rows
     lines = res.note.splitlines()[-2:]
     for seq, line in zip((1024, 2048), lines):
-        picked = dispatch.choice_for_call(torch.device("cuda"), cfg.head_dim, seq)[0]
+        picked = plan.make_plan(arch, head_dim=cfg.head_dim, n_k=seq, causal=cfg.causal).variant
         assert line.startswith(f"seq={seq}: dispatch picks {picked}"), line
         assert "; fastest: " in line, line

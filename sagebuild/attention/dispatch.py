@@ -47,13 +47,6 @@ def variant_for_device(device: torch.device | str | int) -> str:
     return VARIANTS["fp16"] if arch == INTERPRETER else VARIANTS[plan.default_pv(arch, 0, 0)[0]]
 
 
-def choice_for_call(device: torch.device | str | int, head_dim: int, n_k: int) -> tuple[str, str]:
-    """What ``sageattn`` runs: (variant, FP8 accumulation "fp32+fp32" or "fp32", upstream's names),
-    as ``plan.default_pv`` decides it for the device's arch."""
-    pv, accum = plan.default_pv(device_arch(device), head_dim, n_k)
-    return VARIANTS[pv], accum
-
-
 def available_variants(device: torch.device | str | int) -> list[str]:
     """Every variant that runs on a device: FP16 P·V wherever INT8 runs, FP8 where the arch has FP8."""
     arch = device_arch(device)
