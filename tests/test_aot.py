@@ -4,7 +4,7 @@ Runs in a subprocess without TRITON_INTERPRET (the interpreter replaces the kern
 functions that ``triton.compile`` cannot lower). FP8 P·V is compiled wherever the arch table has
 an FP8 matrix path (sm89, sm90, gfx942, gfx950, gfx1201, gfx1200); never for gfx1100, which has no
 FP8 matrix units (an emulated FP8 dot there takes over a minute to compile). The AMD FP8 paths are
-also counted in their AMDGCN (``sagebuild.attention.isa``): matrix instructions, FP8 conversions,
+also counted in their AMDGCN (``tests/isa_counts.py``): matrix instructions, FP8 conversions,
 spills, and RDNA4's P·V default against both variants' key loops.
 """
 
@@ -345,7 +345,8 @@ def test_row_sum_parts_shorten_the_key_loops():
 AMD_FP8 = ["gfx1201", "gfx1200", "gfx942", "gfx950"]
 _ISA_SCRIPT = """
 import json, sys
-from sagebuild.attention import aot, isa
+import isa_counts as isa
+from sagebuild.attention import aot
 out = {}
 for arch in json.loads(sys.argv[1]):
     for variant in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
@@ -363,7 +364,9 @@ _SOFTWARE_FP8_CAST = {"gfx1201", "gfx1200", "gfx950"}
 
 @pytest.fixture(scope="module")
 def amd_isa() -> dict:
-    return _compile_in_subprocess(_ISA_SCRIPT, AMD_FP8)
+    here = os.path.dirname(os.path.abspath(__file__))  # isa_counts.py: not on a subprocess's sys.path
+    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    return _compile_in_subprocess(_ISA_SCRIPT, AMD_FP8, PYTHONPATH=path)
 
 
 @pytest.mark.parametrize("arch", AMD_FP8)
@@ -423,7 +426,7 @@ def test_rdna4_pv_default_follows_the_isa(amd_isa, arch):
     """RDNA4's ``pv`` column is the variant whose key loop issues in fewer cycles per tile: VALU
     instructions plus WMMA at AMD's published rates (``isa.RDNA4_WMMA_CYCLES``: FP8 at twice FP16).
     With Triton 3.6's software cast of P the FP8 loop's extra VALU outweigh what its faster WMMA saves."""
-    from sagebuild.attention import isa
+    import isa_counts as isa
 
     fp16, fp8 = amd_isa[f"{arch}/qk_int8_pv_fp16"], amd_isa[f"{arch}/qk_int8_pv_fp8"]
     row, cycles = archs.get(arch), isa.RDNA4_WMMA_CYCLES
@@ -438,7 +441,7 @@ def test_amdgcn_counts_find_the_innermost_matrix_loops():
     """``isa.loops``: a label and a later branch back to it make a loop; only loops issuing matrix
     instructions count, an outer loop around an inner one is dropped; encodings are stripped,
     scheduling hints not counted; the kernel metadata gives spills and scratch."""
-    from sagebuild.attention import isa
+    import isa_counts as isa
 
     asm = """
 _k:                                     ; @_k

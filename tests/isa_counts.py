@@ -1,4 +1,5 @@
-"""Counting an AMD kernel's instructions in its AMDGCN assembly (``kernel.asm["amdgcn"]``).
+"""Counting an AMD kernel's instructions in its AMDGCN assembly (``kernel.asm["amdgcn"]``), for
+``test_aot``'s checks of the AMD FP8 paths (test evidence, not a product feature).
 
 What ``aot.sass_loops`` is for NVIDIA's SASS: without an AMD GPU, the ISA is the evidence of what
 a kernel costs. Per kernel: registers and spills (the metadata's ``.vgpr_spill_count`` and the
