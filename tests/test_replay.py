@@ -148,6 +148,56 @@ def test_masked_calls_replay_with_each_calls_mask(kind):
     assert not torch.equal(replayed, FP16(q, k, v, attn_mask=mask(150), **kw))
 
 
+def _packed(seed: int, lens: list[int], h: int = 2, d: int = 64):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(sum(lens), h, d, generator=g).half().to(DEV) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
+    return q, k, v, cu
+
+
+def test_varlen_calls_replay_with_each_calls_lengths():
+    """Packed calls replay like dense ones (the host path of a small varlen call was ~5x a dense
+    one's): q, k, v and both cu_seqlens are replay inputs, so a replayed call with other
+    lengths of the same total reads its own; cu_seqlens_q is cu_seqlens_k gets its own replay."""
+    from sagebuild.attention import sageattn_varlen
+
+    api.clear_caches()
+    kw = {"config": CFG}
+    q, k, v, cu = _packed(1, [37, 90, 73])
+    sageattn_varlen(q, k, v, cu, cu, 90, 90, **kw)
+    sageattn_varlen(q, k, v, cu, cu, 90, 90, **kw)  # recorded
+    reps = [r for r in api._REPLAYS.values() if r is not None]
+    assert len(reps) == 1 and reps[0].n_inputs == 5
+    q2, k2, v2, cu2 = _packed(2, [90, 50, 60])  # other lengths, same total and longest
+    cuk = torch.tensor([0, 60, 150, 200], dtype=torch.int32, device=DEV)
+    aliased = sageattn_varlen(q2, k2, v2, cu2, cu2, 90, 90, **kw)  # replayed
+    sageattn_varlen(q2, k2, v2, cu2, cuk.clone(), 90, 90, **kw)  # distinct cu tensors: recorded
+    distinct = sageattn_varlen(q2, k2, v2, cu2, cuk, 90, 90, **kw)  # replayed
+    assert len([r for r in api._REPLAYS.values() if r is not None]) == 2
+    api.clear_caches()
+    assert _same(aliased, sageattn_varlen(q2, k2, v2, cu2, cu2, 90, 90, **kw))
+    assert _same(distinct, sageattn_varlen(q2, k2, v2, cu2, cuk, 90, 90, **kw))
+    assert not torch.equal(aliased, distinct)
+
+
+def test_varlen_replays_still_check_host_lengths():
+    """cu_seqlens on the host are checked on every call, replayed or not (on a GPU they stay on
+    the device unread and the kernels clamp them)."""
+    from sagebuild.attention import sageattn_varlen
+    from sagebuild.attention.errors import AttentionInputError
+
+    if GPU:
+        pytest.skip("host cu_seqlens with GPU tensors are converted (a copy), so never replayed")
+    api.clear_caches()
+    q, k, v, cu = _packed(3, [37, 90, 73])
+    for _ in range(3):
+        sageattn_varlen(q, k, v, cu, cu, 90, 90, config=CFG)
+    assert [r for r in api._REPLAYS.values() if r is not None]
+    bad = torch.tensor([0, 100, 50, 200], dtype=torch.int32)
+    with pytest.raises(AttentionInputError, match="never decrease"):
+        sageattn_varlen(q, k, v, bad, bad, 90, 90, config=CFG)
+
+
 def test_a_call_with_other_tensor_ops_is_never_replayed():
     """The recorder refuses what a replay would skip: any aten op besides allocations and views."""
     x = torch.randn(4, 4)
