@@ -28,6 +28,21 @@ def test_long_sequence_rows_and_wide_k_scale_blocks():
     assert any(r.min_keys == 8192 for r in configs._TABLE)
 
 
+def test_short_key_rows_follow_the_measured_winners():
+    """Hopper rows for short key sequences (tune_attention.py on the H200): head dim 64 FP16 takes
+    64-key tiles below 1K keys (SDXL's 77 text keys to 512), 128-key tiles from 1K, 128-row
+    tiles from 1.5K; head dim 128's MMA-accumulated FP8 takes the TMA row at every length."""
+    fp16 = {
+        n: configs.lookup("Hopper", 64, "fp16", False, n_k=n).as_tuple()[:4] for n in (77, 512, 1024, 2048)
+    }
+    assert fp16 == {77: (64, 64, 4, 3), 512: (64, 64, 4, 3), 1024: (64, 128, 4, 3), 2048: (128, 64, 4, 3)}
+    for n in (512, 1024, 2048, 4096):
+        assert (
+            configs.lookup("Hopper", 128, "fp8acc", False, n_k=n, tma_ok=True).spec()
+            == "64,128,4,2,168,tma,pipe"
+        )
+
+
 def test_tma_rows_need_a_call_that_can_load_by_tma():
     """A row whose config loads K/V by TMA serves a lookup only with ``tma_ok`` (the plan decides
     it: ``test_plan.py``); otherwise the next row serves, the same tiles where they exist."""
@@ -35,7 +50,9 @@ def test_tma_rows_need_a_call_that_can_load_by_tma():
     assert row.tma and row.pipe and row.as_tuple() == (64, 128, 4, 2, 168) and row.k_blk == 128
     assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096).tma  # tma_ok defaults to False
     assert not configs.lookup("Hopper", 128, "fp8", False, n_k=4096, tma_ok=True).tma  # two-level
-    assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=2048, tma_ok=True).tma
+    assert configs.lookup("Hopper", 128, "fp8acc", False, n_k=512, tma_ok=True).tma  # every key count
+    short = configs.lookup("Hopper", 96, "fp8acc", False, n_k=2048, tma_ok=True, split=True)
+    assert not short.tma  # the split head dims' TMA rows start at 4K keys
     wide = configs.lookup("Hopper", 256, "fp8acc", False, tma_ok=True)  # head dim 256: same tiles
     assert wide.tma and wide.as_tuple() == configs.lookup("Hopper", 256, "fp8acc", False).as_tuple()
     assert not configs.lookup("Hopper", 256, "fp8acc", False).tma
