@@ -80,19 +80,26 @@ def test_quant_kernels_follow_the_contract(d, stats, key_order, dtype, atol, rto
         assert torch.equal(vq.t[..., :d].float(), ref_v)
 
 
+@pytest.mark.parametrize("stats", ["inline", "parts"])
 @pytest.mark.parametrize(("dtype", "atol", "rtol"), [FP16, BF16])
-def test_packed_sequences_quantize_per_sequence(dtype, atol, rtol):
+def test_packed_sequences_quantize_per_sequence(dtype, atol, rtol, stats, monkeypatch):
     """Packed (varlen) K/V: each sequence's mean, INT8 blocks (counted from its own first token)
-    and FP8 V scales are its own, as if it were quantized alone; nothing crosses a boundary."""
-    lens = [23, 70, 9]
+    and FP8 V scales are its own, as if it were quantized alone; nothing crosses a boundary.
+    Statistics in the quantization launch (short sequences) or by parts; an empty sequence has
+    a zero mean, not NaN."""
+    monkeypatch.setattr(quant, "INLINE_STATS_MAX_ELEMENTS", 1 << 30 if stats == "inline" else 0)
+    lens = [23, 70, 0, 9]
     g = torch.Generator().manual_seed(5)
     k = (torch.randn(sum(lens), 2, 64, generator=g) + torch.linspace(-2, 2, 64)).to(dtype)
     v = torch.randn(sum(lens), 2, 64, generator=g).to(dtype)
-    cu = torch.tensor([0, 23, 93, 102], dtype=torch.int32)
+    cu = torch.tensor([0, 23, 93, 93, 102], dtype=torch.int32)
     kv_, vv = layout.packed(k, cu, max(lens)), layout.packed(v, cu, max(lens))
     kq, ks, km, vq, vs = quant.quant_kv(kv_, vv, 64, True, torch.float8_e4m3fn, configs.K_BLK)
-    assert km.shape == (3, 2, 64) and ks.shape == (3, 2, 2)
+    assert km.shape == (4, 2, 64) and ks.shape == (4, 2, 2)
+    assert torch.equal(km[2], torch.zeros(2, 64))
     for b, (lo, hi) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        if lo == hi:
+            continue
         kf = k[lo:hi].transpose(0, 1).float()[None]  # [1, H, n, D]
         torch.testing.assert_close(km[b], kf.mean(dim=2)[0], atol=atol, rtol=rtol)
         ref_q, ref_s = quant_int8_blocks(kf - km[b][None, :, None, :], configs.K_BLK)

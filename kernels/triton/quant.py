@@ -264,7 +264,7 @@ def _quant_blocks_kernel(
     programmatic dependent) start once all of them have started; it waits for this grid's
     results before reading them (``attn_fwd``'s PDL).
 
-    INLINE_STATS (short dense sequences): every program computes its head's K mean and V amax
+    INLINE_STATS (short sequences, dense or packed): every program computes its head's K mean and V amax
     itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
     and the first block's program writes the mean to KM: no reduction launches at all.
     """
@@ -294,7 +294,7 @@ def _quant_blocks_kernel(
         )  # fmt: skip
     if HAS_MEAN:
         if INLINE_STATS:
-            km = column_mean(ksum, n)
+            km = column_mean(ksum, tl.maximum(n, 1))  # an empty packed sequence: zeros
             if pid_n == 0:
                 tl.store(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d, km)
         else:
@@ -440,7 +440,7 @@ def quant_blocks(
     ``pdl_trigger``: the next launch is a programmatic dependent (``LaunchPlan.pdl``).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
 
-    ``inline_stats`` (dense only): the statistics are computed in the launch instead of read:
+    ``inline_stats``: the statistics are computed in the launch instead of read:
     km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
     given (v_amax is not needed).
 
@@ -531,11 +531,12 @@ def quant_kv(
     ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
 
     Statistics (K's mean, V's amax): inside the quantization launch up to
-    INLINE_STATS_MAX_ELEMENTS dense keys × head dim, else ``kv_stats``; then one Triton launch
+    INLINE_STATS_MAX_ELEMENTS keys (the longest packed sequence) × head dim, else ``kv_stats``;
+    then one Triton launch
     quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale
     or None).
     """
-    inline = not k.is_varlen and k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
+    inline = k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
