@@ -7,7 +7,6 @@ a system image (``--root``) and tested with fake machines. Nothing is built here
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -17,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from sagebuild import archs
 from sagebuild.build import paths
-from sagebuild.build.jobs import INVALID_FIX, invalid_message, overfill, parse_max_jobs
+from sagebuild.build.jobs import INVALID_FIX, invalid_message, jobs_that_fit, overfill, parse_max_jobs
 from sagebuild.errors import SagebuildError
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -99,8 +98,8 @@ def plan_jobs(
         if jobs < 1:
             raise SagebuildError(f"--jobs must be at least 1, got {jobs}", fix="pass --jobs 1 or more")
         return jobs, f"--jobs {jobs} given on the command line"
-    if env.get("MAX_JOBS"):
-        raw = env["MAX_JOBS"]
+    raw = env.get("MAX_JOBS")
+    if raw:
         n = parse_max_jobs(raw)
         if n is None:
             raise SagebuildError(invalid_message(raw), fix=INVALID_FIX)
@@ -112,7 +111,7 @@ def plan_jobs(
     if mem is None:
         n = max(1, min(2, cores, cap))
         return n, f"available memory unknown: {n} job(s) to stay safe ({cores} cores, profile cap {cap})"
-    by_mem = max(1, math.floor(mem / per_job))
+    by_mem = jobs_that_fit(mem, per_job)
     n = max(1, min(by_mem, cores, cap))
     limit = "memory" if n == by_mem else ("cores" if n == cores else "the profile cap")
     reason = (
@@ -278,15 +277,14 @@ def make_plan(
             f"{profile.torch_install}"
         )
 
+    with_gpu = profile.vendor != "cpu"
     build_env: dict[str, str] = {"MAX_JOBS": str(n_jobs)}
-    arch_env = profile.build.arch_env if profile.vendor != "cpu" else None
+    arch_env = profile.build.arch_env if with_gpu else None
     if arch_env and arch_list:
         build_env[arch_env] = arch_env_value(profile.vendor, arch_list)
 
     py = facts.python.executable or sys.executable
     base = paths.ext_dir(torch_version or "unknown", facts.python.version, env, facts.python.prefix)
-
-    with_gpu = profile.vendor != "cpu"
     # what both kinds of build share
     common: dict[str, Any] = dict(
         profile=profile.name, vendor=profile.vendor, jobs=n_jobs, jobs_reason=jobs_reason,
@@ -311,18 +309,16 @@ def make_plan(
             cwd=str(src),
         )
 
-    csrc = paths.csrc_dir()
-    sources = [str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())]
-    # every variant the arch table says each arch runs, beside the profile's (issue 38: RDNA4's FP8)
+    csrc, tree = paths.csrc_dir(), paths.tree_dir(base)
+    # every variant the arch table says each arch runs, beside the profile's (issue 38: RDNA4's FP8);
+    # a CPU profile has no archs, so no AOT step
     aot = [(v, a) for a in arch_list for v in dict.fromkeys([*profile.kernels, *archs.variants(a)])]
-    aot = aot if with_gpu else []
-    spec = str(paths.tree_dir(base) / SPEC_FILE)
     return BuildPlan(
         **common,
         mode="bundled",
-        build_dir=str(paths.tree_dir(base)),
+        build_dir=str(tree),
         output=str(paths.current_lib(base)),
-        sources=sources,
-        command=[py, "-m", "sagebuild.build.ext_builder", spec],
+        sources=[str(csrc / s) for s in CPU_SOURCES + (GPU_SOURCES if with_gpu else ())],
+        command=[py, "-m", "sagebuild.build.ext_builder", str(tree / SPEC_FILE)],
         aot=aot,
     )

@@ -3,13 +3,14 @@ retry at half the jobs when the compiler was killed for memory."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Mapping, Optional
+from typing import IO, Any, Mapping, Optional
 
 from sagebuild import console
 
@@ -70,33 +71,23 @@ def run_once(
         bufsize=1,
     )
     assert proc.stdout is not None
+    bar: Any = None
     if progress and console.interactive():
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=console.err,
-            transient=True,
-        ) as bar:
-            task = bar.add_task(label, total=None)
-            for line in proc.stdout:
-                log.write(line)
-                tail.append(line)
-                m = _NINJA_STEP.match(line)
-                if m:
-                    bar.update(
-                        task,
-                        completed=int(m.group(1)) - 1,
-                        total=int(m.group(2)),
-                        description=f"{label} [{m.group(1)}/{m.group(2)}]",
-                    )
-    else:
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+        bar = Progress(*columns, console=console.err, transient=True)
+    with bar or contextlib.nullcontext():
+        task = bar.add_task(label, total=None) if bar else None
         for line in proc.stdout:
             log.write(line)
             tail.append(line)
+            m = _NINJA_STEP.match(line)
+            if bar and m:
+                done, total = m.groups()
+                bar.update(
+                    task, completed=int(done) - 1, total=int(total), description=f"{label} [{done}/{total}]"
+                )
     rc = proc.wait()
     log.write(f"[sagebuild] exit status {rc}\n")
     log.flush()
@@ -116,22 +107,16 @@ def run_with_oom_retry(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
-        env = {**base_env, "MAX_JOBS": str(jobs)}
-        rc, lines = run_once(cmd, env, cwd, log, label, progress)
-        oom = rc != 0 and looks_like_oom(rc, "".join(lines))
-        if not oom:
-            return RunOutcome(rc, time.monotonic() - t0, jobs, False, False, lines)
+        rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(jobs)}, cwd, log, label, progress)
+        if rc == 0 or not looks_like_oom(rc, "".join(lines)):
+            return RunOutcome(rc, time.monotonic() - t0, jobs, lines=lines)
         half = max(1, jobs // 2)
         note = (
             f"[sagebuild] the compiler was killed for memory with MAX_JOBS={jobs}; "
-            f"retrying once with MAX_JOBS={half}\n"
+            f"retrying once with MAX_JOBS={half}"
         )
-        log.write(note)
-        _say(note.strip(), progress)
+        log.write(note + "\n")
+        console.err.print(f"[yellow]{note}[/]", highlight=False)
         rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(half)}, cwd, log, label, progress)
         still_oom = rc != 0 and looks_like_oom(rc, "".join(lines))
         return RunOutcome(rc, time.monotonic() - t0, half, True, still_oom, lines)
-
-
-def _say(text: str, progress: bool) -> None:
-    console.err.print(f"[yellow]{text}[/]", highlight=False)

@@ -1,5 +1,5 @@
-"""What a compile returns, shared by the bundled build (``run``) and the external tree (``source``):
-the result record, a failed result with its key log lines and explanation, the build's environment."""
+"""What the bundled build (``run``) and the external tree (``source``) share: running the plan's
+command, and the result record, failed (with its key log lines and explanation) or not."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sagebuild.build.proc import RunOutcome, key_lines
+from sagebuild.build.proc import RunOutcome, key_lines, run_with_oom_retry
 from sagebuild.explain import explain_for_report
 
 if TYPE_CHECKING:
@@ -37,12 +37,35 @@ class CompileResult:
         return asdict(self)
 
 
-def build_env(plan: BuildPlan) -> dict[str, str]:
-    """The build subprocess's environment: ours with the plan's variables on top."""
-    env = dict(os.environ)
-    env.update(plan.env)
+def run_plan(plan: BuildPlan, log_path: Path, label: str, progress: bool) -> RunOutcome:
+    """Run the plan's build command in our environment with the plan's variables on top."""
+    env = {**os.environ, **plan.env}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return run_with_oom_retry(plan.command, env, plan.jobs, plan.cwd, log_path, label, progress)
+
+
+def _result(
+    plan: BuildPlan,
+    log_path: Path,
+    t0: float,
+    out: Optional[RunOutcome],
+    ok: bool,
+    artefact: Optional[str] = None,
+    sha256: Optional[str] = None,
+    **fields: Any,
+) -> CompileResult:
+    """The record of a compile of ``plan`` begun at ``t0``; ``out``: its build command's run, if any."""
+    return CompileResult(
+        ok=ok,
+        mode=plan.mode,
+        artefact=artefact,
+        sha256=sha256,
+        seconds=time.monotonic() - t0,
+        log_path=str(log_path),
+        jobs=out.jobs if out else plan.jobs,
+        retried_with_half_jobs=bool(out and out.retried_with_half_jobs),
+        **fields,
+    )
 
 
 def failed(
@@ -56,16 +79,13 @@ def failed(
     """A failed compile: ``error`` in one sentence, the key lines of the build's output (``out``) and
     of ``extra``, and what ``explain`` makes of them."""
     lines = (out.lines if out else []) + list(extra)
-    return CompileResult(
-        ok=False,
-        mode=plan.mode,
-        artefact=None,
-        sha256=None,
-        seconds=time.monotonic() - t0,
-        log_path=str(log_path),
-        jobs=out.jobs if out else plan.jobs,
-        retried_with_half_jobs=bool(out and out.retried_with_half_jobs),
-        key_lines=key_lines(lines) if lines else [],
-        explanation=explain_for_report(error + "\n" + "\n".join(lines[-400:])),
-        error=error,
-    )
+    key = key_lines(lines) if lines else []
+    why = explain_for_report(error + "\n" + "\n".join(lines[-400:]))
+    return _result(plan, log_path, t0, out, False, key_lines=key, explanation=why, error=error)
+
+
+def succeeded(
+    plan: BuildPlan, log_path: Path, t0: float, out: RunOutcome, artefact: str, sha256: str, **extra: Any
+) -> CompileResult:
+    """A successful compile of ``plan`` whose build command's run was ``out``."""
+    return _result(plan, log_path, t0, out, True, artefact, sha256, **extra)

@@ -23,8 +23,7 @@ from typing import Any, Iterator, Optional
 
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
-from sagebuild.build.proc import run_with_oom_retry
-from sagebuild.build.result import CompileResult, build_env, failed
+from sagebuild.build.result import CompileResult, failed, run_plan, succeeded
 from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 from sagebuild.fsio import sha256_file
@@ -92,13 +91,10 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             "extra_cuda_cflags": ["-O3"],
         }
         (tree / SPEC_FILE).write_text(json.dumps(spec, indent=1), encoding="utf-8")
-        cmd = plan.command
         built = tree / paths.LIB_FILE
         with contextlib.suppress(FileNotFoundError):
             built.unlink()  # a stale library must not pass for this build's output
-        out = run_with_oom_retry(
-            cmd, build_env(plan), plan.jobs, plan.cwd, log_path, "compiling the sagebuild extension", progress
-        )
+        out = run_plan(plan, log_path, "compiling the sagebuild extension", progress)
         if out.rc != 0:
             if out.oom:
                 why = "the compiler was killed for memory" + (
@@ -130,17 +126,8 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             _prune(base, keep=final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        return CompileResult(
-            ok=True,
-            mode="bundled",
-            artefact=str(paths.current_lib(base)),
-            sha256=info["sha256"],
-            seconds=time.monotonic() - t0,
-            log_path=str(log_path),
-            jobs=out.jobs,
-            retried_with_half_jobs=out.retried_with_half_jobs,
-            build_info=info,
-        )
+        lib_path, sha = str(paths.current_lib(base)), info["sha256"]
+        return succeeded(plan, log_path, t0, out, lib_path, sha, build_info=info)
 
 
 def _append_log(log_path: Path, text: str) -> None:
@@ -190,6 +177,11 @@ print("SAGEBUILD_VERIFY " + json.dumps(report))
 """
 
 
+def _printed(stdout: str, marker: str) -> Iterator[dict[str, Any]]:
+    """The JSON documents a helper script printed on lines that start with ``marker``."""
+    return (json.loads(ln.split(" ", 1)[1]) for ln in stdout.splitlines() if ln.startswith(marker + " "))
+
+
 def verify_library(
     python: str, lib: Path, with_gpu: bool, timeout: float = 180.0
 ) -> tuple[bool, dict[str, Any]]:
@@ -203,11 +195,10 @@ def verify_library(
         )
     except subprocess.TimeoutExpired:
         return False, {"error": f"loading the library took more than {timeout:.0f} s"}
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SAGEBUILD_VERIFY ")), None)
-    if line is None:
+    report = next(_printed(proc.stdout, "SAGEBUILD_VERIFY"), None)
+    if report is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         return False, {"error": f"the verifying interpreter exited {proc.returncode}: " + " | ".join(tail)}
-    report = json.loads(line.split(" ", 1)[1])
     if report.get("ok") and with_gpu and "CUDA" not in report.get("dispatch_keys", []):
         report["ok"] = False
         report["error"] = "a GPU build whose library has no CUDA/HIP kernels registered"
@@ -294,22 +285,6 @@ def run_aot(
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = f"the ahead-of-time compile took more than {timeout:.0f} s"
     _append_log(log_path, "[sagebuild] triton ahead-of-time compile\n" + out + err)
-    done = {
-        (d["variant"], d["arch"]): d
-        for d in (
-            json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("SAGEBUILD_AOT ")
-        )
-    }
-    tail = " | ".join(err.strip().splitlines()[-3:])
-    return [
-        done.get(
-            (v, a),
-            {
-                "variant": v,
-                "arch": a,
-                "ok": False,
-                "error": f"the compile process ended before this kernel: {tail}",
-            },
-        )
-        for v, a in pairs
-    ]
+    done = {(d["variant"], d["arch"]): d for d in _printed(out, "SAGEBUILD_AOT")}
+    ended = "the compile process ended before this kernel: " + " | ".join(err.strip().splitlines()[-3:])
+    return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": ended}) for v, a in pairs]

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sagebuild.build.proc import run_with_oom_retry
-from sagebuild.build.result import CompileResult, build_env, failed
+from sagebuild.build.result import CompileResult, failed, run_plan, succeeded
 from sagebuild.fsio import sha256_file
 
 if TYPE_CHECKING:
@@ -35,23 +34,15 @@ def extension_files(root: Path) -> dict[Path, tuple[int, int]]:
     return out
 
 
-def new_extension_files(
-    before: dict[Path, tuple[int, int]], after: dict[Path, tuple[int, int]]
-) -> list[Path]:
-    return sorted(p for p, sig in after.items() if before.get(p) != sig)
-
-
 def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResult:
     t0 = time.monotonic()
     root = Path(plan.build_dir)
     before = extension_files(root)
-    out = run_with_oom_retry(
-        plan.command, build_env(plan), plan.jobs, plan.cwd, log_path, f"building {root.name}", progress
-    )
+    out = run_plan(plan, log_path, f"building {root.name}", progress)
     if out.rc != 0:
         why = "the compiler was killed for memory" if out.oom else f"setup.py build_ext exited with {out.rc}"
         return failed(plan, log_path, t0, why, out=out)
-    fresh = new_extension_files(before, extension_files(root))
+    fresh = sorted(p for p, sig in extension_files(root).items() if before.get(p) != sig)
     if not fresh:
         why = (
             f"setup.py build_ext finished without an error but no extension file (*.so / *.pyd) appeared "
@@ -60,14 +51,5 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResu
         )
         return failed(plan, log_path, t0, why, [why], out)
     artefacts = [{"path": str(p), "sha256": sha256_file(p)} for p in fresh]
-    return CompileResult(
-        ok=True,
-        mode="source",
-        artefact=artefacts[0]["path"],
-        sha256=artefacts[0]["sha256"],
-        seconds=time.monotonic() - t0,
-        log_path=str(log_path),
-        jobs=out.jobs,
-        retried_with_half_jobs=out.retried_with_half_jobs,
-        artefacts=artefacts,
-    )
+    path, sha = artefacts[0]["path"], artefacts[0]["sha256"]
+    return succeeded(plan, log_path, t0, out, path, sha, artefacts=artefacts)
