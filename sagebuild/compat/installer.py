@@ -40,17 +40,17 @@ def _record_paths(dist_info: Path) -> list[Path]:
     return [Path(os.path.normpath(location / row[0])) for row in rows]
 
 
-def _remove_files(paths: list[Path], location: Path) -> None:
-    """Delete the files (and the bytecode beside .py files), then the folders left empty."""
+def _remove_dist(dist: dict[str, Any], location: Path) -> None:
+    """Delete a distribution's files (and the bytecode beside .py files), then the folders left empty."""
     dirs = set()
-    for p in paths:
-        for f in [p] + ([p.parent / "__pycache__"] if p.suffix == ".py" else []):
-            if f.name == "__pycache__" and f.is_dir():
-                for pyc in f.glob(f"{p.stem}.*.pyc"):
-                    pyc.unlink()
-                dirs.add(f)
-            elif f.is_file() or f.is_symlink():
-                f.unlink()
+    for p in _record_paths(Path(dist["dist_info"])):
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+        cache = p.parent / "__pycache__"
+        if p.suffix == ".py" and cache.is_dir():
+            for pyc in cache.glob(f"{p.stem}.*.pyc"):
+                pyc.unlink()
+            dirs.add(cache)
         dirs.add(p.parent)
     for d in sorted(dirs, key=lambda x: len(x.parts), reverse=True):
         if d != location and location in d.parents:
@@ -98,7 +98,7 @@ def install(python: Optional[str] = None, force: bool = False) -> dict[str, Any]
     for dist in _dists_in(before, site):
         if dist["ours"]:
             replaced.append(dist["version"])
-            _remove_files(_record_paths(Path(dist["dist_info"])), site)
+            _remove_dist(dist, site)
             continue
         if not force:
             raise SagebuildError(
@@ -113,7 +113,7 @@ def install(python: Optional[str] = None, force: bool = False) -> dict[str, Any]
                 f"uninstall it first: {exe} -m pip uninstall sageattention",
             )
         backups.append(str(_backup(dist)))
-        _remove_files(_record_paths(Path(dist["dist_info"])), site)
+        _remove_dist(dist, site)
     stray = site / contents.PACKAGE
     if stray.exists():
         raise SagebuildError(
@@ -122,7 +122,7 @@ def install(python: Optional[str] = None, force: bool = False) -> dict[str, Any]
         )
     files = contents.files()
     files[f"{contents.DIST_INFO}/RECORD"] = contents.record(files)
-    stage = Path(site) / f".sagebuild-compat-{os.getpid()}"
+    stage = site / f".sagebuild-compat-{os.getpid()}"
     try:
         for rel, data in files.items():
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +170,7 @@ def remove(python: Optional[str] = None, restore: bool = False) -> dict[str, Any
     removed = []
     for dist in _dists_in(before, site):
         if dist["ours"]:
-            _remove_files(_record_paths(Path(dist["dist_info"])), site)
+            _remove_dist(dist, site)
             removed.append(dist["version"])
     restored = None
     backup = _latest_backup(site)

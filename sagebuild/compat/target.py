@@ -7,6 +7,7 @@ script: its own sys.path, site-packages and metadata, nothing imported but the s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any, Optional
@@ -81,8 +82,6 @@ def status(python: Optional[str] = None) -> dict[str, Any]:
     ``whose``: "sagebuild" (our distribution provides the module), "upstream" (another
     distribution's), "unpackaged" (a module on sys.path no distribution claims: a source folder, a
     path hack), or None when nothing would be imported."""
-    import os
-
     facts = probe(python)
     origin = facts["origin"]
     module_dir = None
