@@ -7,7 +7,6 @@ the xformers way ("built for torch X with CUDA Y, you have Z").
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +36,7 @@ class QuantOps:
 
 def build_info() -> Optional[dict[str, Any]]:
     """The metadata JSON stored next to the current build (None when nothing is built)."""
-    info_path = paths.current_info(paths.running_ext_dir())
-    try:
-        return json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    return paths.read_info(paths.running_ext_dir())
 
 
 def _describe(t: dict[str, Any]) -> str:

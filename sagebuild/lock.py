@@ -116,7 +116,7 @@ def snapshot(
     facts = dict(facts or {})
     py = facts.get("python") or {}
     system = facts.get("system") or {}
-    doc: dict[str, Any] = {
+    return {
         "lock": LOCK_KIND,
         "version": LOCK_VERSION,
         "python": {
@@ -137,7 +137,6 @@ def snapshot(
         "artefacts": _artefacts(build_info, library),
         "profile": _profile_dict(profile),
     }
-    return doc
 
 
 def _profile_dict(profile: Any | None) -> dict[str, Any] | None:
@@ -264,12 +263,12 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
+def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[Drift]:
     out = []
     for key in sorted(set(locked) | set(current)):
         a, b = locked.get(key), current.get(key)
         if a != b:
-            out.append(Drift(kind, key, a, b))
+            out.append(Drift(kind, prefix + key, a, b))
     return out
 
 
@@ -286,10 +285,9 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         drifts += _flat(kind, locked.get(kind) or {}, current.get(kind) or {})
     drifts += _flat("compiler", _compilers(locked), _compilers(current))
     said = {(d.kind, d.key) for d in drifts}
-    if ("torch", "version") in said:
-        drifts = [d for d in drifts if (d.kind, d.key) != ("torch", "index_url")]
     covered: set[str] = set()
     if ("torch", "version") in said:
+        drifts = [d for d in drifts if (d.kind, d.key) != ("torch", "index_url")]
         covered.add("torch")
     if ("triton", "version") in said or ("triton", "distribution") in said:
         for doc in (locked, current):
@@ -298,8 +296,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
                 covered.add(dists.canonical_name(str(name)))
     la, ca = locked["distributions"], current["distributions"]
     for name in sorted((set(la) | set(ca)) - covered):
-        a = la.get(name, {}).get("version") if name in la else None
-        b = ca.get(name, {}).get("version") if name in ca else None
+        a, b = la.get(name, {}).get("version"), ca.get(name, {}).get("version")
         if a != b:
             drifts.append(Drift("package", name, a, b))
     lart = {a.get("name"): a for a in locked.get("artefacts") or []}
@@ -311,19 +308,12 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             continue
         if a.get("sha256") != b.get("sha256"):
             drifts.append(Drift("artefact", f"{name} sha256", a.get("sha256"), b.get("sha256")))
-        drifts += [
-            Drift("artefact", f"{name} {d.key}", d.locked, d.current)
-            for d in _flat(
-                "artefact", _artefact_build(a.get("build") or {}), _artefact_build(b.get("build") or {})
-            )
-        ]
+        built = _artefact_build(a.get("build") or {}), _artefact_build(b.get("build") or {})
+        drifts += _flat("artefact", *built, prefix=f"{name} ")
     lp, cp = locked.get("profile"), current.get("profile")
     if lp != cp:
         if lp and cp and lp.get("name") == cp.get("name"):
-            drifts += [
-                Drift("profile", f"{lp['name']}.{d.key}", d.locked, d.current)
-                for d in _flat("profile", lp, cp)
-            ]
+            drifts += _flat("profile", lp, cp, prefix=f"{lp['name']}.")
         else:
             drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
@@ -337,12 +327,8 @@ def _read_build(ext_dir: Path) -> tuple[dict[str, Any] | None, Path]:
     is renamed into place after it is written), so the library is the file beside it."""
     from sagebuild.build import paths
 
-    lib = paths.current_lib(ext_dir)
-    try:
-        info = json.loads(paths.current_info(ext_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, lib
-    return (info if isinstance(info, dict) else None), lib
+    info = paths.read_info(ext_dir)
+    return (info if isinstance(info, dict) else None), paths.current_lib(ext_dir)
 
 
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:

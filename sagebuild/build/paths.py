@@ -15,10 +15,11 @@ compiled torch extension only loads into the torch it was built against)::
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from sagebuild import knobs
 
@@ -86,6 +87,14 @@ def current_lib(base: Path) -> Path:
 
 def current_info(base: Path) -> Path:
     return current_dir(base) / INFO_FILE
+
+
+def read_info(base: Path) -> Any:
+    """The current build's record (its ``build_info.json``); None when missing or not JSON."""
+    try:
+        return json.loads(current_info(base).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def builds_dir(base: Path) -> Path:
