@@ -5,6 +5,7 @@ Both are views of the same ``report.json`` document; neither adds facts of its o
 
 from __future__ import annotations
 
+import json
 from html import escape
 from typing import Any
 
@@ -135,10 +136,11 @@ def _verify_table(verify: dict[str, Any], icons: bool = True) -> tuple[list[str]
     for r in verify["results"]:
         a, b = r.get("accuracy") or {}, r.get("bounds") or {}
         note = "; ".join(r["problems"]) + (f" → fix: {r['fix']}" if r.get("fix") else "")
+        status = "ok" if r["ok"] else "fail"
         rows.append(
             [
                 r["variant"],
-                (_ICON["ok" if r["ok"] else "fail"] if icons else ("ok" if r["ok"] else "fail")),
+                _ICON[status] if icons else status,
                 f"{_f(a.get('cos'), 6)} ({_f(b.get('cos_min'), 6)})",
                 f"{_f(a.get('rel_l1'))} ({_f(b.get('rel_l1_max'))})",
                 note or "–",
@@ -228,15 +230,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         gate_s = gate_summary(g)
         if g["speed_gate_applied"] and _gate_metric(b) != "cold":
             gate_s += f" ({_gate_metric(b)})"
-        lines += [
-            "",
-            f"Gate: {gate_s}; "
-            + (
-                "all within thresholds"
-                if not g["failures"]
-                else "below threshold: " + "; ".join(g["failures"])
-            ),
-        ]
+        verdict = "below threshold: " + "; ".join(g["failures"]) if g["failures"] else "all within thresholds"
+        lines += ["", f"Gate: {gate_s}; {verdict}"]
     files = [f"`{k}`: {v}" for k, v in report["files"].items() if v]
     if files:
         lines += ["", "Files: " + " · ".join(files)]
@@ -277,8 +272,6 @@ def _html_table(head: list[str], rows: list[list[str]], status_col: int | None =
 
 def to_html(report: dict[str, Any]) -> str:
     """One self-contained page (inline CSS and SVG; no scripts, no external assets)."""
-    import json
-
     ok = report["ok"]
     parts = [
         "<!DOCTYPE html>",

@@ -42,9 +42,7 @@ def _is_type(value: Any, name: str) -> bool:
 def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:
     """All violations as ``path: problem`` strings; an empty list means valid."""
     root = schema if schema is not None else load_schema()
-    errors: list[str] = []
-    _check(instance, root, root, "$", errors)
-    return errors
+    return validate_sub(instance, root, root, "$")
 
 
 def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +101,7 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], path: str, er
 
 
 def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
+    """The violations of ``value`` at ``path`` against ``node``, a part of the schema ``root``."""
     errors: list[str] = []
     _check(value, node, root, path, errors)
     return errors
