@@ -73,22 +73,8 @@ def plan_text(plan: dict[str, Any] | None) -> str:
 
 def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """A bench result's rows as text cells (the report's tables and ``sagebuild bench``'s)."""
-    head = [
-        "seq",
-        "provider",
-        "kind",
-        "kernel",
-        "median ms",
-        "p20–p80 ms",
-        "back-to-back ms",
-        "sustained ms",
-        "TFLOPS",
-        "speed-up",
-        "cos",
-        "rel L1",
-        "RMSE",
-        "max abs",
-    ]
+    head = ["seq", "provider", "kind", "kernel", "median ms", "p20–p80 ms", "back-to-back ms", "sustained ms",
+            "TFLOPS", "speed-up", "cos", "rel L1", "RMSE", "max abs"]  # fmt: skip
     rows = []
     for r in bench["rows"]:
         t, a = r.get("timing"), r.get("accuracy") or {}
@@ -125,6 +111,16 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             head.pop(col)
             for row in rows:
                 row.pop(col)
+    return head, rows
+
+
+def _steps_table(report: dict[str, Any], icons: bool = True) -> tuple[list[str], list[list[str]]]:
+    """The accept steps; ``icons`` as in ``_verify_table``."""
+    head = ["step", "result" if icons else "status", "exit", "seconds", "summary"]
+    rows = []
+    for s in report["steps"]:
+        status = f"{_ICON[s['status']]} {s['status']}" if icons else s["status"]
+        rows.append([s["name"], status, str(s["exit_code"]), _f(s["seconds"], 1), s["summary"]])
     return head, rows
 
 
@@ -171,19 +167,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"sagebuild {report['sagebuild_version']} · {report['created']}",
         "",
     ]
-    lines += _md_table(
-        ["step", "result", "exit", "seconds", "summary"],
-        [
-            [
-                s["name"],
-                f"{_ICON[s['status']]} {s['status']}",
-                str(s["exit_code"]),
-                _f(s["seconds"], 1),
-                s["summary"],
-            ]
-            for s in report["steps"]
-        ],
-    )
+    lines += _md_table(*_steps_table(report))
     checks = report["checks"]
     counts = {k: sum(c["status"] == k for c in checks) for k in ("ok", "warn", "fail", "skip")}
     lines += [
@@ -283,14 +267,7 @@ def to_html(report: dict[str, Any]) -> str:
         f"<p>Profile <b>{escape(report['profile']['name'])}</b> ({escape(report['profile']['why'])}) · "
         f"sagebuild {escape(report['sagebuild_version'])} · {escape(report['created'])}</p>",
         "<h2>Steps</h2>",
-        _html_table(
-            ["step", "status", "exit", "seconds", "summary"],
-            [
-                [s["name"], s["status"], str(s["exit_code"]), _f(s["seconds"], 1), s["summary"]]
-                for s in report["steps"]
-            ],
-            status_col=1,
-        ),
+        _html_table(*_steps_table(report, icons=False), status_col=1),
     ]
     for s in report["steps"]:
         if s["error"]:
