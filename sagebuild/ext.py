@@ -78,11 +78,9 @@ def _try_load() -> bool:
             _error = f"{paths.current_info(paths.running_ext_dir())} is missing or unreadable: {_REBUILD}"
             return False
         built, running = info.get("torch", {}), _running_torch()
+        versions = f"built for {_describe(built)}, you have {_describe(running)}"
         if tuple(built.get(k) for k in running) != tuple(running.values()):
-            _error = (
-                f"sagebuild's extension was built for {_describe(built)}, you have {_describe(running)}: "
-                "rebuild it with `sagebuild compile`"
-            )
+            _error = f"sagebuild's extension was {versions}: rebuild it with `sagebuild compile`"
             return False
         if sha256_file(real) != info.get("sha256"):
             _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
@@ -94,10 +92,7 @@ def _try_load() -> bool:
                 torch.ops.load_library(str(real))
             _register_fakes()
         except Exception as e:  # any loader failure is reported through unavailable_reason()
-            _error = (
-                f"loading {real} failed ({type(e).__name__}: {e}); it was built for {_describe(built)}, "
-                f"you have {_describe(running)}; rebuild with `sagebuild compile`"
-            )
+            _error = f"loading {real} failed ({type(e).__name__}: {e}); it was {versions}; {_REBUILD}"
             return False
         _loaded_from = real
         return True
