@@ -1,11 +1,8 @@
 """The frozen lockfile: what a working environment was, byte-for-byte reproducible, and drift checks.
 
-``snapshot`` reads the environment into a plain dict of what determines behaviour: the
-distributions, the torch build, the GPU archs, and the built artefact (its hash, target archs,
-torch ABI and the compilers that built it, as the build recorded them). No timestamps, durations,
-job counts or paths, and no tool looked up on today's PATH (activating a venv must not drift the
-lock). ``render`` turns it into canonical JSON (same environment → same bytes), ``requirements``
-exports a pip file that reinstalls the same versions, and ``diff`` lists each difference once.
+A lock holds only what determines behaviour: the distributions, the torch build, the GPU archs and
+the built artefact as its build recorded it. No timestamps, durations, job counts or paths, and no
+tool looked up on today's PATH (activating a venv must not drift the lock).
 """
 
 from __future__ import annotations
@@ -107,12 +104,9 @@ def snapshot(
     distributions: Mapping[str, Mapping[str, Any]] | None = None,
     library: Path | None = None,
 ) -> dict[str, Any]:
-    """The lock document for this environment. ``facts`` is ``probe.collect().to_dict()``;
-    ``library`` is the built library ``build_info`` describes (its hash is read from the file).
-
-    All parameters can be passed in (tests, a probe of another interpreter); the defaults read
-    the running interpreter.
-    """
+    """The lock document. ``facts`` is ``probe.collect().to_dict()``; ``library`` is the built library
+    ``build_info`` describes (its hash is read from the file); ``distributions`` defaults to this
+    interpreter's."""
     facts = dict(facts or {})
     py = facts.get("python") or {}
     system = facts.get("system") or {}
@@ -332,12 +326,8 @@ def _read_build(ext_dir: Path) -> tuple[dict[str, Any] | None, Path]:
 
 
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
-    """Snapshot of ``python``'s environment now (default: this interpreter's): probe facts, its
-    installed distributions and the extension built for it.
-
-    With another interpreter every fact comes from that interpreter (its probe, its
-    distributions, its extension directory), never from the one running sagebuild.
-    """
+    """Snapshot of ``python``'s environment now (default: this interpreter's): its probe facts,
+    distributions and extension build, all read from that interpreter, never from sagebuild's."""
     if facts is None:
         from sagebuild.probe import collect
 

@@ -65,11 +65,10 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
         result.aot = run_aot(plan.aot, log_path, plan.python)
         broken = [a for a in result.aot if a.get("ok") is False]
         if broken:
+            names = [f"{a['variant']}@{a['arch']}" for a in broken]
             result.ok = False
-            result.error = "Triton ahead-of-time compile failed for " + ", ".join(
-                f"{a['variant']}@{a['arch']}" for a in broken
-            )
-            result.key_lines = [f"{a['variant']}@{a['arch']}: {a.get('error')}" for a in broken]
+            result.error = "Triton ahead-of-time compile failed for " + ", ".join(names)
+            result.key_lines = [f"{n}: {a.get('error')}" for n, a in zip(names, broken)]
             result.explanation = explain_for_report("\n".join(str(a.get("error")) for a in broken))
     result.seconds = time.monotonic() - t0
     return result
@@ -266,11 +265,8 @@ for variant, arch in json.loads(sys.argv[1]):
 def run_aot(
     pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] = None, timeout: float = 1800.0
 ) -> list[dict[str, Any]]:
-    """Compile each (variant, arch) with Triton for the target, in a subprocess.
-
-    The subprocess isolates compiler crashes and runs without ``TRITON_INTERPRET`` (the
-    interpreter cannot compile ahead of time).
-    """
+    """Compile each (variant, arch) with Triton for the target, in a subprocess: it isolates compiler
+    crashes and runs without ``TRITON_INTERPRET`` (the interpreter cannot compile ahead of time)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:
         proc = subprocess.run(
