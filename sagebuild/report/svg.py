@@ -31,6 +31,9 @@ def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: 
     def y(v: float) -> float:
         return _T + ph - v / y_max * ph
 
+    def hline(v: float, style: str, cls: str = "") -> str:
+        return f'<line{cls} x1="{_L}" y1="{y(v):.1f}" x2="{_L + pw}" y2="{y(v):.1f}" {style}/>'
+
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="speedup-chart" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" role="img" aria-label="{escape(title)}">',
@@ -40,11 +43,12 @@ def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: 
         f'<line x1="{_L}" y1="{_T + ph}" x2="{_L + pw}" y2="{_T + ph}" stroke="black"/>',
         f'<line x1="{_L}" y1="{_T}" x2="{_L}" y2="{_T + ph}" stroke="black"/>',
     ]
+
     for s in seqs:
-        out.append(
-            f'<line x1="{x(s):.1f}" y1="{_T + ph}" x2="{x(s):.1f}" y2="{_T + ph + 5}" stroke="black"/>'
-        )
-        out.append(f'<text x="{x(s):.1f}" y="{_T + ph + 18}" text-anchor="middle" font-size="11">{s}</text>')
+        out += [
+            f'<line x1="{x(s):.1f}" y1="{_T + ph}" x2="{x(s):.1f}" y2="{_T + ph + 5}" stroke="black"/>',
+            f'<text x="{x(s):.1f}" y="{_T + ph + 18}" text-anchor="middle" font-size="11">{s}</text>',
+        ]
     out.append(
         f'<text x="{_L + pw / 2:.0f}" y="{H - 6}" text-anchor="middle" font-size="12">'
         "sequence length (log scale)</text>"
@@ -52,20 +56,14 @@ def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: 
     for i in range(5):
         v = y_max * i / 4
         out.append(f'<text x="{_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v:.2f}</text>')
-        out.append(f'<line x1="{_L}" y1="{y(v):.1f}" x2="{_L + pw}" y2="{y(v):.1f}" stroke="#eee"/>')
+        out.append(hline(v, 'stroke="#eee"'))
     out.append(
         f'<text x="14" y="{_T + ph / 2:.0f}" font-size="12" text-anchor="middle" '
         f'transform="rotate(-90 14 {_T + ph / 2:.0f})">speed-up vs SDPA (×)</text>'
     )
-    out.append(
-        f'<line x1="{_L}" y1="{y(1.0):.1f}" x2="{_L + pw}" y2="{y(1.0):.1f}" stroke="#888" '
-        'stroke-dasharray="4 3"/>'
-    )
+    out.append(hline(1.0, 'stroke="#888" stroke-dasharray="4 3"'))
     if gate:
-        out.append(
-            f'<line class="gate" x1="{_L}" y1="{y(gate):.1f}" x2="{_L + pw}" y2="{y(gate):.1f}" '
-            'stroke="#d62728" stroke-dasharray="8 4"/>'
-        )
+        out.append(hline(gate, 'stroke="#d62728" stroke-dasharray="8 4"', ' class="gate"'))
         out.append(
             f'<text x="{_L + pw - 4}" y="{y(gate) - 4:.1f}" text-anchor="end" font-size="10" '
             f'fill="#d62728">gate {gate:g}×</text>'
