@@ -10,14 +10,10 @@ from typing import Any
 
 
 def _case(
-    suite: ET.Element,
-    classname: str,
-    name: str,
-    status: str,
-    message: str = "",
-    text: str = "",
-    seconds: float | None = None,
+    suite: ET.Element, name: str, status: str, message: str = "", text: str = "", seconds: float | None = None
 ) -> None:
+    """One test case, classed under its suite's name."""
+    classname = suite.get("name", "")
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds or 0.0:.3f}")
     if status == "fail":
         ET.SubElement(case, "failure", message=message[:500], type="failure").text = text or message
@@ -42,21 +38,17 @@ def to_junit(report: dict[str, Any]) -> str:
     for s in report["steps"]:
         expl = "\n".join(f"{m['title']}: {m['cause']}\nfix: {m['fix']}" for m in s["explanation"])
         text = "\n\n".join(x for x in (s.get("error") or "", expl) if x)
-        _case(
-            steps, "sagebuild.steps", s["name"], s["status"], s["summary"], text or s["summary"], s["seconds"]
-        )
+        _case(steps, s["name"], s["status"], s["summary"], text or s["summary"], s["seconds"])
     checks = ET.SubElement(root, "testsuite", name="sagebuild.doctor")
     for c in report["checks"]:
         msg = c["detail"] + (f" — fix: {c['fix']}" if c.get("fix") else "")
         status = "ok" if c["status"] == "warn" else c["status"]
-        _case(checks, "sagebuild.doctor", c["id"], status, msg, msg if c["status"] == "warn" else "")
+        _case(checks, c["id"], status, msg, msg if c["status"] == "warn" else "")
     if report.get("verify"):
         vs = ET.SubElement(root, "testsuite", name="sagebuild.verify")
         for r in report["verify"]["results"]:
             msg = "; ".join(r["problems"]) + (f" — fix: {r['fix']}" if r.get("fix") else "")
-            _case(
-                vs, "sagebuild.verify", r["variant"], "ok" if r["ok"] else "fail", msg, msg, r.get("seconds")
-            )
+            _case(vs, r["variant"], "ok" if r["ok"] else "fail", msg, msg, r.get("seconds"))
     if report.get("bench"):
         bs = ET.SubElement(root, "testsuite", name="sagebuild.bench")
         failures = report["bench"]["gate"]["failures"]
@@ -65,7 +57,7 @@ def to_junit(report: dict[str, Any]) -> str:
                 continue
             name = f"{r['provider']}[{r['kind']}] seq={r['seq']}"
             mine = [f for f in failures if f.startswith(f"{r['provider']} ") and f"seq={r['seq']}" in f]
-            _case(bs, "sagebuild.bench", name, "fail" if mine else "ok", "; ".join(mine), "; ".join(mine))
+            _case(bs, name, "fail" if mine else "ok", "; ".join(mine), "; ".join(mine))
     for suite in root.findall("testsuite"):
         _finish(suite)
     for key in ("tests", "failures", "skipped", "errors"):
