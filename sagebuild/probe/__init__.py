@@ -35,11 +35,9 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
         if not (folder / "__init__.py").is_file():
             continue
         origin = raw_py.get(f"{name}_origin")
-        installed = (
-            Path(origin).parent
-            if origin and origin.endswith("__init__.py")
-            else (Path(origin) if origin else None)
-        )
+        installed = Path(origin) if origin else None
+        if installed is not None and origin.endswith("__init__.py"):
+            installed = installed.parent
         if installed is not None and installed.resolve() == folder.resolve():
             own.append(str(folder))  # the installed package *is* this folder (an editable install)
             continue

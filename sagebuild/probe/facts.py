@@ -159,14 +159,9 @@ class Facts:
 
     def gpu_archs(self) -> list[str]:
         """De-duplicated canonical archs: torch devices first, then KFD sysfs, rocminfo, nvidia-smi."""
-        seen: list[str] = []
         sources = [d.arch for d in self.torch.devices if d.arch]
         sources += self.kfd_archs + self.rocminfo_archs + self.nvidia_smi_archs
-        for a in sources:
-            name = archs.normalize(a)
-            if name not in seen:
-                seen.append(name)
-        return seen
+        return list(dict.fromkeys(archs.normalize(a) for a in sources))
 
     def tool(self, name: str) -> ToolFact:
         """The fact for ``name``; an absent tool when it was not probed."""

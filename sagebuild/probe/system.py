@@ -32,11 +32,8 @@ MAX_READ_BYTES = 1024 * 1024  # the files probed (os-release, /proc and /sys nod
 
 
 def read_text_capped(path: Path, limit: int = MAX_READ_BYTES) -> Optional[str]:
-    """A regular file's first ``limit`` bytes as text; None for anything else.
-
-    A FIFO, socket or device under a probed root would block or never end (``doctor --root``
-    hung on one): only regular files are opened, and without blocking.
-    """
+    """A regular file's first ``limit`` bytes as text; None for anything else: a FIFO, socket or
+    device under a probed root would block or never end, so only regular files are opened."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -184,22 +181,17 @@ def kfd_archs(root: Root) -> list[str]:
     nodes = root.path(KFD_NODES)
     if not nodes.is_dir():
         return []
-    found: list[str] = []
 
     def order(p: Path) -> tuple[int, str]:
         return (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
 
+    found: list[str] = []
     for node in sorted(nodes.iterdir(), key=order):
-        text = read_text_capped(node / "properties")
-        if text is None:
-            continue
-        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.MULTILINE)
-        if not m:
-            continue
-        name = archs.decode_gfx_target_version(int(m.group(1)))
-        if name and name not in found:
+        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", read_text_capped(node / "properties") or "", re.M)
+        name = archs.decode_gfx_target_version(int(m.group(1))) if m else None
+        if name:
             found.append(name)
-    return found
+    return list(dict.fromkeys(found))
 
 
 def driver_version(root: Root) -> Optional[str]:

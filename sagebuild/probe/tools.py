@@ -128,22 +128,14 @@ def parse_version(text: str, pattern: Optional[str]) -> Optional[str]:
 
 def rocminfo_archs(text: str) -> list[str]:
     """``Name: gfx1201`` lines of rocminfo output, canonical and de-duplicated."""
-    out: list[str] = []
-    for m in re.finditer(r"^\s*Name:\s*(gfx[0-9a-f]+)", text, re.MULTILINE):
-        a = archs.normalize(m.group(1))
-        if a not in out:
-            out.append(a)
-    return out
+    found = re.finditer(r"^\s*Name:\s*(gfx[0-9a-f]+)", text, re.MULTILINE)
+    return list(dict.fromkeys(archs.normalize(m.group(1)) for m in found))
 
 
 def nvidia_smi_archs(text: str) -> list[str]:
     """Compute capabilities (``driver, 9.0`` lines) → ``sm90``."""
-    out: list[str] = []
-    for m in re.finditer(r",\s*(\d+)\.(\d+)\s*$", text, re.MULTILINE):
-        a = archs.cuda_arch(int(m.group(1)), int(m.group(2)))
-        if a not in out:
-            out.append(a)
-    return out
+    found = re.finditer(r",\s*(\d+)\.(\d+)\s*$", text, re.MULTILINE)
+    return list(dict.fromkeys(archs.cuda_arch(int(m.group(1)), int(m.group(2))) for m in found))
 
 
 def probe_tool(

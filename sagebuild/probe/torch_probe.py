@@ -176,11 +176,9 @@ def run_script(
 ) -> tuple[Optional[dict], Optional[dict], Optional[str], float]:
     """Run the probe → (python dict, torch dict, error, seconds). Never raises."""
     start = time.monotonic()
-    # A neutral working directory: a ./torch or ./sageattention folder must not break the probe.
-    argv = [python, "-c", SCRIPT]
-    try:
+    try:  # a neutral working directory: a ./torch or ./sageattention folder must not break the probe
         p = subprocess.run(
-            argv,
+            [python, "-c", SCRIPT],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -191,26 +189,18 @@ def run_script(
         )
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return (
-            _tagged(out, PY_TAG),
-            None,
-            f"the torch probe did not finish within {timeout:.0f} s (import torch hangs?)",
-            time.monotonic() - start,
-        )
+        err = f"the torch probe did not finish within {timeout:.0f} s (import torch hangs?)"
+        return _tagged(out, PY_TAG), None, err, time.monotonic() - start
     except OSError as e:
         return None, None, f"cannot run {python}: {e.strerror or e}", time.monotonic() - start
     seconds = time.monotonic() - start
     py, tor = _tagged(p.stdout, PY_TAG), _tagged(p.stdout, TORCH_TAG)
     if p.returncode < 0:
-        return (
-            py,
-            None,
-            (
-                f"the interpreter was killed by {_signal_name(p.returncode)} while importing "
-                f"torch/triton (a broken GPU library install?)"
-            ),
-            seconds,
+        err = (
+            f"the interpreter was killed by {_signal_name(p.returncode)} while importing "
+            "torch/triton (a broken GPU library install?)"
         )
+        return py, None, err, seconds
     if tor is None:
         tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
         return py, None, f"the torch probe failed (exit code {p.returncode}): {tail[0]}", seconds
