@@ -1,10 +1,7 @@
 """Where output goes, for every layer: reports and tables on stdout, diagnostics on stderr.
 
-The ``pip list`` / ``collect_env`` convention: ``sagebuild profiles | grep rdna`` and
-``sagebuild doctor > d.txt`` capture the answer, while progress, warnings and errors stay on the
-terminal. With ``--json`` the JSON document is the only thing on stdout (commands then print
-their human output nowhere). Build, bench and accept code imports from here, never from ``cli``.
-Nothing here imports torch.
+So ``sagebuild doctor > d.txt`` captures the answer while progress and errors stay on the terminal;
+with ``--json`` the JSON document is the only thing on stdout. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -38,30 +35,28 @@ def interactive(json_out: bool = False) -> bool:
     return not json_out and err.is_terminal and not os.environ.get("CI")
 
 
-def line(message: str) -> None:
-    """One plain progress line on stderr, flushed at once (CI kills jobs silent for 10 minutes)."""
-    sys.stderr.write(message.rstrip("\n") + "\n")
-    sys.stderr.flush()
-
-
 @contextlib.contextmanager
 def status(title: str, json_out: bool = False) -> Iterator[Optional[Callable[[str], None]]]:
     """Yields ``say(message)``: a spinner on a terminal, None elsewhere (use :func:`steps` for CI)."""
     if not interactive(json_out):
         yield None
         return
-    with err.status(title) as st:
-        yield lambda msg: st.update(f"{title}: {msg}")
+    with steps(title) as say:
+        yield say
 
 
 @contextlib.contextmanager
 def steps(title: str, json_out: bool = False) -> Iterator[Callable[[str], None]]:
-    """Yields ``say(message)`` that always reports progress: a spinner on a terminal, and in a pipe
-    or CI one line per message with the elapsed time (``--json`` keeps stdout clean: lines go to
-    stderr)."""
+    """Yields ``say(message)`` that always reports progress: a spinner on a terminal, else one
+    flushed stderr line per message with the elapsed time (CI kills jobs silent for 10 minutes)."""
     if interactive(json_out):
         with err.status(title) as st:
             yield lambda msg: st.update(f"{title}: {msg}")
         return
     t0 = time.monotonic()
-    yield lambda msg: line(f"[{time.monotonic() - t0:7.1f}s] {title}: {msg}")
+
+    def say(msg: str) -> None:
+        sys.stderr.write(f"[{time.monotonic() - t0:7.1f}s] {title}: {msg}".rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+    yield say
