@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from sagebuild.cli.common import (
+    STATUS_STYLE,
     ArchOpt,
     BatchOpt,
     CausalOpt,
@@ -123,9 +124,10 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json({**res.summary(), **({"compat": compat_doc} if compat else {})})
         else:
-            style = {"ok": "[green]ok[/]", "fail": "[bold red]FAIL[/]", "skip": "[dim]skip[/]"}
             for s in res.report["steps"]:
-                out.print(f"{style[s['status']]:>22} {s['name']:<8} {escape(s['summary'])}", highlight=False)
+                out.print(
+                    f"{STATUS_STYLE[s['status']]:>22} {s['name']:<8} {escape(s['summary'])}", highlight=False
+                )
                 for m in s["explanation"][:2]:
                     if not m.get("cause") or not m.get("fix"):
                         continue

@@ -28,6 +28,14 @@ out = _consoles.out  # reports and tables
 # set by the root ``--debug`` option: an internal error then shows its traceback
 DEBUG = False
 
+# a check's or a step's status as a table cell
+STATUS_STYLE = {
+    "ok": "[green]ok[/]",
+    "warn": "[yellow]warn[/]",
+    "fail": "[bold red]FAIL[/]",
+    "skip": "[dim]skip[/]",
+}
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
 ProfileOpt = Annotated[
     str,
@@ -122,7 +130,7 @@ def parse_shape(text: str, option: str) -> Any:
 def emit_json(doc: dict[str, Any]) -> None:
     """Write ``doc`` (with the schema version) as the only thing on stdout."""
     doc = {"schema_version": JSON_SCHEMA_VERSION, **doc}
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
 
@@ -157,8 +165,7 @@ def fail(err: SagebuildError, json_out: bool = False, command: str | None = None
 
 
 def _passthrough() -> tuple[type[BaseException], ...]:
-    """The CLI framework's own exits and usage errors: typer's, and click's where typer still
-    builds on click (typer 0.29 no longer depends on it)."""
+    """The CLI framework's own exits and usage errors: typer's, and click's where installed."""
     types: list[type[BaseException]] = [typer.Exit, typer.Abort]
     types += [typer.TyperException] if hasattr(typer, "TyperException") else []
     try:

@@ -8,18 +8,20 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from sagebuild import console
-from sagebuild.cli.common import JsonOpt, ProfileOpt, PythonOpt, RootOpt, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import (
+    STATUS_STYLE,
+    JsonOpt,
+    ProfileOpt,
+    PythonOpt,
+    RootOpt,
+    emit_json,
+    exit_with,
+    handle_errors,
+)
 from sagebuild.errors import Exit
 
 if TYPE_CHECKING:
     from sagebuild.doctor import DoctorResult
-
-_STYLE = {
-    "ok": "[green]ok[/]",
-    "warn": "[yellow]warn[/]",
-    "fail": "[bold red]FAIL[/]",
-    "skip": "[dim]skip[/]",
-}
 
 
 def render(doc: dict[str, Any]) -> None:
@@ -54,7 +56,7 @@ def render(doc: dict[str, Any]) -> None:
     table.add_column("detail / fix")
     for c in doc["checks"]:
         cell = escape(c["detail"]) + (f"\n[bold]fix:[/] {escape(c['fix'])}" if c["fix"] else "")
-        table.add_row(_STYLE[c["status"]], c["id"], cell)
+        table.add_row(STATUS_STYLE[c["status"]], c["id"], cell)
     out.print(table)
     colour = {"ok": "green", "warn": "yellow", "fail": "red"}[doc["verdict"]]
     out.print(f"[bold {colour}]{doc['verdict'].upper()}[/] {escape(doc['summary'])}", highlight=False)

@@ -1,13 +1,8 @@
 """``sagebuild explain FILE|-``: name the known failure in a build or run log and print the fix.
 
-The log is streamed, never read whole: its last 2 MiB are searched, lines are cut at 4096
-characters and an endless stream (``/dev/zero``, a FIFO) is read for at most 256 MiB; what was left
-out is said (on stderr, and as ``truncated`` in ``--json``).
-
-Exit status: 0 whether or not something matched — "no known failure matched" is an answer, not
-an error, and the command is used inside pipelines (``cmd 2>&1 | sagebuild explain -``) whose own
-status should decide; ``--json`` carries ``matched: true|false`` for scripts. 2 when the file
-cannot be read.
+The log is streamed within ``sagebuild.explain``'s bounds; what was left out is said on stderr and
+as ``truncated`` in ``--json``. Exit 0 whether or not something matched (in ``cmd 2>&1 | sagebuild
+explain -`` the pipeline's own status decides; ``--json`` carries ``matched``), 2 when unreadable.
 """
 
 from __future__ import annotations
@@ -38,14 +33,8 @@ def explain_command(
         name, text = log, read_log_file(Path(log))
     matches = explain(text.text)
     if json_out:
-        emit_json(
-            {
-                "log": name,
-                "matched": bool(matches),
-                "matches": [m.to_dict() for m in matches],
-                "read": text.to_dict(),
-            }
-        )
+        doc = {"log": name, "matched": bool(matches), "matches": [m.to_dict() for m in matches]}
+        emit_json({**doc, "read": text.to_dict()})
         return
     if text.note:
         console.print(f"[yellow]note:[/] {escape(name)}: {escape(text.note)}", highlight=False)
