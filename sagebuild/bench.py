@@ -1,12 +1,9 @@
 """``sagebuild bench``: PyTorch SDPA against the quantized kernels, timing and accuracy, with a gate.
 
-Fixed seed, warm-up, then many timed repetitions; the median and the 20th/80th percentiles are
-reported. On a GPU each repetition is timed with device events after the L2 cache is flushed
-(cold-cache numbers, as ``triton.testing.do_bench`` takes them). Rows: SDPA (the baseline,
-with the backend it actually dispatched to), ``sageattn`` (auto dispatch, the whole call with
-quantization), every variant the profile lists as a whole call and kernel-only (inputs
-quantized beforehand). On a CPU the golden model is timed and labelled as CPU timings, and no
-speed gate applies; accuracy bounds apply everywhere.
+Rows: SDPA (the baseline, with the backend it dispatched to), ``sageattn`` (auto dispatch) and
+every variant this GPU runs, as a whole call and kernel-only (K/V quantized beforehand). On a GPU
+calls are timed with device events after an L2 flush (cold, as ``triton.testing.do_bench``); on a
+CPU the golden model is timed, labelled so and not speed-gated. Accuracy bounds apply everywhere.
 """
 
 from __future__ import annotations
@@ -49,14 +46,10 @@ class BenchConfig:
     warmup: int = 10
     reps: int = 50
     seed: int = 0
-    # the timed calls are split into up to this many rounds, each timing every provider in turn
-    # (``time_interleaved``): drift of the machine hits every provider alike
-    rounds: int = 5
-    # seconds of back-to-back calls per provider and round for the sustained time (0: not
-    # measured): long enough for the GPU to settle at its power limit (``time_interleaved``)
+    rounds: int = 5  # the timed calls' rounds, each timing every provider (``time_interleaved``)
+    # seconds of back-to-back calls per provider and round (0: off): the GPU at its power limit
     sustain_s: float = 0.0
-    # which speed-up the gate compares (``GATE_METRICS``); "sustained" needs sustain_s > 0
-    gate_on: str = "cold"
+    gate_on: str = "cold"  # the speed-up the gate compares (``GATE_METRICS``)
     # explicit SDPA-relative gate (``--min-speedup``): None takes the profile's (0 there: off)
     min_speedup: Optional[float] = None
 
@@ -132,14 +125,10 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 
 @dataclass
 class Timing:
-    """Cold per-call times (median, p20, p80 of ``reps`` calls) and, on GPUs, ``back_to_back_ms``:
-    the time per call of calls issued back to back, warm (``time_interleaved``: a burst per
-    round, at least ``B2B_MIN_CALLS`` long; the median over rounds). Cold calls are each preceded
-    by an L2 flush long enough to hide the host's time for one call, so they measure the device;
-    back-to-back calls measure the slower of host and device, what a loop of small calls sees.
-    ``sustained_ms`` (``--sustain``): per call over the second half of seconds of back-to-back
-    calls, the median over rounds: the GPU at its power limit, where clocks fall by how much
-    power a kernel draws, what a long job sees."""
+    """Cold per-call times (an L2 flush before each call hides the host: they time the device)
+    and, on GPUs, medians over rounds of the per-call time of warm back-to-back calls (the slower
+    of host and device, what a loop of small calls sees) and of ``--sustain`` seconds of them (the
+    GPU at its power limit, what a long job sees)."""
 
     median_ms: float
     p20_ms: float
@@ -212,18 +201,14 @@ def _gpu_sustained(fn: Callable[[], Any], seconds: float, per_call_ms: float, de
 
 
 def rounds_used(reps: int, rounds: int) -> int:
-    """How many rounds ``time_interleaved`` splits ``reps`` timed calls into: each round has at
-    least one call."""
+    """How many rounds ``time_interleaved`` splits ``reps`` timed calls into (each has one or more)."""
     return max(1, min(rounds, reps))
 
 
 def _round_order(n: int, r: int) -> list[int]:
-    """The order round r times n functions in: a Williams design (the sequence 0, 1, n-1, 2,
-    n-2, ... shifted by r, mirrored in every other block of n rounds), so that from round to
-    round each function follows a different one: for even n, every ordered pair is adjacent
-    once in n rounds. A GPU at its power limit runs a kernel at the clock the previous kernel's
-    burst left; a fixed order, or a rotation of one, would hand a function the same
-    predecessor's power state in (almost) every round."""
+    """The order round r times n functions in: a Williams design (0, 1, n-1, 2, n-2, ... shifted
+    by r, mirrored every other n rounds), so each function follows a different one from round to
+    round; a GPU at its power limit runs a kernel at the clock its predecessor's burst left."""
     seq, lo, hi = [0], 1, n - 1
     while len(seq) < n:
         seq.append(lo)
@@ -245,14 +230,10 @@ def time_interleaved(
     sustain_s: float = 0.0,
 ) -> list[Timing | Exception]:
     """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
-    ``reps`` timed calls each, split into up to ``rounds`` rounds that time every function in
-    turn, so a machine's drift (clocks, neighbours, the host) hits every function alike and their
-    ratios stay fair (each round in another order: ``_round_order``). On a CUDA/HIP
-    ``device``: cold per-call device times (L2 flushed before each call) and, per round, the
-    back-to-back time per call of a burst of the round's calls (at least ``B2B_MIN_CALLS``); its
-    median is ``back_to_back_ms``; with ``sustain_s`` > 0 also that many seconds of calls per
-    round (``_gpu_sustained``), whose median is ``sustained_ms``. Elsewhere: CPU wall clock per
-    call."""
+    ``reps`` timed calls split into up to ``rounds`` rounds that each time every function (in
+    ``_round_order``), so the machine's drift hits all alike. On a CUDA/HIP ``device``: cold
+    device times, and per round a back-to-back burst and, with ``sustain_s``, ``_gpu_sustained``;
+    elsewhere CPU wall clock."""
     gpu = device is not None and getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
@@ -288,7 +269,7 @@ def time_interleaved(
                     samples[i] += _cpu_samples(fn, n)
             except Exception as exc:  # noqa: BLE001
                 failed[i] = exc
-    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    med = lambda xs: statistics.median(xs) if xs else None
     return [
         failed.get(i)
         or replace(
@@ -318,12 +299,8 @@ def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> 
 
 
 def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
-    """The backend SDPA's default dispatch picked for these exact inputs.
-
-    Determined by recording the aten ops of one call with a ``TorchDispatchMode``: SDPA is a
-    composite op, so the recorder sees the backend-specific op it resolved to (cudnn, flash,
-    efficient; the math fallback shows up as plain matmul/softmax ops).
-    """
+    """The backend SDPA's default dispatch picked for these inputs: SDPA is a composite op, so a
+    ``TorchDispatchMode`` recording one call sees the op it resolved to (math: plain matmuls)."""
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -338,13 +315,8 @@ def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
 
     with _Recorder() as rec:
         F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    name = next((_SDPA_OPS[o] for o in rec.ops if o in _SDPA_OPS), None)
-    if name is None:
-        name = (
-            "math"
-            if any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in rec.ops)
-            else "unknown"
-        )
+    math = any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in rec.ops)
+    name = next((_SDPA_OPS[o] for o in rec.ops if o in _SDPA_OPS), "math" if math else "unknown")
     return {
         "name": name,
         "how": "the aten op SDPA dispatched to on one call with these inputs (TorchDispatchMode)",
@@ -414,14 +386,10 @@ def gate(
     regression: float = 0.85,
     shape_of: Callable[[int], str] = str,
 ) -> list[str]:
-    """Every threshold a row misses: accuracy bounds always; on a GPU (``speed_gate``) the
-    regression gate (``sageattn``'s speed-up below ``regression`` of the profile's ``expected``
-    one for the row's shape, ``shape_of(seq)``; shapes without an expectation are not
-    speed-gated) and, when ``min_speedup`` > 0, the explicit SDPA-relative gate. Fills the rows'
-    ``expected_speedup`` / ``vs_expected``. ``metric``: which speed-up (``GATE_METRICS``).
-
-    Each message starts with the provider and names ``seq=N`` (the JUnit cases key on that).
-    """
+    """Every threshold a row misses: accuracy bounds always; on a GPU (``speed_gate``) sageattn's
+    ``metric`` speed-up below ``regression`` × the ``expected`` one for ``shape_of(seq)`` (none:
+    not gated; fills ``expected_speedup``/``vs_expected``) or below ``min_speedup`` when that is
+    > 0. Each message starts with the provider and names ``seq=N`` (the JUnit cases key on that)."""
     out = []
     what = "speed-up" if metric == "cold" else f"{metric} speed-up"
     for r in rows:
@@ -494,9 +462,8 @@ def _kernel_only(
     config: Any = None,
     pv_accum: Optional[str] = None,
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """A callable that runs only the attention launch of the explicit function's plan on K/V
-    quantized beforehand (``api.kernel_only``), and that plan's record. ``config``: as the
-    functions' keyword (tuning runs)."""
+    """A callable running only the attention launch of the variant's plan on K/V quantized
+    beforehand (``api.kernel_only``), and the plan's record; ``config`` as the functions' keyword."""
     from sagebuild.attention import api
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
@@ -562,7 +529,7 @@ def run_bench(
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
         if layout == "NHD":
-            t = lambda x: x.transpose(1, 2)  # noqa: E731
+            t = lambda x: x.transpose(1, 2)
             return lambda: t(F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)), None
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
 
@@ -581,7 +548,7 @@ def run_bench(
 
         def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
             def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
-                call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)  # noqa: E731
+                call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)
                 return call, launch_plan(q, k, v, layout, causal, variant=variant)
 
             return make
@@ -591,7 +558,7 @@ def run_bench(
         for var in dispatch.available_variants(dev):
             fn = getattr(attention, f"sageattn_{var}_triton")
             providers.append((var, "whole_call", whole_call(fn, var), bounds_of(var)))
-            kernel_only = lambda q, k, v, var=var: _kernel_only(var, q, k, v, layout, causal)  # noqa: E731
+            kernel_only = lambda q, k, v, var=var: _kernel_only(var, q, k, v, layout, causal)
             providers.append((var, "kernel_only", kernel_only, bounds_of(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
@@ -614,7 +581,7 @@ def run_bench(
         )
     else:
         for var in profile.kernels:
-            golden = lambda q, k, v, var=var: (  # noqa: E731
+            golden = lambda q, k, v, var=var: (
                 lambda: reference.golden_attention(
                     q, k, v, variant=var, tensor_layout=layout, is_causal=causal
                 ),
