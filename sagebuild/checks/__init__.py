@@ -6,8 +6,6 @@ below)::
     @check("extension", "Built extension")
     def check_extension(facts: Facts, profile: Profile) -> Verdict:
         return ok("built for gfx1201") if ... else fail("not built", "sagebuild compile")
-
-The modules are imported in the order of the doctor's table.
 """
 
 from __future__ import annotations

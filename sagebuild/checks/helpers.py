@@ -9,6 +9,7 @@ from typing import Optional
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sagebuild.checks.registry import skip
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
 
@@ -58,8 +59,7 @@ def torch_ok(facts: Facts) -> bool:
     return facts.torch.importable and facts.torch.build is not None
 
 
-def build_matches(facts: Facts, profile: Profile) -> bool:
-    return profile.vendor == "cpu" or facts.torch.build == profile.vendor
+NO_TORCH = skip("torch is not importable (see torch-import)")  # the checks that read torch's facts
 
 
 _HIDE_VALUES = ("", "-1", "none", "void")

@@ -66,7 +66,6 @@ REGISTRY: list[CheckFn] = []
 
 
 def check(check_id: str, title: str) -> Callable[[Callable[[Facts, Profile], Optional[Verdict]]], CheckFn]:
-    """Declare and register a check: the function returns ``ok/warn/fail/skip(...)`` or None."""
     if check_id in {fn.check_id for fn in REGISTRY}:  # type: ignore[attr-defined]
         raise ValueError(f"a doctor check with id {check_id!r} is already registered")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import build_matches, hiding_vars, in_range, torch_ok
+from sagebuild.checks.helpers import NO_TORCH, hiding_vars, in_range, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -28,7 +28,7 @@ def check_torch_import(facts: Facts, profile: Profile) -> Verdict:
 def check_torch_build(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if not torch_ok(facts):
-        return skip("torch is not importable (see torch-import)")
+        return NO_TORCH
     if profile.vendor == "cpu":
         return ok(f"{t.build} build of torch {t.version}; the cpu profile runs on any")
     if t.build == profile.vendor:
@@ -50,7 +50,7 @@ def check_torch_build(facts: Facts, profile: Profile) -> Verdict:
 def check_torch_version(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if not torch_ok(facts):
-        return skip("torch is not importable (see torch-import)")
+        return NO_TORCH
     fits = in_range(t.version, profile.versions.torch)
     if fits is None:
         return warn(f"cannot read torch's version {t.version!r}", profile.torch_install)
@@ -67,7 +67,7 @@ def check_gpu_runtime_version(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if profile.vendor == "cpu":
         return skip("the cpu profile needs no GPU runtime")
-    if not torch_ok(facts) or not build_matches(facts, profile):
+    if not torch_ok(facts) or t.build != profile.vendor:
         return skip("no matching torch build (see torch-build)")
     name, have, spec = (
         ("HIP", t.hip, profile.versions.hip)
@@ -87,7 +87,7 @@ def check_gpu_visible(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if profile.vendor == "cpu":
         return skip("the cpu profile needs no GPU")
-    if not torch_ok(facts) or not build_matches(facts, profile):
+    if not torch_ok(facts) or t.build != profile.vendor:
         return skip("no matching torch build (see torch-build)")
     if t.cuda_available and t.devices:
         names = ", ".join(f"{d.index}: {d.name} ({d.arch})" for d in t.devices)

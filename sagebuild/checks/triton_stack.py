@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import in_range, index_url, torch_ok
+from sagebuild.checks.helpers import NO_TORCH, in_range, index_url, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -44,7 +44,7 @@ def check_triton_import(facts: Facts, profile: Profile) -> Verdict:
 def check_triton_pin(facts: Facts, profile: Profile) -> Verdict:
     tri = facts.torch.triton
     if not torch_ok(facts):
-        return skip("torch is not importable (see torch-import)")
+        return NO_TORCH
     if tri.torch_requirement is None:
         return skip(
             f"torch {facts.torch.version} declares no Triton requirement (CPU wheels do not); "
