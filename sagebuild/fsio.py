@@ -1,10 +1,8 @@
 """Writing files safely: atomic replaces, the usual file mode, and one clear error per failed write.
 
-Each write goes to a temporary file in the destination's own directory (same filesystem, so
-``os.replace`` is an atomic rename), fsynced before the rename: a reader (or a CI artefact upload)
-never sees a half-written report or lock. New files get ``0666 & ~umask`` (0644 usually), the mode
-``open()`` would give, not ``mkstemp``'s 0600. Any ``OSError`` (a read-only mount, ``/proc``, a
-full disk, a parent that is a file) becomes a :class:`~sagebuild.errors.SagebuildError` that says
+A write goes to a temporary file beside the destination (same filesystem), fsynced, then renamed
+over it: a reader never sees a half-written report or lock. New files get ``0666 & ~umask`` (what
+``open()`` gives, not ``mkstemp``'s 0600). An ``OSError`` becomes a ``SagebuildError`` that says
 what could not be written, where, and what to do (exit 2), never a traceback.
 """
 
