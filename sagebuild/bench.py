@@ -485,17 +485,15 @@ def _error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _inputs(cfg: BenchConfig, n: int, device: Any) -> tuple[Any, Any, Any]:
+def random_qkv(shape: tuple[int, ...], layout: str, dtype: str, seed: int, device: Any) -> tuple[Any, ...]:
+    """Seeded Q, K, V of B,H,N,D ``shape`` in ``layout``: normal draws, cast to ``dtype``, moved."""
     import torch
 
-    gen = torch.Generator(device="cpu").manual_seed(cfg.seed + n)
-    shape = (
-        (cfg.batch, n, cfg.heads, cfg.head_dim)
-        if cfg.layout == "NHD"
-        else (cfg.batch, cfg.heads, n, cfg.head_dim)
-    )
-    dt = getattr(torch, cfg.dtype)
-    return tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(dt).to(device) for _ in range(3))
+    b, h, n, d = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    full = (b, n, h, d) if layout == "NHD" else (b, h, n, d)
+    dt = getattr(torch, dtype)
+    return tuple(torch.randn(full, generator=gen, dtype=torch.float32).to(dt).to(device) for _ in range(3))
 
 
 def run_bench(
@@ -609,7 +607,7 @@ def run_bench(
         return shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
 
     for n in cfg.seq:
-        q, k, v = _inputs(cfg, n, dev)
+        q, k, v = random_qkv((cfg.batch, cfg.heads, n, cfg.head_dim), layout, cfg.dtype, cfg.seed + n, dev)
         ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
         flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
         if not backend:

@@ -167,13 +167,10 @@ def run_verify(
     import torch
 
     from sagebuild.attention import reference
+    from sagebuild.bench import random_qkv
 
     dev = _resolve_device(device)
-    tdtype = getattr(torch, dtype)
-    b, h, n, d = shape
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    full = (b, n, h, d) if layout == "NHD" else (b, h, n, d)
-    q, k, v = (torch.randn(full, generator=gen, dtype=torch.float32).to(tdtype).to(dev) for _ in range(3))
+    q, k, v = random_qkv(shape, layout, dtype, seed, dev)
     ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
 
     if dev.type == "cpu":
@@ -216,7 +213,7 @@ def run_verify(
             for name in names
         }
         fns[AUTO] = lambda: attention.sageattn(q, k, v, tensor_layout=layout, is_causal=causal)
-        expect_dtype = tdtype
+        expect_dtype = q.dtype
 
     results = []
     for name, fn in fns.items():
