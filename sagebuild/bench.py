@@ -523,7 +523,7 @@ def run_bench(
 
     def bounds_of(variant: str) -> Optional[dict[str, float]]:
         b = profile.accuracy.get(variant)
-        return {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} if b else None
+        return asdict(b) if b else None
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
         if layout == "NHD":

@@ -1,9 +1,8 @@
 """``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
 
-For each variant: output shape, dtype and device as the input's, all values finite, and
-accuracy against the float32 exact reference inside the profile's bounds. Without a GPU the
-golden model (plain torch, the kernels' arithmetic) runs instead, and the result says so: that
-proves the algorithm and the install, not a GPU. A failure names its likely cause and the fix.
+Per variant: output shape, dtype and device as the input's, finite, and within the profile's
+accuracy bounds of the float32 exact reference. Without a GPU the golden model runs instead, and
+the result says so. A failure names its likely cause and the fix.
 """
 
 from __future__ import annotations
@@ -95,16 +94,18 @@ def _record_error(vc: VariantCheck, e: Exception, arch: str | None = None) -> No
         vc.cause, vc.fix = found
 
 
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: Any, bounds: Any) -> None:
     from sagebuild.attention import metrics
 
-    vc.shape, vc.dtype, vc.device = list(out.shape), str(out.dtype).replace("torch.", ""), str(out.device)
+    vc.shape, vc.dtype, vc.device = list(out.shape), _dtype_name(out.dtype), str(out.device)
     if tuple(out.shape) != tuple(q.shape):
         vc.problems.append(f"output shape {tuple(out.shape)} != input shape {tuple(q.shape)}")
     if expect_dtype is not None and out.dtype != expect_dtype:
-        vc.problems.append(
-            f"output dtype {vc.dtype} != input dtype {str(expect_dtype).replace('torch.', '')}"
-        )
+        vc.problems.append(f"output dtype {vc.dtype} != input dtype {_dtype_name(expect_dtype)}")
     if out.device != q.device:
         vc.problems.append(f"output on {out.device}, input on {q.device}")
     if vc.problems:
@@ -117,7 +118,7 @@ def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: An
         vc.fix = NAN_FIX
         return
     if bounds is not None:
-        vc.bounds = {"cos_min": bounds.cos_min, "rel_l1_max": bounds.rel_l1_max}
+        vc.bounds = asdict(bounds)
         if acc["cos"] < bounds.cos_min:
             vc.problems.append(f"cosine similarity {acc['cos']:.6f} < {bounds.cos_min} (profile bound)")
         if acc["rel_l1"] > bounds.rel_l1_max:
@@ -204,15 +205,9 @@ def run_verify(
             f"GPU {torch.cuda.get_device_name(dev)} ({arch}); variants on this arch: {', '.join(avail)}; "
             f"sageattn dispatches to {auto_variant}"
         )
-        fns = {
-            name: (
-                lambda fn=getattr(attention, f"sageattn_{name}_triton"): fn(
-                    q, k, v, tensor_layout=layout, is_causal=causal
-                )
-            )
-            for name in names
-        }
-        fns[AUTO] = lambda: attention.sageattn(q, k, v, tensor_layout=layout, is_causal=causal)
+        entries = {name: getattr(attention, f"sageattn_{name}_triton") for name in names}
+        entries[AUTO] = attention.sageattn
+        fns = {n: lambda f=f: f(q, k, v, tensor_layout=layout, is_causal=causal) for n, f in entries.items()}
         expect_dtype = q.dtype
 
     results = []
@@ -251,11 +246,8 @@ EXT_CHECK = "ext:quant_ops"
 
 
 def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck | None:
-    """The built C++ extension's quantization ops against the reference quantization (None: not built).
-
-    This is what proves the install on a CPU-only machine: the very ``.so`` that was compiled,
-    loaded in this interpreter, produces the contract's INT8/FP8 layout.
-    """
+    """The built C++ extension's quantization ops against the reference quantization (None: not
+    built): on a CPU-only machine this proves the compiled ``.so`` follows the INT8/FP8 contract."""
     import torch
 
     from sagebuild import ext
@@ -298,7 +290,7 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
                 f"FP8 V values differ from the reference: {near} of {vdiff.numel()} differ, {far} by more "
                 f"than one FP8 step (max {vdiff.max().item():.4g})"
             )
-        vc.shape, vc.dtype = list(kq.shape), str(kq.dtype).replace("torch.", "")
+        vc.shape, vc.dtype = list(kq.shape), _dtype_name(kq.dtype)
     except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
         _record_error(vc, e)
     if vc.problems and not vc.cause:
@@ -312,12 +304,9 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
 def verify_plan(
     profile: Any, shape: tuple[int, int, int, int] = DEFAULT_SHAPE, causal: bool = False
 ) -> dict[str, Any]:
-    """What ``sagebuild verify`` would check on each of the profile's archs, decided as a call on
-    that arch decides it, without a GPU (``--dry-run``): per arch the variants its matrix units
-    run (``archs.variants``), whether verify checks each (the profile's kernels), its launch
-    config, FP8 format, the matrix instructions its AOT compile must show and the profile's
-    accuracy bound; and the variant ``sageattn`` picks at this shape, with the reason: the
-    config module's measured preference where it has one, else the arch table's row (its note)."""
+    """What ``sagebuild verify`` would check on each of the profile's archs, without a GPU
+    (``--dry-run``): per arch the variants it runs with their launch config, FP8 format, matrix
+    instructions and accuracy bound, and the variant ``sageattn`` picks at this shape and why."""
     from sagebuild import archs
     from sagebuild.attention import plan as launch
     from sagebuild.kernels.triton import configs
@@ -350,7 +339,7 @@ def verify_plan(
                     "config": p.config.spec(),
                     "fp8_format": p.fp8_dtype,
                     "matrix": [row.int8_mma] + ([row.fp8_mma] if fp8 else []),
-                    "bounds": {"cos_min": bound.cos_min, "rel_l1_max": bound.rel_l1_max} if bound else None,
+                    "bounds": asdict(bound) if bound else None,
                 }
             )
     return out
