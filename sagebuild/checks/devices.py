@@ -80,11 +80,8 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
             return ok("no GPU detected; the cpu profile applies")
         return skip("no GPU arch detected (torch, KFD, rocminfo and nvidia-smi saw none)")
     best, _ = profiles.match(found)
-    unsupported = []
-    for a in found:
-        row = archs.ARCHS.get(a)
-        if row is not None and row.pv is None:
-            unsupported.append(f"{a} ({row.family}: {row.note})")
+    known = [(a, archs.ARCHS[a]) for a in found if a in archs.ARCHS]
+    unsupported = [f"{a} ({row.family}: {row.note})" for a, row in known if row.pv is None]
     if profile.vendor == "cpu":
         if best.vendor != "cpu":
             return warn(
