@@ -87,11 +87,10 @@ def _replace_atomically(path: Path, fill: Callable[[str], None]) -> Path:
         fill(tmp)
         os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        raise write_error(path, e) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
         raise
     return path
 
