@@ -51,10 +51,6 @@ def index_url(profile: Profile) -> Optional[str]:
     return None
 
 
-def platform_name(facts: Facts) -> str:
-    return {"2": "WSL2", "1": "WSL1"}.get(facts.system.wsl, "native Linux")
-
-
 def torch_ok(facts: Facts) -> bool:
     return facts.torch.importable and facts.torch.build is not None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import in_range, platform_name
+from sagebuild.checks.helpers import in_range
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -30,9 +30,10 @@ def check_python_version(facts: Facts, profile: Profile) -> Verdict:
 def check_python_linux(facts: Facts, profile: Profile) -> Verdict:
     py = facts.python
     if py.under_mnt:
+        linux = {"2": "WSL2", "1": "WSL1"}.get(facts.system.wsl, "native Linux")
         return fail(
             f"{py.executable} is a Windows interpreter (under /mnt/ or a drive path, platform "
-            f"{py.platform or 'unknown'}): it cannot use the GPU from {platform_name(facts)}, and its "
+            f"{py.platform or 'unknown'}): it cannot use the GPU from {linux}, and its "
             "torch is not the one you installed in Linux",
             "create and use a venv inside the Linux file system: python3 -m venv ~/.venvs/sage && "
             f". ~/.venvs/sage/bin/activate && {profile.torch_install}",

@@ -9,18 +9,18 @@ from sagebuild.profiles import Profile
 
 
 def _triton_fix(facts: Facts, profile: Profile) -> str:
-    tri = facts.torch.triton
+    tri, url = facts.torch.triton, index_url(profile)
     if tri.torch_requirement:
         from packaging.requirements import Requirement
 
         req = Requirement(tri.torch_requirement)
         line = f"pip install '{req.name}{req.specifier}'"
-        if req.name.startswith("pytorch-triton") and index_url(profile):
-            line += f" --index-url {index_url(profile)}"
+        if req.name.startswith("pytorch-triton") and url:
+            line += f" --index-url {url}"
         others = [d for d in tri.distributions if d != req.name]
         return (f"pip uninstall -y {' '.join(others)} && " if others else "") + line
-    if profile.vendor == "rocm" and index_url(profile):
-        return f"pip install pytorch-triton-rocm --index-url {index_url(profile)}"
+    if profile.vendor == "rocm" and url:
+        return f"pip install pytorch-triton-rocm --index-url {url}"
     return "pip install triton"
 
 
