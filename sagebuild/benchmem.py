@@ -1,18 +1,13 @@
 """How much memory and time a bench will take, worked out from its shape before anything is allocated.
 
-:func:`check_fits` resolves the device (an absent GPU is an environment error, exit 3),
-estimates the peak bytes one sequence length needs on that device (and in host RAM, where the
-inputs are drawn), and refuses with a clear message what will not fit. On the CPU it also
-estimates the run's duration from a short measurement of this machine's arithmetic rate, so a long
-run can show an ETA (:class:`Eta`).
-
-The model follows ``sagebuild.bench.run_bench``: per length, Q/K/V in 16 bits, the float32 exact
-reference (``reference.exact_attention``, 1024 query rows at a time), every provider's output;
-on the CPU the golden model holds the full score matrix (float64 dots, float32 scores, the mask).
+:func:`check_fits` resolves the device and refuses (exit 3) a run whose largest length will not
+fit it or host RAM; on the CPU it also estimates the duration, so a long run shows an ETA
+(:class:`Eta`). The byte model follows ``sagebuild.bench.run_bench`` (:func:`bytes_needed`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass
@@ -118,18 +113,16 @@ def _rates() -> tuple[float, float]:
     """(float64 matmul flop/s, elementwise float32 ops/s) of this CPU, measured in ~50 ms."""
     import torch
 
+    def per_s(fn: Callable[[], Any], work: float) -> float:
+        t0 = time.perf_counter()
+        for _ in range(8):
+            fn()
+        return 8 * work / max(time.perf_counter() - t0, 1e-6)
+
     a = torch.rand(256, 256, dtype=torch.float64)
     x = torch.rand(1 << 20)
     torch.matmul(a, a)
-    t0 = time.perf_counter()
-    for _ in range(8):
-        torch.matmul(a, a)
-    mm = 8 * 2 * 256**3 / max(time.perf_counter() - t0, 1e-6)
-    t0 = time.perf_counter()
-    for _ in range(8):
-        torch.exp2(x)
-    ew = 8 * x.numel() / max(time.perf_counter() - t0, 1e-6)
-    return mm, ew
+    return per_s(lambda: torch.matmul(a, a), 2 * 256**3), per_s(lambda: torch.exp2(x), x.numel())
 
 
 def cpu_seconds(cfg: Any, rates: Optional[tuple[float, float]] = None) -> float:
@@ -159,10 +152,8 @@ def estimate(cfg: Any, dev: Any) -> Estimate:
     if on_gpu:
         import torch
 
-        try:
+        with contextlib.suppress(RuntimeError):
             device_free = int(torch.cuda.mem_get_info(dev)[0])
-        except RuntimeError:
-            device_free = None
     return Estimate(
         device=str(dev),
         seq=seq,
@@ -203,11 +194,8 @@ def check_shape_fits(shape: tuple[int, ...], device: str = "auto") -> Estimate:
 
 
 class Eta:
-    """Wraps a progress callback: each message gains the elapsed time and, on a long CPU run, an ETA.
-
-    The a-priori estimate is replaced by the observed pace once one length has finished (work at a
-    length grows with its square).
-    """
+    """Wraps a progress callback: on a long CPU run each message gains the elapsed time and an ETA,
+    from the estimate until one length has finished, then from the pace (work grows as seq²)."""
 
     def __init__(self, cfg: Any, est: Estimate, say: Callable[[str], None]) -> None:
         self._say = say
