@@ -25,7 +25,7 @@ _WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 
 
 def _under_mnt(path: Optional[str]) -> bool:
-    return bool(path) and (path.startswith("/mnt/") or bool(_WINDOWS_PATH.match(path)))  # type: ignore[union-attr]
+    return bool(path and (path.startswith("/mnt/") or _WINDOWS_PATH.match(path)))
 
 
 def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
