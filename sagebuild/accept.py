@@ -1,15 +1,10 @@
 """``sagebuild accept``: the four-step acceptance (doctor → compile → verify → bench) as one CI gate.
 
-One output directory holds everything: ``environment-backup.txt`` (taken first, before anything
-is built), the build log, ``report.json/.md/.html``, ``junit.xml`` and the lockfile. The run
-stops at the first failing step unless ``keep_going``; the exit code is the first failure's
-(10/20/30/40; 2/3 when the run's settings were refused, 1 for an internal error). A failed step's
-error text goes through ``sagebuild.explain`` and the explanation lands in the report.
-
-Whatever fails, an internal error included, the report and junit.xml are written and name the
-step and the error. A run is written into a temporary folder beside ``--out`` and swapped in
-whole, so the output folder never mixes two runs, and a run that cannot finish writing (a full
-disk) leaves the previous run as it was.
+The output directory gets the pip-freeze backup (taken first), the build log, the reports,
+``junit.xml`` and the lockfile. The run stops at the first failing step unless ``keep_going``;
+the exit code is the first failure's (10/20/30/40; 2/3: settings refused; 1: internal error).
+Whatever fails, the report names the step, the error and its explanation. A run is written
+beside ``--out`` and swapped in whole: the folder never mixes two runs, a full disk leaves the last.
 """
 
 from __future__ import annotations
@@ -179,9 +174,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
 
     steps: list[StepResult] = []
     checks: list[Any] = []
-    compile_doc: Optional[dict[str, Any]] = None
-    verify_doc: Optional[dict[str, Any]] = None
-    bench_doc: Optional[dict[str, Any]] = None
+    docs: dict[str, Optional[dict[str, Any]]] = {"compile": None, "verify": None, "bench": None}
     first_failure: Optional[str] = None
     log_path = run_dir / BUILD_LOG
 
@@ -196,24 +189,22 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         return _failed("doctor", result.counts_line(), result.failure_text(), result.explanation())
 
     def compile_() -> StepResult:
-        nonlocal compile_doc
         from sagebuild.build.plan import make_plan
         from sagebuild.build.service import run_build
 
         outcome = run_build(
             make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch), log_path, opts.progress
         )
-        compile_doc = outcome.to_dict()
+        docs["compile"] = outcome.to_dict()
         if outcome.ok:
             return StepResult("compile", "ok", 0, None, outcome.summary())
         return _failed("compile", outcome.summary(), outcome.failure_text(), outcome.explanation())
 
     def verify() -> StepResult:
-        nonlocal verify_doc
         from sagebuild.verify import run_verify
 
         res = run_verify(profile, opts.verify_shape)
-        verify_doc = res.to_dict()
+        docs["verify"] = res.to_dict()
         n_ok = sum(r.ok for r in res.results)
         summary = f"{res.mode}: {n_ok}/{len(res.results)} passed on {res.device}"
         if res.ok:
@@ -233,9 +224,8 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         return _failed("verify", summary, error, expl + explain_for_report(error))
 
     def bench() -> StepResult:
-        nonlocal bench_doc
         res = bench_mod.run_bench(profile, bench_cfg, progress=say)
-        bench_doc = res.to_dict()
+        docs["bench"] = res.to_dict()
         autos = [
             r
             for r in res.rows
@@ -315,7 +305,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "report_html": "report.html",
         "junit": "junit.xml",
     }
-    result_doc = (compile_doc or {}).get("result")
+    result_doc = (docs["compile"] or {}).get("result")
     if isinstance(result_doc, dict) and result_doc.get("log_path") == str(log_path):
         result_doc["log_path"] = str(out / BUILD_LOG)  # where it lives after the swap
     profile_doc = (
@@ -334,9 +324,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "facts": facts.to_dict() if facts is not None else None,
         "checks": [c.to_dict() for c in checks],
         "steps": [s.to_dict() for s in steps],
-        "compile": compile_doc,
-        "verify": verify_doc,
-        "bench": bench_doc,
+        **docs,
         "files": files,
     }
     report = _conforming(report)
@@ -370,7 +358,7 @@ def _conforming(report: dict[str, Any]) -> dict[str, Any]:
                 status="fail", exit_code=int(Exit.INTERNAL), summary=f"{INTERNAL}: {text.splitlines()[0]}"
             )
             step["error"] = text
-        elif section in ("facts",):
+        elif section == "facts":
             report[section] = None
         elif section == "checks":
             report["checks"] = []
