@@ -40,9 +40,7 @@ class Failure:
 
     def first_hit(self, text: str) -> re.Match[str] | None:
         """The earliest pattern match in ``text`` when the entry applies, else None."""
-        if any(not r.search(text) for r in self.requires):
-            return None
-        if any(x.search(text) for x in self.excludes):
+        if any(not r.search(text) for r in self.requires) or any(x.search(text) for x in self.excludes):
             return None
         hits = [m for m in (p.search(text) for p in self.patterns) if m is not None]
         return min(hits, key=lambda m: m.start()) if hits else None
@@ -178,12 +176,15 @@ def read_log(
     total = 0
     stopped = False
 
-    def keep(done: bytes) -> None:
-        nonlocal kept_bytes
-        kept.append(done)
-        kept_bytes += len(done) + 1
+    def end_line() -> None:
+        nonlocal kept_bytes, cut_lines, line_len
+        cut_lines += line_len > max_line
+        kept.append(bytes(line))
+        kept_bytes += len(line) + 1
         while kept_bytes > tail_bytes and kept:
             kept_bytes -= len(kept.popleft()) + 1
+        line.clear()
+        line_len = 0
 
     while True:
         if total >= max_read:
@@ -200,15 +201,9 @@ def read_log(
                 line += part[:room]
             line_len += len(part)
             if i < len(parts) - 1:  # a line ends here
-                if line_len > max_line:
-                    cut_lines += 1
-                keep(bytes(line))
-                line.clear()
-                line_len = 0
+                end_line()
     if line or line_len:
-        if line_len > max_line:
-            cut_lines += 1
-        keep(bytes(line))
+        end_line()
     dropped_head = total - min(total, kept_bytes)
     notes = []
     if skipped or dropped_head > 0:
@@ -221,8 +216,7 @@ def read_log(
     if cut_lines:
         notes.append(f"{cut_lines} line(s) longer than {max_line} characters were cut")
     text = b"\n".join(kept).decode("utf-8", errors="replace")
-    truncated = bool(notes)
-    return LogText(text, skipped + total, truncated, "; ".join(notes) or None)
+    return LogText(text, skipped + total, bool(notes), "; ".join(notes) or None)
 
 
 def bound_text(text: str, tail_bytes: int = TAIL_BYTES, max_line: int = MAX_LINE) -> str:
@@ -236,27 +230,15 @@ def explain(text: str) -> list[Match]:
     """Every known failure found in ``text``, in the order they first appear in the log."""
     text = bound_text(text)
     found: list[tuple[int, Match]] = []
-    for failure in load_database():
-        hit = failure.first_hit(text)
+    for f in load_database():
+        hit = f.first_hit(text)
         if hit is None:
             continue
-        line_start = text.rfind("\n", 0, hit.start()) + 1
-        line_end = text.find("\n", hit.start())
-        line = text[line_start : len(text) if line_end < 0 else line_end]
-        found.append(
-            (
-                hit.start(),
-                Match(
-                    id=failure.id,
-                    title=failure.title,
-                    cause=failure.cause,
-                    fix=failure.fix,
-                    matched_line=line.strip()[:500],
-                    line_number=text.count("\n", 0, hit.start()) + 1,
-                    source=failure.source,
-                ),
-            )
-        )
+        start = hit.start()
+        line_end = text.find("\n", start)
+        line = text[text.rfind("\n", 0, start) + 1 : len(text) if line_end < 0 else line_end]
+        number = text.count("\n", 0, start) + 1
+        found.append((start, Match(f.id, f.title, f.cause, f.fix, line.strip()[:500], number, f.source)))
     found.sort(key=lambda pair: pair[0])
     return [m for _, m in found]
 
