@@ -481,8 +481,8 @@ def _ratio(base: Optional[Timing], timing: Timing, field: str, kind: str) -> Opt
     return theirs / ours if kind != "baseline" and ours and theirs else None
 
 
-def _error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
+def _failed_row(seq: int, provider: str, kind: str, bounds: Any, exc: Exception, plan: Any) -> BenchRow:
+    return BenchRow(seq, provider, kind, None, None, None, None, bounds, f"{type(exc).__name__}: {exc}", plan)
 
 
 def random_qkv(shape: tuple[int, ...], layout: str, dtype: str, seed: int, device: Any) -> tuple[Any, ...]:
@@ -623,7 +623,7 @@ def run_bench(
                 fn, plan = make(q, k, v)
                 here.append((name, kind, fn, plan, metrics.accuracy(fn(), ref), bounds))
             except Exception as e:  # noqa: BLE001
-                here.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(e), plan))
+                here.append(_failed_row(n, name, kind, bounds, e, plan))
         ready = [p for p in here if isinstance(p, tuple)]
         say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
         floor = expected.get(shape_of(n), 0.0) * profile.bench.regression
@@ -647,7 +647,7 @@ def run_bench(
                 continue
             (name, kind, _, plan, acc, bounds), timing = p, next(timed)
             if isinstance(timing, Exception):
-                rows.append(BenchRow(n, name, kind, None, None, None, None, bounds, _error(timing), plan))
+                rows.append(_failed_row(n, name, kind, bounds, timing, plan))
                 continue
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
             speedup, sus = (_ratio(base, timing, f, kind) for f in ("median_ms", "sustained_ms"))
