@@ -520,6 +520,10 @@ def run_bench(
     gpu = dev.type == "cuda"
     n_rounds = rounds_used(cfg.reps, cfg.rounds)
     layout, causal = cfg.layout, cfg.causal
+    rounds = (  # how both methods time, after how each call is timed
+        f"{cfg.warmup} warm-up calls, {cfg.reps} timed in {n_rounds} rounds that time every provider "
+        "in turn, each round in another order; median"
+    )
 
     def bounds_of(variant: str) -> Optional[dict[str, float]]:
         b = profile.accuracy.get(variant)
@@ -560,10 +564,9 @@ def run_bench(
             providers.append((var, "kernel_only", kernel_only, bounds_of(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
-            f"CUDA/HIP events per call, L2 flushed before each; {cfg.warmup} warm-up calls, "
-            f"{cfg.reps} timed in {n_rounds} rounds that time every provider in turn, each round in "
-            "another order; median and p20/p80; back-to-back: each round's calls in a row, warm, per "
-            "call (includes the host's time where it exceeds the device's), median over rounds"
+            f"CUDA/HIP events per call, L2 flushed before each; {rounds} and p20/p80; back-to-back: "
+            "each round's calls in a row, warm, per call (includes the host's time where it exceeds "
+            "the device's), median over rounds"
             + (
                 f"; sustained: per call over the second half of {cfg.sustain_s:g} s of back-to-back "
                 "calls per round (the GPU at its power limit), median over rounds"
@@ -587,10 +590,8 @@ def run_bench(
             )
             providers.append((f"golden:{var}", "whole_call", golden, bounds_of(var)))
         arch = device_name = None
-        method = (
-            f"CPU wall clock (perf_counter) per call; {cfg.warmup} warm-up calls, {cfg.reps} timed in "
-            f"{n_rounds} rounds that time every provider in turn, each round in another order; median"
-            + ("; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else "")
+        method = f"CPU wall clock (perf_counter) per call; {rounds}" + (
+            "; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else ""
         )
         note = (
             "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "
