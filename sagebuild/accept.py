@@ -126,10 +126,8 @@ def _staging_dir(out: Path) -> Path:
 
 
 def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None) -> AcceptResult:
-    """Run the pipeline and write the output directory; never raises for a failing step.
-
-    Raises ``SagebuildError`` only when the output cannot be written at all (exit 2).
-    """
+    """Run the pipeline and write the output directory; raises ``SagebuildError`` only when the
+    output cannot be written at all (exit 2), never for a failing step."""
     out = Path(opts.out).expanduser()
     staging = _staging_dir(out)
     try:

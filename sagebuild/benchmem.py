@@ -53,10 +53,8 @@ def _gib(n: float) -> str:
 
 
 def resolve_device(device: str = "auto") -> Any:
-    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` → a torch device this machine has.
-
-    A GPU that is not there is an environment error (exit 3), not a failed speed gate.
-    """
+    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` → a torch device this machine has; a GPU that is
+    not there is an environment error (exit 3), not a failed speed gate."""
     import torch
 
     try:

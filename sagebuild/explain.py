@@ -1,9 +1,8 @@
 """Match a build or run log against the known-failure database and say cause and fix.
 
-The signatures live in one data file, ``sagebuild/data/failures.yaml``; this module only loads,
-validates and searches them. ``compile``, ``verify`` and ``accept`` call :func:`explain` on their
-own failure output, and ``docs/troubleshooting.md`` is rendered from the same entries by
-:func:`troubleshooting_markdown`, so the CLI, the reports and the docs never disagree.
+The signatures live in ``sagebuild/data/failures.yaml``; the steps explain their own failures
+with :func:`explain`, and ``docs/troubleshooting.md`` is rendered from the same entries, so the
+CLI, the reports and the docs never disagree.
 """
 
 from __future__ import annotations
