@@ -259,13 +259,13 @@ def test_hopper_rows_key_loops_in_sass():
     """The sm90 SASS of Hopper's FP8 rows (table choice, MMA-accumulated): the TMA row's K/V come
     by TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
     rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
-    same config without TMA spills inside that loop (docs/performance.md run 16); the 64-key row
-    has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
+    same config without TMA spills inside that loop (docs/performance.md run 16); a 64-key config
+    (the table's row for short hd64 calls) has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
     channel piece when forced to TMA. The split head dims' own rows from 4K keys (128-key tiles
     by TMA, pipelined wgmma; run 20) are not serialised, do not spill, and fit three (96) or two
     (192) CTAs per SM. Unmasked rows take their maxima on the INT32 scores, which ptxas turns into
     three-input integer maxes (run 30)."""
-    cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, None),
+    cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, "64,64,4,3,168"),
              (96, 4096, "64,64,4,3,168,tma"), (96, 4096, None), (192, 4096, None)]  # fmt: skip
     tma_row, no_tma, short_row, split, row96, row192 = _compile_in_subprocess(
         _SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE=""
@@ -295,7 +295,7 @@ def test_v_key_order_drops_the_p_shuffles():
     row, P goes from the Q·Kᵀ wgmma's accumulator into the P·V wgmma's operand without a
     register shuffle, and the unmasked key loop is shorter than with V in plain key order, where
     the conversion shuffles (docs/performance.md run 21); the same registers, no spill."""
-    cases = [(128, 4096, None), (128, 1024, None)]
+    cases = [(128, 4096, None), (128, 1024, "64,64,4,3,168")]
     plain = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="0")
     ordered = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="")
     for off, on in zip(plain, ordered):

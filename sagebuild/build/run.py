@@ -177,8 +177,8 @@ print("SAGEBUILD_VERIFY " + json.dumps(report))
 
 
 def _printed(stdout: str, marker: str) -> Iterator[dict[str, Any]]:
-    """The JSON documents a helper script printed on lines that start with ``marker``."""
-    return (json.loads(ln.split(" ", 1)[1]) for ln in stdout.splitlines() if ln.startswith(marker + " "))
+    """The JSON documents a helper script printed on lines that start with ``marker`` (tag and space)."""
+    return (json.loads(ln[len(marker) :]) for ln in stdout.splitlines() if ln.startswith(marker))
 
 
 def verify_library(
@@ -194,7 +194,7 @@ def verify_library(
         )
     except subprocess.TimeoutExpired:
         return False, {"error": f"loading the library took more than {timeout:.0f} s"}
-    report = next(_printed(proc.stdout, "SAGEBUILD_VERIFY"), None)
+    report = next(_printed(proc.stdout, "SAGEBUILD_VERIFY "), None)
     if report is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         return False, {"error": f"the verifying interpreter exited {proc.returncode}: " + " | ".join(tail)}
@@ -281,6 +281,6 @@ def run_aot(
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = f"the ahead-of-time compile took more than {timeout:.0f} s"
     _append_log(log_path, "[sagebuild] triton ahead-of-time compile\n" + out + err)
-    done = {(d["variant"], d["arch"]): d for d in _printed(out, "SAGEBUILD_AOT")}
+    done = {(d["variant"], d["arch"]): d for d in _printed(out, "SAGEBUILD_AOT ")}
     ended = "the compile process ended before this kernel: " + " | ".join(err.strip().splitlines()[-3:])
     return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": ended}) for v, a in pairs]
