@@ -256,15 +256,15 @@ print(json.dumps([aot.sass_report(head_dim=d, n_k=n_k, config=cfg) for d, n_k, c
 
 @pytest.mark.triton_version("3.6")  # instruction counts of what Triton 3.6 emits
 def test_hopper_rows_key_loops_in_sass():
-    """The sm90 SASS of Hopper's FP8 rows (table choice, MMA-accumulated): the TMA row's K/V come
-    by TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
+    """The sm90 SASS of Hopper's FP8 rows (table choice, MMA-accumulated): the TMA row's K/V come by
+    TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
     rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
-    same config without TMA spills inside that loop (docs/performance.md run 16); a 64-key config
-    (the table's row for short hd64 calls) has half the exponentials per loop; a split head dim (96 = 64 + 32) takes a descriptor per
-    channel piece when forced to TMA. The split head dims' own rows from 4K keys (128-key tiles
-    by TMA, pipelined wgmma; run 20) are not serialised, do not spill, and fit three (96) or two
-    (192) CTAs per SM. Unmasked rows take their maxima on the INT32 scores, which ptxas turns into
-    three-input integer maxes (run 30)."""
+    same config without TMA spills inside that loop (docs/performance.md run 16); a 64-key
+    config (the table's row for short hd64 calls) has half the exponentials per loop; a split
+    head dim (96 = 64 + 32) takes a descriptor per channel piece when forced to TMA. The split
+    head dims' own rows from 4K keys (128-key tiles by TMA, pipelined wgmma; run 20) are not
+    serialised, do not spill, and fit three (96) or two (192) CTAs per SM. Unmasked rows take
+    their maxima on the INT32 scores, which ptxas turns into three-input integer maxes (run 30)."""
     cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, "64,64,4,3,168"),
              (96, 4096, "64,64,4,3,168,tma"), (96, 4096, None), (192, 4096, None)]  # fmt: skip
     tma_row, no_tma, short_row, split, row96, row192 = _compile_in_subprocess(
