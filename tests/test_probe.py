@@ -25,7 +25,7 @@ from fakeroots import (
 )
 
 from sagebuild.probe import collect, system, tools, torch_probe
-from sagebuild.probe.facts import Facts, PythonFacts, TorchFacts
+from sagebuild.probe.facts import Facts, TorchFacts
 
 
 def _collect(root: Path, tmp_path: Path, **kw) -> Facts:
@@ -96,13 +96,11 @@ def test_wsl2_windows_interpreter_is_flagged(tmp_path: Path) -> None:
     assert f.torch.importable and f.torch.build == "cpu"
 
 
-def test_windows_style_executable_and_platform() -> None:
-    f = collect(
-        root=Path("/"),
-        env=ENV,
-        torch=cpu_torch(),
-        python_facts=PythonFacts(version="3.12.1", executable="C:\\Python312\\python.exe", platform="win32"),
-    )
+def test_windows_style_executable_and_platform(tmp_path: Path) -> None:
+    line = python_line(version="3.12.1", executable="C:\\Python312\\python.exe", platform="win32")
+    python = fake_python(tmp_path, f"printf '%s\\n' '{line}'")
+    f = _collect(make_cpu_only(tmp_path), tmp_path, python=python, torch=None)
+    assert f.python.executable == "C:\\Python312\\python.exe" and f.python.platform == "win32"
     assert f.python.under_mnt
 
 

@@ -72,7 +72,6 @@ def collect(
     *,
     cwd: Optional[Path] = None,
     torch: Optional[TorchFacts] = None,
-    python_facts: Optional[PythonFacts] = None,
     probe_torch: bool = True,
 ) -> Facts:
     """Probe everything under ``root`` and the ``python`` interpreter's torch/Triton.
@@ -97,11 +96,9 @@ def collect(
         if torch is None and probe_torch:
             py_facts, torch_facts, raw_py = torch_probe.probe(target, env, timeout)
         else:
-            torch_facts = torch if torch is not None else TorchFacts(error="not probed")
-            py_facts = python_facts or (_this_python() if python is None else PythonFacts(executable=python))
+            torch_facts = torch or TorchFacts(error="not probed")
+            py_facts = _this_python() if python is None else PythonFacts(executable=python)
         tool_facts, rocm_archs, smi_archs = tools_future.result()
-    if python_facts is not None:
-        py_facts = python_facts
 
     requested = rt.unroot(python) if python else None
     py_facts.under_mnt = (
@@ -134,19 +131,14 @@ def collect(
 def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str, str]) -> ExtensionFacts:
     """The extension built for this interpreter + torch: where, its metadata, and whether the
     library on disk is still the one that was verified (its sha256)."""
-    import json
-
     from sagebuild.build import paths
 
     if not torch_facts.version:
         return ExtensionFacts()
     base = paths.ext_dir(torch_facts.version, py_facts.version or None, env, py_facts.prefix)
-    facts = ExtensionFacts(dir=str(base))
-    lib, info_path = paths.current_lib(base), paths.current_info(base)
-    facts.lib_present = lib.is_file()
-    try:
-        facts.info = json.loads(system.read_text_capped(info_path) or "")
-    except ValueError:
+    lib = paths.current_lib(base)
+    facts = ExtensionFacts(dir=str(base), lib_present=lib.is_file(), info=paths.read_info(base))
+    if facts.info is None:
         return facts
     facts.built = True
     try:
