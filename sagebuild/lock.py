@@ -36,37 +36,6 @@ def torch_index_url(version: str | None) -> str | None:
     return None
 
 
-def _torch_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
-    t = facts.get("torch") or {}
-    version = t.get("version")
-    triton = t.get("triton") or {}
-    return {
-        "torch": {
-            "version": version,
-            "build": t.get("build"),
-            "hip": t.get("hip"),
-            "cuda": t.get("cuda"),
-            "index_url": torch_index_url(version),
-        },
-        "triton": {
-            "distribution": triton.get("distribution"),
-            "version": triton.get("distribution_version") or triton.get("version"),
-        },
-    }
-
-
-def _gpu_from_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
-    torch_devs = (facts.get("torch") or {}).get("devices") or []
-    archs = list(facts.get("gpu_archs") or [])  # Facts.gpu_archs(): torch's, then KFD, rocminfo, nvidia-smi
-    names = sorted({d.get("name") for d in torch_devs if d.get("name")})
-    tools = facts.get("tools") or {}
-    driver = facts.get("driver")
-    if driver is None:
-        smi = tools.get("nvidia-smi") or {}
-        driver = smi.get("version") if smi.get("present") else None
-    return {"archs": archs, "names": names, "driver": driver}
-
-
 # What of the build record determines the artefact's behaviour. Not: when it was built, how long
 # it took, how many jobs, the interpreter's path, ninja (it schedules, it does not compile).
 _ARTEFACT_KEYS = ("archs", "arch_env", "dispatch_keys", "ops", "torch", "vendor")
@@ -110,6 +79,12 @@ def snapshot(
     facts = dict(facts or {})
     py = facts.get("python") or {}
     system = facts.get("system") or {}
+    t = facts.get("torch") or {}
+    triton = t.get("triton") or {}
+    smi = (facts.get("tools") or {}).get("nvidia-smi") or {}
+    driver = facts.get("driver")
+    if driver is None and smi.get("present"):
+        driver = smi.get("version")
     return {
         "lock": LOCK_KIND,
         "version": LOCK_VERSION,
@@ -124,21 +99,27 @@ def snapshot(
             "wsl": system.get("wsl", "none"),
             "libc": "-".join(x for x in platform.libc_ver() if x) or None,
         },
-        **_torch_from_facts(facts),
-        "gpu": _gpu_from_facts(facts),
+        "torch": {
+            "version": t.get("version"),
+            "build": t.get("build"),
+            "hip": t.get("hip"),
+            "cuda": t.get("cuda"),
+            "index_url": torch_index_url(t.get("version")),
+        },
+        "triton": {
+            "distribution": triton.get("distribution"),
+            "version": triton.get("distribution_version") or triton.get("version"),
+        },
+        "gpu": {
+            "archs": list(facts.get("gpu_archs") or []),  # Facts.gpu_archs(): torch, KFD, rocminfo, smi
+            "names": sorted({d.get("name") for d in t.get("devices") or [] if d.get("name")}),
+            "driver": driver,
+        },
         "compilers": _compilers(build_info),
         "distributions": dict(sorted((distributions or dists.installed_distributions()).items())),
         "artefacts": _artefacts(build_info, library),
-        "profile": _profile_dict(profile),
+        "profile": None if profile is None else {k: v for k, v in profile.to_dict().items() if k != "source"},
     }
-
-
-def _profile_dict(profile: Any | None) -> dict[str, Any] | None:
-    if profile is None:
-        return None
-    d = profile.to_dict()
-    d.pop("source", None)
-    return d
 
 
 def render(lock: Mapping[str, Any]) -> str:
@@ -244,11 +225,9 @@ class Drift:
         return {**asdict(self), "change": self.change}
 
     def __str__(self) -> str:
-        if self.change == "added":
-            return f"{self.kind} {self.key}: added ({_fmt(self.current)})"
-        if self.change == "removed":
-            return f"{self.kind} {self.key}: removed (was {_fmt(self.locked)})"
-        return f"{self.kind} {self.key}: {_fmt(self.locked)} → {_fmt(self.current)}"
+        was, now = _fmt(self.locked), _fmt(self.current)
+        said = {"added": f"added ({now})", "removed": f"removed (was {was})", "changed": f"{was} → {now}"}
+        return f"{self.kind} {self.key}: {said[self.change]}"
 
 
 def _fmt(v: Any) -> str:
@@ -316,15 +295,6 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
 # ---- the environment now ---------------------------------------------------------------------
 
 
-def _read_build(ext_dir: Path) -> tuple[dict[str, Any] | None, Path]:
-    """The current build's record and its library. The record names no path (its build directory
-    is renamed into place after it is written), so the library is the file beside it."""
-    from sagebuild.build import paths
-
-    info = paths.read_info(ext_dir)
-    return (info if isinstance(info, dict) else None), paths.current_lib(ext_dir)
-
-
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
     """Snapshot of ``python``'s environment now (default: this interpreter's): its probe facts,
     distributions and extension build, all read from that interpreter, never from sagebuild's."""
@@ -334,6 +304,12 @@ def current(profile: Any | None, facts: Any | None = None, python: str | None = 
         facts = collect(python=python)
     fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts)
     ext_dir = (fd.get("extension") or {}).get("dir")
-    # the probed interpreter's own extension directory, read now (a build may be newer than the probe)
-    info, lib = _read_build(Path(ext_dir)) if ext_dir else (None, None)
-    return snapshot(fd, profile, info, dists.installed_distributions(python), lib)
+    info, lib = None, None
+    if ext_dir:  # the probed interpreter's own build, read now (it may be newer than the probe)
+        from sagebuild.build import paths
+
+        # the record names no path (its folder is renamed into place after), so the library is beside it
+        info, lib = paths.read_info(Path(ext_dir)), paths.current_lib(Path(ext_dir))
+    return snapshot(
+        fd, profile, info if isinstance(info, dict) else None, dists.installed_distributions(python), lib
+    )

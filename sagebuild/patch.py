@@ -1,16 +1,13 @@
 """Safe plug-and-play: route ``torch.nn.functional.scaled_dot_product_attention`` to our kernels.
 
-The wrapper installed here keeps SDPA's exact signature and uses the quantized kernels only when
-it can do so faithfully; every other call goes to the original SDPA unchanged, with the reason
-counted in :func:`patch_stats`. Use it as a context manager or decorator (``patch_sdpa``), or for
-the whole process (:func:`enable` / :func:`disable`).
-
-Only the module attribute is replaced (a module that imported the function beforehand keeps the
-original), process-wide, for every thread; nesting is counted and the outermost exit restores.
-Under ``torch.compile`` the static checks of :func:`decide` run at trace time and a call that
-passes them becomes the custom op ``sagebuild::patched_sdpa``, which takes the device-dependent
-decision at run time; ``torch.jit`` traces and calls needing gradients go to the original.
-docs/plug-and-play.md has the details.
+The wrapper keeps SDPA's exact signature and uses the quantized kernels only where it can do so
+faithfully; every other call goes to the original SDPA unchanged, its reason counted in
+:func:`patch_stats`. Scope it with ``patch_sdpa`` (context manager or decorator) or set it for the
+process with :func:`enable` / :func:`disable`. Only the module attribute is replaced, for every
+thread; nesting is counted and the outermost exit restores. Under ``torch.compile`` a call passing
+:func:`decide`'s static checks becomes the custom op ``sagebuild::patched_sdpa``, which takes the
+device-dependent decision at run time; ``torch.jit`` traces and calls needing gradients go to the
+original. docs/plug-and-play.md has the details.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ACCEL_DTYPES = ("float16", "bfloat16")
 
 
-# ----------------------------------------------------------------------------------------------
-# What a device can take, and the pure decision "accelerate or pass through".
+# ---- what a device can take, and the pure decision "accelerate or pass through" ----
 
 
 @dataclass(frozen=True)
@@ -131,10 +127,9 @@ def decide(
 
 
 def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None:
-    """Why an ``attn_mask`` stays with SDPA, or None for the masks accelerated: boolean (or of
-    q's dtype), broadcastable to [B, H, N_q, N_k] and the same for every query row (key padding,
-    where the kernel's cost is at most the unmasked call's, so the unmasked crossover holds; a
-    mask varying along queries has not been measured against SDPA)."""
+    """Why an ``attn_mask`` stays with SDPA, or None for a key-padding mask: bool or q's dtype,
+    broadcastable to [B, H, N_q, N_k], the same for every query row (it costs at most the unmasked
+    call, so the unmasked crossover holds; a mask varying along queries is unmeasured against SDPA)."""
     import torch
 
     if type(mask) is not torch.Tensor:
@@ -155,8 +150,7 @@ def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None
     return None
 
 
-# ----------------------------------------------------------------------------------------------
-# The real backend: the attention dispatch and sageattn. Tests swap ``_backend`` for a fake.
+# ---- the real backend: the attention dispatch and sageattn (tests swap ``_backend`` for a fake) ----
 
 
 def _dispatch_support(device: Any) -> DeviceSupport | str:
@@ -225,8 +219,7 @@ class _Backend:
 _backend = _Backend(support_for=_dispatch_support, kernel=_dispatch_kernel)
 
 
-# ----------------------------------------------------------------------------------------------
-# Statistics.
+# ---- statistics ----
 
 
 @dataclass(frozen=True)
@@ -291,8 +284,7 @@ def reset_stats() -> None:
         _accelerated_by.clear()
 
 
-# ----------------------------------------------------------------------------------------------
-# The wrapper.
+# ---- the wrapper ----
 
 _original: Callable[..., Any] | None = None
 
@@ -418,8 +410,7 @@ def _eager_sdpa(args: tuple) -> Any:
     return out if out.dtype == query.dtype else out.to(query.dtype)
 
 
-# ----------------------------------------------------------------------------------------------
-# Installing and restoring.
+# ---- installing and restoring ----
 
 _state_lock = threading.RLock()
 _depth = 0
