@@ -4,18 +4,23 @@
     python scripts/sass_loops.py "64,128,4,2,168,tma;64,64,4,3,168" [--head-dim 128] [--keys 16384]
         [--causal] [--accum fp32|fp32+fp32] [--variant qk_int8_pv_fp8] [--arch sm90]
 
-Each config is compiled ahead of time (``aot.sass_report``: Triton, then the bundled
+Each config is compiled ahead of time (``tests/kernel_asm.py``'s ``sass_report``: Triton, then the bundled
 ``cuobjdump``) and one line printed per config: registers, stack frame (spills), shared memory
 per CTA (which, with the registers, sets CTAs per SM), and each innermost key loop's counts
-(``aot._LOOP_CLASSES`` says what each class shows). An empty config is the table's choice for
+(``kernel_asm._LOOP_CLASSES`` says what each class shows). An empty config is the table's choice for
 the keys; SAGEBUILD_V_KEY_ORDER=0 shows the kernel with FP8 V in plain key order.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from sagebuild.attention import aot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # kernel_asm: test evidence
+import kernel_asm  # noqa: E402
 
 
 def main() -> None:
@@ -35,10 +40,10 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for cfg in args.configs.split(";"):
-        r = aot.sass_report(
+        r = kernel_asm.sass_report(
             args.variant, args.arch, args.head_dim, args.causal, args.keys, args.accum, cfg or None
         )
-        # each loop's counts in aot.sass_loops' order: the instructions, then aot._LOOP_CLASSES
+        # each loop's counts in sass_loops' order: the instructions, then kernel_asm._LOOP_CLASSES
         loops = "; ".join("/".join(str(n) for n in lp.values()) for lp in r["loops"])
         serial = (r["wgmma_serialized"] or "no")[:5]
         print(f"| {r['config']} | {r['tma']} | {r['registers']} | {r['stack_bytes']} | "

@@ -1,7 +1,7 @@
 """Counting an AMD kernel's instructions in its AMDGCN assembly (``kernel.asm["amdgcn"]``), for
 ``test_aot``'s checks of the AMD FP8 paths (test evidence, not a product feature).
 
-What ``aot.sass_loops`` is for NVIDIA's SASS: without an AMD GPU, the ISA is the evidence of what
+What ``kernel_asm.sass_loops`` is for NVIDIA's SASS: without an AMD GPU, the ISA is the evidence of what
 a kernel costs. Per kernel: registers and spills (the metadata's ``.vgpr_spill_count`` and the
 ``ScratchSize`` line), and per innermost key loop (one key tile per trip): its matrix
 instructions by type (``v_wmma_*``, ``v_mfma_*``), its hardware FP8 conversions (``v_cvt_*fp8*``,
@@ -136,7 +136,7 @@ def attention_report(
 
     row = archs.get(arch)
     if row.vendor != "rocm":
-        raise ValueError(f"{row.name}: AMDGCN exists only for AMD archs (use aot.sass_report for NVIDIA)")
+        raise ValueError(f"{row.name}: AMDGCN exists only for AMD archs (NVIDIA: kernel_asm.sass_report)")
     kernel, cfg = aot.compile_attention(variant, row, head_dim, causal, n_k, accum, config)
     out = report(aot.assembly(kernel, row))
     out.update(

@@ -5,7 +5,8 @@ functions that ``triton.compile`` cannot lower). FP8 P·V is compiled wherever t
 an FP8 matrix path (sm89, sm90, gfx942, gfx950, gfx1201, gfx1200); never for gfx1100, which has no
 FP8 matrix units (an emulated FP8 dot there takes over a minute to compile). The AMD FP8 paths are
 also counted in their AMDGCN (``tests/isa_counts.py``): matrix instructions, FP8 conversions,
-spills, and RDNA4's P·V default against both variants' key loops.
+spills, and RDNA4's P·V default against both variants' key loops; ``tests/kernel_asm.py`` reads
+the NVIDIA SASS.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import subprocess
 import sys
 from typing import Any
 
+import kernel_asm
 import pytest
 
 from sagebuild import archs
-from sagebuild.attention import aot
 
 CASES = [  # (arch, variant, head dim)
     ("gfx1201", "qk_int8_pv_fp16", 128),
@@ -61,8 +62,12 @@ pytestmark = pytest.mark.slow
 
 
 def _compile_in_subprocess(script: str, cases: list, **env_extra: str) -> Any:
-    """Run a compile script on ``cases`` (JSON) outside the interpreter; its last line, parsed."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | env_extra
+    """Run a compile script on ``cases`` (JSON) outside the interpreter (this folder's helper
+    modules importable); its last line, parsed."""
+    path = os.pathsep.join(
+        filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")])
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": path} | env_extra
     proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
                           env=env, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -112,7 +117,7 @@ def test_refuses_what_the_table_rules_out():
 
 _PRE_SCRIPT = """
 import json, sys
-from sagebuild.attention.aot import compile_preprocessing
+from kernel_asm import compile_preprocessing
 res = {f"{a}/{st}": compile_preprocessing(a, stages=st) for a, st in json.loads(sys.argv[1])}
 print(json.dumps({k: {n: {"ok": r["ok"], "error": r["error"], "cp_async": "cp.async" in (r["asm"] or "")}
                       for n, r in v.items()} for k, v in res.items()}))
@@ -137,7 +142,7 @@ def test_preprocessing_kernels_lower_for_every_vendor():
 
 _STORES_SCRIPT = """
 import json, re, sys
-from sagebuild.attention.aot import compile_preprocessing
+from kernel_asm import compile_preprocessing
 out = {}
 for varlen in (False, True):
     r = compile_preprocessing("sm90", varlen=varlen)["quant_blocks"]
@@ -189,13 +194,14 @@ import json, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
 from sagebuild.attention import aot
+import kernel_asm
 out = []
 for arch in json.loads(sys.argv[1]):
     row = archs.get(arch)
     src, cfg = aot._source("qk_int8_pv_fp8", row, 128, False, 4096, "fp32")
     asm = triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options()).asm
     text = asm.get("ptx") or asm.get("amdgcn")
-    quant = aot.compile_preprocessing(arch)["quant_blocks"]["asm"]
+    quant = kernel_asm.compile_preprocessing(arch)["quant_blocks"]["asm"]
     trigger = "griddepcontrol.launch_dependents" in quant
     out.append({"wait": "griddepcontrol.wait" in text, "trigger": trigger})
 print(json.dumps(out))
@@ -243,14 +249,14 @@ def test_sass_loops_finds_the_innermost_matrix_loops():
         "instructions": 10, "mma": 1, "mma_waits": 1, "mufu": 1, "fsel": 1, "local": 1, "shuffles": 1,
         "async_copies": 1, "fmnmx": 1, "max3": 1,
     }  # fmt: skip
-    assert aot.sass_loops(sass) == [expected]
+    assert kernel_asm.sass_loops(sass) == [expected]
 
 
 _SASS_SCRIPT = """
 import json, sys
-from sagebuild.attention import aot
+import kernel_asm
 cases = json.loads(sys.argv[1])
-print(json.dumps([aot.sass_report(head_dim=d, n_k=n_k, config=cfg) for d, n_k, cfg in cases]))
+print(json.dumps([kernel_asm.sass_report(head_dim=d, n_k=n_k, config=cfg) for d, n_k, cfg in cases]))
 """
 
 
@@ -346,12 +352,12 @@ AMD_FP8 = ["gfx1201", "gfx1200", "gfx942", "gfx950"]
 _ISA_SCRIPT = """
 import json, sys
 import isa_counts as isa
-from sagebuild.attention import aot
+import kernel_asm
 out = {}
 for arch in json.loads(sys.argv[1]):
     for variant in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         out[f"{arch}/{variant}"] = isa.attention_report(variant, arch)
-    quant = aot.compile_preprocessing(arch)["quant_blocks"]
+    quant = kernel_asm.compile_preprocessing(arch)["quant_blocks"]
     out[f"{arch}/quant_blocks"] = isa.report(quant["asm"]) if quant["ok"] else {"error": quant["error"]}
 print(json.dumps(out))
 """
@@ -364,9 +370,7 @@ _SOFTWARE_FP8_CAST = {"gfx1201", "gfx1200", "gfx950"}
 
 @pytest.fixture(scope="module")
 def amd_isa() -> dict:
-    here = os.path.dirname(os.path.abspath(__file__))  # isa_counts.py: not on a subprocess's sys.path
-    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    return _compile_in_subprocess(_ISA_SCRIPT, AMD_FP8, PYTHONPATH=path)
+    return _compile_in_subprocess(_ISA_SCRIPT, AMD_FP8)
 
 
 @pytest.mark.parametrize("arch", AMD_FP8)
