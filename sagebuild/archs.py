@@ -126,10 +126,7 @@ def decode_gfx_target_version(value: int) -> str | None:
     """KFD ``gfx_target_version`` → ``gfxNNNN`` (stepping in hex); None for a CPU node (0)."""
     if value <= 0:
         return None
-    major = value // 10000 % 100
-    minor = value // 100 % 100
-    stepping = value % 100
-    return f"gfx{major}{minor}{stepping:x}"
+    return f"gfx{value // 10000 % 100}{value // 100 % 100}{value % 100:x}"
 
 
 def decode_hsa_override(value: str) -> str | None:

@@ -11,16 +11,15 @@ import functools
 import hashlib
 import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 
 @functools.lru_cache(maxsize=1)
 def sources_hash() -> str:
     """sha256 over the bundled C++/CUDA/HIP extension sources (names and bytes), computed once."""
-    import sagebuild.kernels.csrc as csrc
+    from sagebuild.build.paths import csrc_dir
 
-    root = Path(csrc.__file__).resolve().parent
+    root = csrc_dir()
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(str(path.relative_to(root)).encode() + b"\0")

@@ -25,13 +25,11 @@ _fakes_registered = False
 
 @dataclass(frozen=True)
 class QuantOps:
-    """The extension's ops for one device type, with the build they came from."""
+    """The extension's quantization ops."""
 
-    device_type: str
     k_mean: Callable[..., Any]
     quant_per_block_int8: Callable[..., Any]
     quant_v_fp8_per_channel: Callable[..., Any]
-    info: Optional[dict[str, Any]]
 
 
 def build_info() -> Optional[dict[str, Any]]:
@@ -55,7 +53,8 @@ def _try_load() -> bool:
     """Load the current build once per process; record (not raise) any failure."""
     global _loaded_from, _error, _error_for
     with _lock:
-        lib = paths.current_lib(paths.running_ext_dir())
+        base = paths.running_ext_dir()
+        lib = paths.current_lib(base)
         if _loaded_from is not None:
             if not lib.is_file() or lib.resolve() == _loaded_from:
                 _error = _error_for = None  # a refusal below no longer applies
@@ -73,9 +72,9 @@ def _try_load() -> bool:
         if _error is not None and _error_for == real:
             return False
         _error, _error_for = None, real
-        info = build_info()
+        info = paths.read_info(base)
         if info is None:
-            _error = f"{paths.current_info(paths.running_ext_dir())} is missing or unreadable: {_REBUILD}"
+            _error = f"{paths.current_info(base)} is missing or unreadable: {_REBUILD}"
             return False
         built, running = info.get("torch", {}), _running_torch()
         versions = f"built for {_describe(built)}, you have {_describe(running)}"
@@ -183,13 +182,7 @@ def get_quant_ops(device: Any) -> Optional[QuantOps]:
         import torch
 
         ns = torch.ops.sagebuild
-        return QuantOps(
-            torch.device(device).type,
-            ns.k_mean,
-            ns.quant_per_block_int8,
-            ns.quant_v_fp8_per_channel,
-            build_info(),
-        )
+        return QuantOps(ns.k_mean, ns.quant_per_block_int8, ns.quant_v_fp8_per_channel)
     except Exception as e:  # never let the optional extension break an attention call
         global _error
         _error = _error or f"{type(e).__name__}: {e}"

@@ -26,50 +26,22 @@ class ToolSpec:
     """How to find one tool and read its version."""
 
     name: str
-    candidates: tuple[str, ...]  # executable names tried in order
-    args: tuple[str, ...]  # arguments that print the version
     version_re: Optional[str]  # first group = version; None: first output line
+    args: tuple[str, ...] = ("--version",)  # arguments that print the version
+    candidates: tuple[str, ...] = ()  # executable names tried in order (none: the tool's name)
     homes: tuple[str, ...] = ()  # env vars naming an install whose bin/ is searched after PATH
     dirs: tuple[str, ...] = ()  # then these directories
 
-    def extra_dirs(self, env: Mapping[str, str]) -> list[str]:
-        return [f"{env[n]}/bin" for n in self.homes if env.get(n)] + list(self.dirs)
 
-
+_ROCM_HOMES, _ROCM_BIN = ("ROCM_HOME", "ROCM_PATH"), ("/opt/rocm/bin",)
+_SMI_QUERY = ("--query-gpu=driver_version,compute_cap", "--format=csv,noheader")
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("c++", ("c++", "g++", "clang++"), ("--version",), None),
-    ToolSpec("ninja", ("ninja",), ("--version",), r"^(\d+(?:\.\d+)+)"),
-    ToolSpec(
-        "nvcc",
-        ("nvcc",),
-        ("--version",),
-        r"release (\d+\.\d+)",
-        ("CUDA_HOME", "CUDA_PATH"),
-        ("/usr/local/cuda/bin",),
-    ),
-    ToolSpec(
-        "hipcc",
-        ("hipcc",),
-        ("--version",),
-        r"HIP version:\s*(\S+)",
-        ("ROCM_HOME", "ROCM_PATH"),
-        ("/opt/rocm/bin",),
-    ),
-    ToolSpec(
-        "rocminfo",
-        ("rocminfo",),
-        (),
-        r"Runtime Version:\s*(\S+)",
-        ("ROCM_HOME", "ROCM_PATH"),
-        ("/opt/rocm/bin",),
-    ),
-    ToolSpec(
-        "nvidia-smi",
-        ("nvidia-smi",),
-        ("--query-gpu=driver_version,compute_cap", "--format=csv,noheader"),
-        r"^\s*([\d.]+)\s*,",
-        dirs=("/usr/lib/wsl/lib",),
-    ),
+    ToolSpec("c++", None, candidates=("c++", "g++", "clang++")),
+    ToolSpec("ninja", r"^(\d+(?:\.\d+)+)"),
+    ToolSpec("nvcc", r"release (\d+\.\d+)", homes=("CUDA_HOME", "CUDA_PATH"), dirs=("/usr/local/cuda/bin",)),
+    ToolSpec("hipcc", r"HIP version:\s*(\S+)", homes=_ROCM_HOMES, dirs=_ROCM_BIN),
+    ToolSpec("rocminfo", r"Runtime Version:\s*(\S+)", (), homes=_ROCM_HOMES, dirs=_ROCM_BIN),
+    ToolSpec("nvidia-smi", r"^\s*([\d.]+)\s*,", _SMI_QUERY, dirs=("/usr/lib/wsl/lib",)),
 )
 
 
@@ -142,10 +114,11 @@ def probe_tool(
     spec: ToolSpec, root: Root, env: Mapping[str, str], extra_path: Sequence[str] = ()
 ) -> tuple[ToolFact, str]:
     """The fact for one tool and its raw output (rocminfo/nvidia-smi output carries archs)."""
-    names = spec.candidates
+    names = spec.candidates or (spec.name,)
     if spec.name == "c++" and env.get("CXX"):
         names = (os.path.basename(env["CXX"].split()[0]), *names)
-    path = find(root, names, env, [*extra_path, *spec.extra_dirs(env)])
+    homes = [f"{env[n]}/bin" for n in spec.homes if env.get(n)]
+    path = find(root, names, env, [*extra_path, *homes, *spec.dirs])
     if path is None:
         return ToolFact(present=False), ""
     out, err = run_tool([path, *spec.args], env)
