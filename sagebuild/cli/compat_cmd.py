@@ -94,18 +94,15 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json({"command": "compat remove", **res})
             return
+        site, restored, backup = res["site_packages"], res["restored"], res["backup_available"]
         if res["removed"]:
-            _say(f"removed sageattention {', '.join(res['removed'])} from {res['site_packages']}")
+            _say(f"removed sageattention {', '.join(res['removed'])} from {site}")
         else:
-            _say(f"sagebuild's sageattention is not installed in {res['site_packages']}: nothing to remove")
-        if res["restored"]:
-            _say(
-                f"restored upstream sageattention {res['restored']['version']} from {res['restored']['from']}"
-            )
-        elif res["backup_available"]:
-            _say(
-                f"an upstream backup exists ({res['backup_available']}): `sagebuild compat remove --restore`"
-            )
+            _say(f"sagebuild's sageattention is not installed in {site}: nothing to remove")
+        if restored:
+            _say(f"restored upstream sageattention {restored['version']} from {restored['from']}")
+        elif backup:
+            _say(f"an upstream backup exists ({backup}): `sagebuild compat remove --restore`")
         _print_status(res["status"])
 
     app.add_typer(sub, name="compat")

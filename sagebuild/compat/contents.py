@@ -13,7 +13,7 @@ import json
 import re
 
 from sagebuild._version import __version__
-from sagebuild.upstream_api import UPSTREAM_NAMES
+from sagebuild.upstream_api import UPSTREAM_NAMES as NAMES  # what the installed package re-exports
 
 UPSTREAM_API_VERSION = "2.2.0"
 DIST_NAME = "sageattention"
@@ -29,8 +29,6 @@ def local_label(version: str) -> str:
 
 DIST_VERSION = f"{UPSTREAM_API_VERSION}+sagebuild.{local_label(__version__)}"
 DIST_INFO = f"{DIST_NAME}-{DIST_VERSION}.dist-info"
-
-NAMES = UPSTREAM_NAMES  # what the installed package re-exports
 
 _IMPORTS = "from sagebuild.attention.functions import (\n" + "".join(f"    {n},\n" for n in NAMES) + ")\n"
 
@@ -54,15 +52,13 @@ _CORE = f'''"""sageattention.core: where upstream defines its functions (some ca
 __all__ = {list(NAMES)!r}
 '''
 
-
-def metadata() -> str:
-    return (
-        "Metadata-Version: 2.1\n"
-        f"Name: {DIST_NAME}\n"
-        f"Version: {DIST_VERSION}\n"
-        "Summary: SageAttention's API on sagebuild's quantized attention kernels (sagebuild compat)\n"
-        f"Requires-Dist: sagebuild=={__version__}\n"
-    )
+_METADATA = (
+    "Metadata-Version: 2.1\n"
+    f"Name: {DIST_NAME}\n"
+    f"Version: {DIST_VERSION}\n"
+    "Summary: SageAttention's API on sagebuild's quantized attention kernels (sagebuild compat)\n"
+    f"Requires-Dist: sagebuild=={__version__}\n"
+)
 
 
 def files() -> dict[str, bytes]:
@@ -71,7 +67,7 @@ def files() -> dict[str, bytes]:
     return {
         f"{PACKAGE}/__init__.py": _INIT.encode(),
         f"{PACKAGE}/core.py": _CORE.encode(),
-        f"{DIST_INFO}/METADATA": metadata().encode(),
+        f"{DIST_INFO}/METADATA": _METADATA.encode(),
         f"{DIST_INFO}/INSTALLER": f"{INSTALLER}\n".encode(),
         f"{DIST_INFO}/top_level.txt": f"{PACKAGE}\n".encode(),
         f"{DIST_INFO}/{MARKER_FILE}": (json.dumps(marker, indent=2) + "\n").encode(),

@@ -84,14 +84,13 @@ def status(python: Optional[str] = None) -> dict[str, Any]:
     path hack), or None when nothing would be imported."""
     facts = probe(python)
     origin = facts["origin"]
-    module_dir = None
-    if origin:
-        module_dir = os.path.dirname(origin) if origin.endswith(".py") else origin
     provider = None
-    for dist in facts["dists"]:
-        where = os.path.join(dist["location"] or "", PACKAGE)
-        if dist["location"] and module_dir and os.path.realpath(module_dir) == os.path.realpath(where):
-            provider = dist
+    module_dir = origin and (os.path.dirname(origin) if origin.endswith(".py") else origin)
+    if module_dir:
+        here = os.path.realpath(module_dir)
+        for dist in facts["dists"]:
+            if dist["location"] and here == os.path.realpath(os.path.join(dist["location"], PACKAGE)):
+                provider = dist
     if origin is None:
         whose = None
     elif provider is None:
@@ -113,11 +112,8 @@ def status(python: Optional[str] = None) -> dict[str, Any]:
 def describe(st: dict[str, Any]) -> str:
     """One sentence for people (``status``'s text output, the doctor's check)."""
     if st["whose"] is None:
-        extra = (
-            f"; {len(st['distributions'])} sageattention distribution(s) installed"
-            if st["distributions"]
-            else ""
-        )
+        n = len(st["distributions"])
+        extra = f"; {n} sageattention distribution(s) installed" if n else ""
         return f"no `sageattention` importable by {st['python']}{extra}"
     version = st["version"] or "no version"
     if st["whose"] == "sagebuild":
