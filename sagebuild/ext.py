@@ -43,15 +43,11 @@ def _describe(t: dict[str, Any]) -> str:
     return f"torch {t.get('version', '?')} with {gpu}"
 
 
-def _running_torch() -> dict[str, Any]:
-    import torch
-
-    return {"version": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip}
-
-
 def _try_load() -> bool:
     """Load the current build once per process; record (not raise) any failure."""
     global _loaded_from, _error, _error_for
+    import torch
+
     with _lock:
         base = paths.running_ext_dir()
         lib = paths.current_lib(base)
@@ -76,7 +72,8 @@ def _try_load() -> bool:
         if info is None:
             _error = f"{paths.current_info(base)} is missing or unreadable: {_REBUILD}"
             return False
-        built, running = info.get("torch", {}), _running_torch()
+        built = info.get("torch", {})
+        running = {"version": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip}
         versions = f"built for {_describe(built)}, you have {_describe(running)}"
         if tuple(built.get(k) for k in running) != tuple(running.values()):
             _error = f"sagebuild's extension was {versions}: rebuild it with `sagebuild compile`"
@@ -85,8 +82,6 @@ def _try_load() -> bool:
             _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
             return False
         try:
-            import torch
-
             if not _schema_exists():  # already loaded in this process (e.g. from a build tree)
                 torch.ops.load_library(str(real))
             _register_fakes()

@@ -87,14 +87,13 @@ def collect(
     env = dict(os.environ if env is None else env)
     cwd = Path.cwd() if cwd is None else Path(cwd)
     rt = system.Root(root)
-    target = python or sys.executable
-    extra_path = [str(Path(target).parent)] if python else []  # a venv's own bin/ (its ninja)
+    extra_path = [rt.unroot(Path(python).parent)] if python else []  # a venv's own bin/ (its ninja)
 
     raw_py: dict = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        tools_future = pool.submit(tools.probe_tools, rt, env, [rt.unroot(p) for p in extra_path])
+        tools_future = pool.submit(tools.probe_tools, rt, env, extra_path)
         if torch is None and probe_torch:
-            py_facts, torch_facts, raw_py = torch_probe.probe(target, env, timeout)
+            py_facts, torch_facts, raw_py = torch_probe.probe(python, env, timeout)
         else:
             torch_facts = torch or TorchFacts(error="not probed")
             py_facts = _this_python() if python is None else PythonFacts(executable=python)
