@@ -56,24 +56,17 @@ def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
 
 
-def _quantize_kv_with_ext(
-    ops: Any,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    dp: int,
-    smooth_k: bool,
-    fp8: Optional[torch.dtype],
-    k_blk: int,
-) -> QuantizedKV:
+def _quantize_kv_with_ext(ops: Any, plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor) -> QuantizedKV:
     """K (and V) pre-processed by the C++ extension in the contract's layout.
 
     Q is not quantized here: the attention kernel quantizes its Q tile in registers, which
     saves a launch and a pass over Q whichever backend prepares K and V.
     """
-    kp, vp = _pad(k, dp), _pad(v, dp)
-    km = ops.k_mean(kp) if smooth_k else None
-    kq, ks = ops.quant_per_block_int8(kp, km, k_blk, 1.0)
+    kp, vp = _pad(k, plan.head_dim_pad), _pad(v, plan.head_dim_pad)
+    km = ops.k_mean(kp) if plan.smooth_k else None
+    kq, ks = ops.quant_per_block_int8(kp, km, plan.k_blk, 1.0)
     vq = vs = None
+    fp8 = _fp8_torch_dtype(plan)
     if fp8 is not None:
         vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
         # The kernel wants V channel-major (see layout.empty_like_view); the op returns it so
@@ -84,7 +77,7 @@ def _quantize_kv_with_ext(
     return QuantizedKV(
         layout.dense(kq),
         ks,
-        k_blk,
+        plan.k_blk,
         km_flat,
         layout.dense(vq) if vq is not None else layout.dense(v),
         vs,
@@ -109,6 +102,7 @@ _REPLAYS: dict[tuple, Optional[replay.Replay]] = {}
 # Calls by signature: a repeated call skips validation and planning, and its launches skip
 # Triton's argument binder (``launcher.launch``). Bounded like the launcher.
 _PLANS: dict[tuple, _Call] = {}
+_VARLEN_PLANS: dict[tuple, LaunchPlan] = {}
 
 
 def clear_caches() -> None:
@@ -119,6 +113,26 @@ def clear_caches() -> None:
     _REPLAYS.clear()
     launcher.forget_constexprs()
     knobs.refresh()
+
+
+def _put(cache: dict, key: tuple, value: Any) -> None:
+    if len(cache) >= launcher.MAX_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+def _record(rkey: tuple, inputs: tuple, execute: Callable[[], Any]) -> Any:
+    """Run a signature's second call under a ``replay.Recorder`` and keep its replay (None: the
+    signature is never replayed). Recording costs ~0.3 ms of host time once, so only a second
+    call records: one-off shapes (prefills of varying length) never pay it."""
+    with replay.Recorder() as rec:
+        result = execute()
+    _put(_REPLAYS, rkey, rec.build(inputs, result))
+    return result
+
+
+def _capturing(q: torch.Tensor) -> bool:
+    return q.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
@@ -197,30 +211,44 @@ def _on_input_device(fn: Any) -> Any:
     return wrapper
 
 
+# pv values beyond the kernels' own "fp16" / "fp8": "auto" is what ``sageattn`` runs on the device
+# for the head dim and key count (``plan.make_plan`` decides it once per call signature);
+# "prefer_fp8" is FP8 P·V where the arch has FP8 matrix units, else FP16 P·V (more accurate), for
+# upstream's explicit ``*_fp8_cuda`` names.
+PV_VALUES = ("auto", "fp16", "fp8", "prefer_fp8")
+
+
 @_on_input_device
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
     tensor_layout: str,
     is_causal: bool,
     sm_scale: Optional[float],
     qk_quant_gran: str,
     smooth_k: bool,
-    return_lse: bool,
     pv: str,
+    pv_accum: str,
     quantization_backend: str,
-    config: Any = None,
-    pv_accum: Optional[str] = None,
+    config: Optional[str],
+    return_lse: bool,
     attn_mask: Optional[torch.Tensor] = None,
 ) -> Any:
-    """The dense implementation: plan (cached per signature), quantize K/V, launch attention.
-    Returns out, or (out, lse [B, H, N_q] float32). ``attn_mask``: SDPA's boolean or additive
-    mask, broadcastable to [B, H, N_q, N_k] (``validate.check_mask``)."""
+    """The dense call (what the ops run, and the public functions eagerly): plan (cached per
+    signature), quantize K/V, launch attention. Returns out, or (out, lse [B, H, N_q] float32).
+    ``pv``: one of ``PV_VALUES``; ``pv_accum``: "auto" (the plan's) or a name; ``attn_mask``:
+    SDPA's boolean or additive mask, broadcastable to [B, H, N_q, N_k] (``validate.check_mask``)."""
+    if not isinstance(q, torch.Tensor):
+        raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
+    if pv not in PV_VALUES:
+        raise AttentionInputError(f"pv must be one of {PV_VALUES}, got {pv!r}", "pass pv='auto'")
+    if pv == "prefer_fp8":
+        pv = "fp8" if VARIANTS["fp8"] in dispatch.available_variants(q.device) else "fp16"
+    accum = None if pv_accum == "auto" else pv_accum
     flags = (
         tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, return_lse, pv,
-        quantization_backend, config, pv_accum,
+        quantization_backend, config, accum,
     )  # fmt: skip
     inputs = (q, k, v)
     if attn_mask is not None:  # its layout fixes the plan and the launch's strides
@@ -238,33 +266,18 @@ def attend(
         if rep is not None:
             return rep(*inputs)
     call = _PLANS.get(key) if key is not None else None
-    fresh = call is None
-    if fresh:
+    if call is None:
         plan = plan_dense(
             q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
             qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
-            pv_accum=pv_accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
+            pv_accum=accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
         )  # fmt: skip
         ops = _ext_ops(q.device) if plan.quantization == "extension" else None
         call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
         if key is not None:
-            if len(_PLANS) >= launcher.MAX_ENTRIES:
-                _PLANS.clear()
-            _PLANS[key] = call
-    # Recording costs ~0.3 ms of host time once, so only a signature's second call records:
-    # one-off shapes (prefills of varying length) never pay it.
-    if (
-        not fresh
-        and rkey is not None
-        and rkey not in _REPLAYS
-        and not (q.is_cuda and torch.cuda.is_current_stream_capturing())
-    ):
-        with replay.Recorder() as rec:
-            result = _execute(call, key, q, k, v, attn_mask)
-        if len(_REPLAYS) >= launcher.MAX_ENTRIES:
-            _REPLAYS.clear()
-        _REPLAYS[rkey] = rec.build(inputs, result)  # None: this signature is never replayed
-        return result
+            _put(_PLANS, key, call)
+    elif rkey not in _REPLAYS and not _capturing(q):
+        return _record(rkey, inputs, lambda: _execute(call, key, q, k, v, attn_mask))
     return _execute(call, key, q, k, v, attn_mask)
 
 
@@ -303,15 +316,20 @@ def quantize_kv(
     """K/V ([B, H, N, D] views) as the plan's attention kernel reads them: quantized by the
     extension's ``ops`` (``plan.quantization == "extension"``) or our Triton launches.
     ``key``: the launcher key (``_plan_key``), None for Triton's binder."""
-    fp8 = _fp8_torch_dtype(plan)
     if plan.quantization == "extension":
-        return _quantize_kv_with_ext(ops, k, v, plan.head_dim_pad, plan.smooth_k, fp8, plan.k_blk)
-    vd = layout.dense(v)
+        return _quantize_kv_with_ext(ops, plan, k, v)
+    return _quantize_views(plan, layout.dense(k), layout.dense(v), key)
+
+
+def _quantize_views(
+    plan: LaunchPlan, k: layout.SeqView, v: layout.SeqView, key: Optional[tuple]
+) -> QuantizedKV:
+    """Our Triton launch on K/V's ``layout`` views (dense or packed)."""
     kq, ks, km, vq, vs = quant.quant_kv(
-        layout.dense(k), vd, plan.head_dim_pad, plan.smooth_k, fp8, plan.k_blk, launch_key=key,
+        k, v, plan.head_dim_pad, plan.smooth_k, _fp8_torch_dtype(plan), plan.k_blk, launch_key=key,
         pdl_trigger=plan.pdl, v_key_order=plan.v_key_order,
     )  # fmt: skip
-    return QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vd, vs, v_key_order=plan.v_key_order)
+    return QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else v, vs, v_key_order=plan.v_key_order)
 
 
 def kernel_only(plan: LaunchPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Callable[[], Any]:
@@ -368,15 +386,14 @@ def attend_varlen(
     cu_seqlens_k: torch.Tensor,
     max_seqlen_q: int,
     max_seqlen_k: int,
-    *,
-    is_causal: bool = False,
-    sm_scale: Optional[float] = None,
-    smooth_k: bool = True,
-    qk_quant_gran: str = "per_warp",
-    pv: str = "auto",
-    config: Any = None,
+    is_causal: bool,
+    sm_scale: Optional[float],
+    smooth_k: bool,
+    qk_quant_gran: str,
+    pv: str,
+    config: Optional[str],
 ) -> torch.Tensor:
-    """The varlen implementation entry point (custom ops and the public functions call it).
+    """The varlen call (what the op runs, and ``sageattn_varlen`` eagerly).
 
     No host synchronisation: device-resident ``cu_seqlens`` are not read on the host (the
     kernels clamp every sequence to the packed tensor); the plan is cached per signature and a
@@ -421,20 +438,13 @@ def attend_varlen(
             sm_scale=check_sm_scale(sm_scale, d),
         )
         if key is not None:
-            if len(_VARLEN_PLANS) >= launcher.MAX_ENTRIES:
-                _VARLEN_PLANS.clear()
-            _VARLEN_PLANS[key] = plan
+            _put(_VARLEN_PLANS, key, plan)
     elif (
         rkey not in _REPLAYS
         and all(a is b for a, b in zip(checked, inputs))  # a copy made here would not be replayed
-        and not (q.is_cuda and torch.cuda.is_current_stream_capturing())
+        and not _capturing(q)
     ):
-        with replay.Recorder() as rec:  # a signature's second call records, as ``attend``'s does
-            result = _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k)
-        if len(_REPLAYS) >= launcher.MAX_ENTRIES:
-            _REPLAYS.clear()
-        _REPLAYS[rkey] = rec.build(inputs, result)  # None: this signature is never replayed
-        return result
+        return _record(rkey, inputs, lambda: _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k))
     return _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k)
 
 
@@ -454,14 +464,7 @@ def _execute_varlen(
         v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
-    fp8 = _fp8_torch_dtype(plan)
-    kq, ks, km, vq, vs = quant.quant_kv(
-        kvw, vvw, plan.head_dim_pad, plan.smooth_k, fp8, plan.k_blk, launch_key=key
-    )
-    kv = QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else vvw, vs)
+    kv = _quantize_views(plan, kvw, vvw, key)  # a packed plan has neither PDL nor V key order
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     attention_forward(qv, kv, layout.packed(out, cuq, int(max_seqlen_q)), plan, launch_key=key)
     return out
-
-
-_VARLEN_PLANS: dict[tuple, LaunchPlan] = {}

@@ -112,12 +112,9 @@ def _dense(
     """Every dense public function ends here: to the kernels (masks included), or with dropout to
     ``masked`` (exact attention, warned once)."""
     if dropout_p:
-        if _use_ops():
-            out, lse = ops.attention_ref(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal),
-                                         sm_scale, bool(return_lse), where)  # fmt: skip
-        else:
-            out, lse = ops.run_reference(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal),
-                                         sm_scale, bool(return_lse), where)  # fmt: skip
+        reference = ops.attention_ref if _use_ops() else ops.run_reference
+        out, lse = reference(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal), sm_scale,
+                             bool(return_lse), where)  # fmt: skip
         return (out, lse) if return_lse else out
     args = (q, k, v, tensor_layout, bool(is_causal), sm_scale, qk_quant_gran, bool(smooth_k), pv, pv_accum,
             quantization_backend, config)  # fmt: skip

@@ -22,62 +22,12 @@ from typing import Optional
 
 import torch
 
-from sagebuild.attention import api, dispatch, masked
-from sagebuild.attention.errors import AttentionInputError
+from sagebuild.attention import api, masked
 
-# pv values the ops take beyond the kernels' own "fp16" / "fp8": "auto" is what ``sageattn`` runs
-# on the device for the head dim and key count; "prefer_fp8" is FP8 P·V where the arch has FP8
-# matrix units, else FP16 P·V (more accurate), for upstream's explicit ``*_fp8_cuda`` names.
-PV_VALUES = ("auto", "fp16", "fp8", "prefer_fp8")
-
-
-def _resolve_pv(q: torch.Tensor, pv: str, pv_accum: str) -> tuple[str, Optional[str]]:
-    """The ops' pv values as the plan takes them: "prefer_fp8" becomes the device's FP8 or FP16
-    P·V; "auto" (and an "auto" accumulation, as None) is left to ``plan.make_plan``, which decides
-    it once per call signature (an FP16 P·V plan accumulates in FP32 whatever was asked)."""
-    if pv == "prefer_fp8":
-        pv = "fp8" if dispatch.VARIANTS["fp8"] in dispatch.available_variants(q.device) else "fp16"
-    return pv, (None if pv_accum == "auto" else pv_accum)
-
-
-def run_dense(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    tensor_layout: str,
-    is_causal: bool,
-    sm_scale: Optional[float],
-    qk_quant_gran: str,
-    smooth_k: bool,
-    pv: str,
-    pv_accum: str,
-    quantization_backend: str,
-    config: Optional[str],
-    return_lse: bool,
-    attn_mask: Optional[torch.Tensor] = None,
-) -> object:
-    """The dense call itself (what the ops run, and the public functions eagerly)."""
-    if not isinstance(q, torch.Tensor):
-        raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
-    if pv not in PV_VALUES:
-        raise AttentionInputError(f"pv must be one of {PV_VALUES}, got {pv!r}", "pass pv='auto'")
-    pv, accum = _resolve_pv(q, pv, pv_accum)
-    return api.attend(
-        q,
-        k,
-        v,
-        tensor_layout=tensor_layout,
-        is_causal=is_causal,
-        sm_scale=sm_scale,
-        qk_quant_gran=qk_quant_gran,
-        smooth_k=smooth_k,
-        return_lse=return_lse,
-        pv=pv,
-        quantization_backend=quantization_backend,
-        config=config,
-        pv_accum=accum,
-        attn_mask=attn_mask,
-    )
+# The calls themselves: what the ops run, and the public functions eagerly (by these names, which
+# scripts wrap to count calls).
+run_dense = api.attend
+run_varlen = api.attend_varlen
 
 
 def _out_like(q: torch.Tensor) -> torch.Tensor:
@@ -110,9 +60,9 @@ def attention(
                      quantization_backend, config, False, attn_mask)  # fmt: skip
 
 
+# The fakes read only what shapes the outputs: q (and the layout for the LSE).
 @attention.register_fake
-def _attention_fake(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                    quantization_backend, config, attn_mask=None):  # fmt: skip
+def _attention_fake(q, *args, **kwargs):
     return _out_like(q)
 
 
@@ -138,8 +88,7 @@ def attention_lse(
 
 
 @attention_lse.register_fake
-def _attention_lse_fake(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                        quantization_backend, config, attn_mask=None):  # fmt: skip
+def _attention_lse_fake(q, k, v, tensor_layout, *args, **kwargs):
     return _out_like(q), _lse_like(q, tensor_layout)
 
 
@@ -187,28 +136,6 @@ def _attention_ref_fake(q, k, v, attn_mask, dropout_p, tensor_layout, is_causal,
     return _out_like(q), lse
 
 
-def run_varlen(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    is_causal: bool,
-    sm_scale: Optional[float],
-    smooth_k: bool,
-    qk_quant_gran: str,
-    pv: str,
-    config: Optional[str],
-) -> torch.Tensor:
-    """The varlen call itself (what the op runs, and ``sageattn_varlen`` eagerly)."""
-    return api.attend_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=is_causal,
-        sm_scale=sm_scale, smooth_k=smooth_k, qk_quant_gran=qk_quant_gran, pv=pv, config=config,
-    )  # fmt: skip
-
-
 @torch.library.custom_op("sagebuild::attention_varlen", mutates_args=())
 def attention_varlen(
     q: torch.Tensor,
@@ -230,9 +157,8 @@ def attention_varlen(
 
 
 @attention_varlen.register_fake
-def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal,
-                           sm_scale, smooth_k, qk_quant_gran, pv, config):  # fmt: skip
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
+def _attention_varlen_fake(q, *args, **kwargs):
+    return _out_like(q)
 
 
 __all__ = [
