@@ -241,7 +241,7 @@ def _triton_requirement(
             applies: Optional[bool] = True
             if req.marker is not None:
                 try:
-                    applies = req.marker.evaluate({**(marker_env or {}), "extra": ""}) if marker_env else None
+                    applies = req.marker.evaluate({**marker_env, "extra": ""}) if marker_env else None
                 except UndefinedEnvironmentName:
                     applies = None
             candidates.append((text, applies, req))
