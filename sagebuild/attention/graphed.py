@@ -68,9 +68,8 @@ class GraphedAttention:
         self.q, self.k, self.v = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
                                   for t in (q, k, v))  # fmt: skip
         self._sig = tuple(_signature(t) for t in (q, k, v))
-        self.q.copy_(q)
-        self.k.copy_(k)
-        self.v.copy_(v)
+        for mine, t in ((self.q, q), (self.k, k), (self.v, v)):
+            mine.copy_(t)
         # on the inputs' GPU: the kernels launch there (``api._on_input_device``)
         self.graph, self.out = capture(lambda: self.fn(self.q, self.k, self.v, **kwargs), q.device, warmup)
 

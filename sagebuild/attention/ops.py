@@ -82,9 +82,8 @@ def attention_lse(
     config: Optional[str],
     attn_mask: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = run_dense(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
-                         quantization_backend, config, True, attn_mask)  # fmt: skip
-    return out, lse
+    return run_dense(q, k, v, tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, pv, pv_accum,
+                     quantization_backend, config, True, attn_mask)  # fmt: skip
 
 
 @attention_lse.register_fake
