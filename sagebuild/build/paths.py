@@ -52,14 +52,6 @@ def cache_root(env: Optional[Mapping[str, str]] = None) -> Path:
     return base / "sagebuild"
 
 
-def python_tag(version: Optional[str] = None) -> str:
-    """``cp312`` for the running interpreter, or for a ``3.12.4`` style version string."""
-    if version:
-        major, minor = version.split(".")[:2]
-        return f"cp{major}{minor}"
-    return f"cp{sys.version_info.major}{sys.version_info.minor}"
-
-
 def ext_dir(
     torch_version: str,
     py_version: Optional[str] = None,
@@ -74,7 +66,8 @@ def ext_dir(
     if ext:
         return Path(ext).expanduser()
     key = environment_key(prefix, torch_version)
-    return cache_root(env) / "ext" / f"{python_tag(py_version)}-torch{torch_version}-{key}"
+    major, minor = py_version.split(".")[:2] if py_version else sys.version_info[:2]
+    return cache_root(env) / "ext" / f"cp{major}{minor}-torch{torch_version}-{key}"
 
 
 def current_dir(base: Path) -> Path:

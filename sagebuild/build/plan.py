@@ -255,13 +255,11 @@ def make_plan(
     env = os.environ if env is None else env
     n_jobs, jobs_reason = plan_jobs(profile, facts, jobs, env)
     arch_list, arch_reason, warnings = plan_archs(profile, facts, arch, env)
-    given = f"--jobs {jobs}" if jobs is not None else None
-    if given is None and env.get("MAX_JOBS"):
-        given = f"MAX_JOBS={env['MAX_JOBS']}"
-    if given is not None:  # a count the user chose: the doctor's max-jobs rule applies
+    if jobs is not None or env.get("MAX_JOBS"):  # a count the user chose: the doctor's max-jobs rule applies
+        given = f"--jobs {jobs}" if jobs is not None else f"MAX_JOBS={env['MAX_JOBS']}"
         too_many = overfill(n_jobs, _available_mem_gb(facts)[0], profile.build.mem_per_job_gb, given)
         if too_many:
-            warnings.append(f"{too_many[0]}; {too_many[1]}")
+            warnings.append("; ".join(too_many))
     problems: list[str] = []
 
     torch_version, torch_build = facts.torch.version, facts.torch.build
@@ -310,7 +308,7 @@ def make_plan(
         )
 
     csrc, tree = paths.csrc_dir(), paths.tree_dir(base)
-    # every variant the arch table says each arch runs, beside the profile's (issue 38: RDNA4's FP8);
+    # every variant the arch table says each arch runs, beside the profile's (RDNA4's FP8, say);
     # a CPU profile has no archs, so no AOT step
     aot = [(v, a) for a in arch_list for v in dict.fromkeys([*profile.kernels, *archs.variants(a)])]
     return BuildPlan(

@@ -1,18 +1,21 @@
-"""Run a build command with its full output in a log file, a progress bar on a TTY, and one
+"""Run a plan's build command with its full output in a log file, a progress bar on a TTY, and one
 retry at half the jobs when the compiler was killed for memory."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Mapping, Optional
+from typing import IO, TYPE_CHECKING, Any, Mapping, Optional
 
 from sagebuild import console
+
+if TYPE_CHECKING:
+    from sagebuild.build.plan import BuildPlan
 
 # A compiler killed for memory: the OOM killer's SIGKILL (rc -9 / 137) or the messages gcc,
 # nvcc and the kernel leave behind.
@@ -34,10 +37,9 @@ class RunOutcome:
     """What one (possibly retried) build command did."""
 
     rc: int
-    seconds: float
     jobs: int
     retried_with_half_jobs: bool = False
-    oom: bool = False
+    oom: bool = False  # killed for memory again, after the retry
     lines: list[str] = field(default_factory=list)  # the last lines of the final attempt
 
 
@@ -94,22 +96,16 @@ def run_once(
     return rc, list(tail)
 
 
-def run_with_oom_retry(
-    cmd: list[str],
-    base_env: Mapping[str, str],
-    jobs: int,
-    cwd: Optional[str],
-    log_path: Path,
-    label: str,
-    progress: bool,
-) -> RunOutcome:
-    """Run with ``MAX_JOBS=jobs``; on an OOM kill retry once with half the jobs and say so in the log."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
+def run_plan(plan: BuildPlan, log_path: Path, label: str, progress: bool) -> RunOutcome:
+    """Run the plan's command in our environment with the plan's variables on top, its output appended to
+    ``log_path``; on an OOM kill retry once with half the jobs and say so in the log."""
+    env = {**os.environ, **plan.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd, jobs = plan.command, plan.jobs
     with open(log_path, "a", encoding="utf-8") as log:
-        rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(jobs)}, cwd, log, label, progress)
+        rc, lines = run_once(cmd, {**env, "MAX_JOBS": str(jobs)}, plan.cwd, log, label, progress)
         if rc == 0 or not looks_like_oom(rc, "".join(lines)):
-            return RunOutcome(rc, time.monotonic() - t0, jobs, lines=lines)
+            return RunOutcome(rc, jobs, lines=lines)
         half = max(1, jobs // 2)
         note = (
             f"[sagebuild] the compiler was killed for memory with MAX_JOBS={jobs}; "
@@ -117,6 +113,5 @@ def run_with_oom_retry(
         )
         log.write(note + "\n")
         console.err.print(f"[yellow]{note}[/]", highlight=False)
-        rc, lines = run_once(cmd, {**base_env, "MAX_JOBS": str(half)}, cwd, log, label, progress)
-        still_oom = rc != 0 and looks_like_oom(rc, "".join(lines))
-        return RunOutcome(rc, time.monotonic() - t0, half, True, still_oom, lines)
+        rc, lines = run_once(cmd, {**env, "MAX_JOBS": str(half)}, plan.cwd, log, label, progress)
+        return RunOutcome(rc, half, True, rc != 0 and looks_like_oom(rc, "".join(lines)), lines)

@@ -1,15 +1,14 @@
-"""What the bundled build (``run``) and the external tree (``source``) share: running the plan's
-command, and the result record, failed (with its key log lines and explanation) or not."""
+"""The record of a compile, bundled (``run``) or external (``source``): failed (with its key log lines
+and explanation) or not."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sagebuild.build.proc import RunOutcome, key_lines, run_with_oom_retry
+from sagebuild.build.proc import RunOutcome, key_lines
 from sagebuild.explain import explain_for_report
 
 if TYPE_CHECKING:
@@ -35,13 +34,6 @@ class CompileResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def run_plan(plan: BuildPlan, log_path: Path, label: str, progress: bool) -> RunOutcome:
-    """Run the plan's build command in our environment with the plan's variables on top."""
-    env = {**os.environ, **plan.env}
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return run_with_oom_retry(plan.command, env, plan.jobs, plan.cwd, log_path, label, progress)
 
 
 def _result(
@@ -79,9 +71,8 @@ def failed(
     """A failed compile: ``error`` in one sentence, the key lines of the build's output (``out``) and
     of ``extra``, and what ``explain`` makes of them."""
     lines = (out.lines if out else []) + list(extra)
-    key = key_lines(lines) if lines else []
     why = explain_for_report(error + "\n" + "\n".join(lines[-400:]))
-    return _result(plan, log_path, t0, out, False, key_lines=key, explanation=why, error=error)
+    return _result(plan, log_path, t0, out, False, key_lines=key_lines(lines), explanation=why, error=error)
 
 
 def succeeded(

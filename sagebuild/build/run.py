@@ -23,7 +23,8 @@ from typing import Any, Iterator, Optional
 
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
-from sagebuild.build.result import CompileResult, failed, run_plan, succeeded
+from sagebuild.build.proc import run_plan
+from sagebuild.build.result import CompileResult, failed, succeeded
 from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 from sagebuild.fsio import sha256_file
@@ -59,7 +60,7 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
             plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems), plan.problems
         )
     if plan.mode == "source":
-        return build_source(plan, log_path, progress)
+        return build_source(plan, log_path, progress, t0)
     result = _build_bundled(plan, log_path, progress, t0)
     if result.ok and plan.aot:
         result.aot = run_aot(plan.aot, log_path, plan.python)
@@ -95,12 +96,9 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             built.unlink()  # a stale library must not pass for this build's output
         out = run_plan(plan, log_path, "compiling the sagebuild extension", progress)
         if out.rc != 0:
-            if out.oom:
-                why = "the compiler was killed for memory" + (
-                    " again, after the retry with half the jobs" if out.retried_with_half_jobs else ""
-                )
-            else:
-                why = f"the build exited with status {out.rc}"
+            why = f"the build exited with status {out.rc}"
+            if out.oom:  # set only when the retry with half the jobs was killed too
+                why = "the compiler was killed for memory again, after the retry with half the jobs"
             return failed(plan, log_path, t0, why, out=out)
         if not built.is_file():
             return failed(plan, log_path, t0, f"the build exited 0 but produced no {built}", out=out)

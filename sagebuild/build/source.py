@@ -8,11 +8,11 @@ extensions (no CUDA/ROCm torch found, say) exits 0 and leaves nothing to import.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sagebuild.build.result import CompileResult, failed, run_plan, succeeded
+from sagebuild.build.proc import run_plan
+from sagebuild.build.result import CompileResult, failed, succeeded
 from sagebuild.fsio import sha256_file
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ def extension_files(root: Path) -> dict[Path, tuple[int, int]]:
     return out
 
 
-def build_source(plan: BuildPlan, log_path: Path, progress: bool) -> CompileResult:
-    t0 = time.monotonic()
+def build_source(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> CompileResult:
     root = Path(plan.build_dir)
     before = extension_files(root)
     out = run_plan(plan, log_path, f"building {root.name}", progress)
