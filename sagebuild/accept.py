@@ -22,6 +22,8 @@ from typing import Any, Callable, Optional
 from sagebuild import fsio
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.explain import explain_for_report
+from sagebuild.report.schema import validate
+from sagebuild.report.write import BACKUP_NAME, environment_backup, write_report
 
 STEPS = ("doctor", "compile", "verify", "bench")
 STEP_EXIT = {
@@ -32,7 +34,6 @@ STEP_EXIT = {
 }
 LOCK_NAME = "sagebuild.lock"
 BUILD_LOG = "build.log"
-BACKUP_NAME = "environment-backup.txt"
 REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
 # every file a run writes: what the swap replaces, or removes when the new run did not write it
 RUN_FILES = (*REPORT_FILES, BUILD_LOG, BACKUP_NAME, LOCK_NAME, f"{LOCK_NAME}.requirements.txt")
@@ -98,6 +99,10 @@ def _failed(name: str, summary: str, error: str, explanation: list[dict[str, Any
     return StepResult(name, "fail", int(STEP_EXIT[name]), None, summary, error, explanation)
 
 
+def _skipped(name: str, summary: str) -> StepResult:
+    return StepResult(name, "skip", 0, None, summary)
+
+
 def _failed_step(name: str, exc: BaseException) -> StepResult:
     """A step that raised: ours with its code, fix and explanation; anything else an internal error."""
     if isinstance(exc, SagebuildError):
@@ -145,14 +150,13 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
     from sagebuild import bench as bench_mod
     from sagebuild import benchmem, lock, probe, profiles
     from sagebuild._version import __version__
-    from sagebuild.report.write import environment_backup, write_report
 
     say("saving pip freeze (before anything changes)")
     backup = environment_backup(run_dir, opts.python)
 
     # the run's settings, checked before any step runs; a refusal is the failure of the step it
-    # belongs to, and the report still says so
-    refused: Optional[tuple[str, BaseException]] = None
+    # belongs to (``stage``), and the report still says so
+    refusal: Optional[Exception] = None
     facts: Any = None
     profile: Any = None
     why = ""
@@ -168,7 +172,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         stage = "verify"
         benchmem.check_shape_fits(opts.verify_shape)
     except Exception as e:  # noqa: BLE001 - reported as the failure of the step the setting is for
-        refused = (stage, e)
+        refusal = e
 
     steps: list[StepResult] = []
     checks: list[Any] = []
@@ -208,14 +212,8 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         if res.ok:
             return StepResult("verify", "ok", 0, None, summary)
         error = res.failure_text()
-        expl = [
-            _match(
-                f"verify.{r.variant}",
-                f"{r.variant} failed",
-                r.cause,
-                r.fix,
-                r.problems[0] if r.problems else None,
-            )
+        expl = [  # a failed check always names its problems
+            _match(f"verify.{r.variant}", f"{r.variant} failed", r.cause, r.fix, r.problems[0])
             for r in res.results
             if not r.ok and r.cause and r.fix
         ]
@@ -242,37 +240,26 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
     runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
     exit_code = 0
     for name in STEPS:
-        if refused is not None:
-            where, exc = refused
-            if name == where:
-                step = _failed_step(name, exc)
-                if isinstance(exc, SagebuildError):
-                    step.exit_code = int(exc.code)  # a refused setting keeps its own code (2, 3)
-                first_failure, exit_code = name, step.exit_code
-                say(f"{name}: refused: {step.summary}")
-            else:
-                when = "before" if STEPS.index(name) < STEPS.index(where) else "after"
-                step = StepResult(
-                    name, "skip", 0, None, f"not run: {where}'s settings were refused {when} start"
-                )
-            steps.append(step)
-            continue
-        if first_failure and not opts.keep_going:
-            steps.append(
-                StepResult(
-                    name, "skip", 0, None, f"skipped: {first_failure} failed (--keep-going runs every step)"
-                )
-            )
-            continue
-        say(f"{name}: running")
-        t0 = time.monotonic()
-        try:
-            step = runners[name]()
-        except Exception as e:  # noqa: BLE001 - a step that raised is a failed step, never a traceback
-            step = _failed_step(name, e)
-        step.seconds = round(time.monotonic() - t0, 3)
+        if refusal is not None and name == stage:
+            step = _failed_step(name, refusal)
+            if isinstance(refusal, SagebuildError):
+                step.exit_code = int(refusal.code)  # a refused setting keeps its own code (2, 3)
+            say(f"{name}: refused: {step.summary}")
+        elif refusal is not None:
+            when = "before" if STEPS.index(name) < STEPS.index(stage) else "after"
+            step = _skipped(name, f"not run: {stage}'s settings were refused {when} start")
+        elif first_failure and not opts.keep_going:
+            step = _skipped(name, f"skipped: {first_failure} failed (--keep-going runs every step)")
+        else:
+            say(f"{name}: running")
+            t0 = time.monotonic()
+            try:
+                step = runners[name]()
+            except Exception as e:  # noqa: BLE001 - a step that raised is a failed step, never a traceback
+                step = _failed_step(name, e)
+            step.seconds = round(time.monotonic() - t0, 3)
+            say(f"{name}: {step.status} in {step.seconds:.1f} s — {step.summary}")
         steps.append(step)
-        say(f"{name}: {step.status} in {step.seconds:.1f} s — {step.summary}")
         if step.status == "fail" and first_failure is None:
             first_failure, exit_code = name, step.exit_code
 
@@ -281,8 +268,8 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
     req_path: Optional[Path] = None
     say("writing the lockfile and the report")
     try:
-        lock_doc = lock.current(profile, facts, python=opts.python) if profile is not None else None
-        if lock_doc is not None:
+        if profile is not None:
+            lock_doc = lock.current(profile, facts, python=opts.python)
             lock_path, req_path = lock.write(lock_doc, run_dir / LOCK_NAME)
     except SagebuildError as e:
         if e.code == Exit.USAGE and "cannot write" in e.message:
@@ -336,8 +323,6 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
 def _conforming(report: dict[str, Any]) -> dict[str, Any]:
     """The report, with any section that does not match the schema replaced by the internal error
     it is: that step fails (exit 1) and names the violations, and the rest is still written."""
-    from sagebuild.report.schema import validate
-
     report = json.loads(json.dumps(report, default=str))  # Paths etc. become the strings JSON holds
     errors = validate(report)
     if not errors:

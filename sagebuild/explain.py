@@ -173,7 +173,6 @@ def read_log(
     line = bytearray()  # the current line (at most max_line bytes of it)
     line_len = 0
     total = 0
-    stopped = False
 
     def end_line() -> None:
         nonlocal kept_bytes, cut_lines, line_len
@@ -185,10 +184,7 @@ def read_log(
         line.clear()
         line_len = 0
 
-    while True:
-        if total >= max_read:
-            stopped = True
-            break
+    while total < max_read:
         chunk = stream.read(min(_CHUNK, max_read - total))
         if not chunk:
             break
@@ -203,6 +199,7 @@ def read_log(
                 end_line()
     if line or line_len:
         end_line()
+    stopped = total >= max_read  # the cap was reached (an endless stream, or one exactly that long)
     dropped_head = total - min(total, kept_bytes)
     notes = []
     if skipped or dropped_head > 0:

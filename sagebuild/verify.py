@@ -7,6 +7,7 @@ the result says so. A failure names its likely cause and the fix.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -174,16 +175,12 @@ def run_verify(
     q, k, v = random_qkv(shape, layout, dtype, seed, dev)
     ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
 
+    arch: Optional[str] = None
+    aliases: dict[str, str] = {}  # an entry point checked against another variant's bounds
     if dev.type == "cpu":
         mode, note = "golden", GOLDEN_NOTE
-        names = list(variants or profile.kernels)
-        fns = {
-            name: (
-                lambda name=name: reference.golden_attention(
-                    q, k, v, variant=name, tensor_layout=layout, is_causal=causal
-                )
-            )
-            for name in names
+        entries = {
+            n: functools.partial(reference.golden_attention, variant=n) for n in variants or profile.kernels
         }
         expect_dtype = None  # the golden model returns float32 by design
     else:
@@ -200,29 +197,29 @@ def run_verify(
             return VerifyResult(
                 False, mode, str(dev), "the GPU is not supported by the kernels", list(shape), dtype, [vc]
             )
-        names = [v_ for v_ in (variants or profile.kernels) if v_ in avail]
         note = (
             f"GPU {torch.cuda.get_device_name(dev)} ({arch}); variants on this arch: {', '.join(avail)}; "
             f"sageattn dispatches to {auto_variant}"
         )
-        entries = {name: getattr(attention, f"sageattn_{name}_triton") for name in names}
+        entries = {
+            n: getattr(attention, f"sageattn_{n}_triton") for n in variants or profile.kernels if n in avail
+        }
         entries[AUTO] = attention.sageattn
-        fns = {n: lambda f=f: f(q, k, v, tensor_layout=layout, is_causal=causal) for n, f in entries.items()}
+        aliases[AUTO] = auto_variant
         expect_dtype = q.dtype
 
     results = []
-    for name, fn in fns.items():
-        bound_key = auto_variant if (mode == "gpu" and name == AUTO) else name
+    for name, fn in entries.items():
         vc = VariantCheck(name, False)
         t0 = time.perf_counter()
         try:
-            out = fn()
+            out = fn(q, k, v, tensor_layout=layout, is_causal=causal)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
         except Exception as e:  # noqa: BLE001 - every failure becomes a diagnosed result, not a traceback
-            _record_error(vc, e, arch if mode == "gpu" else None)
+            _record_error(vc, e, arch)
         else:
-            _check_output(vc, out, ref, q, expect_dtype, profile.accuracy.get(bound_key))
+            _check_output(vc, out, ref, q, expect_dtype, profile.accuracy.get(aliases.get(name, name)))
         vc.seconds = round(time.perf_counter() - t0, 4)
         vc.ok = not vc.problems
         results.append(vc)
