@@ -23,7 +23,7 @@ from sagebuild import fsio
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.explain import explain_for_report
 from sagebuild.report.schema import validate
-from sagebuild.report.write import BACKUP_NAME, environment_backup, write_report
+from sagebuild.report.write import BACKUP_NAME, BUILD_LOG, REPORT_FILES, environment_backup, write_report
 
 STEPS = ("doctor", "compile", "verify", "bench")
 STEP_EXIT = {
@@ -33,10 +33,8 @@ STEP_EXIT = {
     "bench": Exit.BENCH_BELOW_THRESHOLD,
 }
 LOCK_NAME = "sagebuild.lock"
-BUILD_LOG = "build.log"
-REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
 # every file a run writes: what the swap replaces, or removes when the new run did not write it
-RUN_FILES = (*REPORT_FILES, BUILD_LOG, BACKUP_NAME, LOCK_NAME, f"{LOCK_NAME}.requirements.txt")
+RUN_FILES = (*REPORT_FILES.values(), BUILD_LOG, BACKUP_NAME, LOCK_NAME, f"{LOCK_NAME}.requirements.txt")
 INTERNAL = "internal error (a sagebuild bug, please report it)"
 
 
@@ -285,10 +283,10 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "build_log": BUILD_LOG if log_path.is_file() else None,
         "lockfile": lock_path.name if lock_path else None,
         "requirements": req_path.name if req_path else None,
-        "report_json": "report.json",
-        "report_md": "report.md",
-        "report_html": "report.html",
-        "junit": "junit.xml",
+        "report_json": REPORT_FILES["json"],
+        "report_md": REPORT_FILES["markdown"],
+        "report_html": REPORT_FILES["html"],
+        "junit": REPORT_FILES["junit"],
     }
     result_doc = (docs["compile"] or {}).get("result")
     if isinstance(result_doc, dict) and result_doc.get("log_path") == str(log_path):

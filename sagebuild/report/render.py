@@ -169,11 +169,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     ]
     lines += _md_table(*_steps_table(report))
     checks = report["checks"]
-    counts = {k: sum(c["status"] == k for c in checks) for k in ("ok", "warn", "fail", "skip")}
-    lines += [
-        "",
-        f"### Doctor: {counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail, {counts['skip']} skip",
-    ]
+    counts = ", ".join(f"{sum(c['status'] == k for c in checks)} {k}" for k in ("ok", "warn", "fail", "skip"))
+    lines += ["", f"### Doctor: {counts}"]
     bad = [c for c in checks if c["status"] in ("fail", "warn")]
     if bad:
         lines += [""] + _md_table(
@@ -278,9 +275,8 @@ def to_html(report: dict[str, Any]) -> str:
                 f"<code>{escape(m['fix'])}</code></p>"
             )
     b = report.get("bench")
-    parts.append("<h2>Speed-up</h2>")
     gate = b["gate"]["min_speedup"] if b and b["gate"]["speed_gate_applied"] else None
-    parts.append(speedup_chart(speedup_series(b), chart_title(b), gate))
+    parts += ["<h2>Speed-up</h2>", speedup_chart(speedup_series(b), chart_title(b), gate)]
     if b:
         kind = (
             "CPU timings — not a GPU result" if b["timing_kind"] == "cpu" else f"GPU {b.get('device_name')}"
@@ -309,14 +305,12 @@ def to_html(report: dict[str, Any]) -> str:
             [[c["title"], c["status"], c["detail"], c.get("fix") or ""] for c in report["checks"]],
             status_col=1,
         ),
-    ]
-    parts.append(
         "<h2>Files</h2><ul>"
         + "".join(
             f"<li>{escape(k)}: <code>{escape(str(p))}</code></li>" for k, p in report["files"].items() if p
         )
-        + "</ul>"
-    )
+        + "</ul>",
+    ]
     if report.get("facts") is not None:
         parts.append(
             "<details><summary>Probe facts</summary><pre>"

@@ -18,6 +18,8 @@ from sagebuild.report.render import to_html, to_markdown
 from sagebuild.report.schema import validate
 
 BACKUP_NAME = "environment-backup.txt"
+BUILD_LOG = "build.log"
+REPORT_FILES = {"json": "report.json", "markdown": "report.md", "html": "report.html", "junit": "junit.xml"}
 
 
 def environment_backup(out_dir: Path, python: str | None = None, timeout: float = 120.0) -> Path:
@@ -50,7 +52,7 @@ def write_report(report: dict[str, Any], out_dir: Path, build_log: Path | None =
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if build_log is not None and Path(build_log).is_file():
-        dest = out_dir / "build.log"
+        dest = out_dir / BUILD_LOG
         if Path(build_log).resolve() != dest.resolve():
             copy_atomic(build_log, dest)
         paths["build_log"] = dest
@@ -60,8 +62,8 @@ def write_report(report: dict[str, Any], out_dir: Path, build_log: Path | None =
         raise ValueError(
             "internal error: the report does not match its schema:\n  " + "\n  ".join(errors[:20])
         )
-    paths["json"] = write_text_atomic(out_dir / "report.json", json.dumps(report, indent=2) + "\n")
-    paths["markdown"] = write_text_atomic(out_dir / "report.md", to_markdown(report))
-    paths["html"] = write_text_atomic(out_dir / "report.html", to_html(report))
-    paths["junit"] = write_text_atomic(out_dir / "junit.xml", to_junit(report))
+    paths["json"] = write_text_atomic(out_dir / REPORT_FILES["json"], json.dumps(report, indent=2) + "\n")
+    paths["markdown"] = write_text_atomic(out_dir / REPORT_FILES["markdown"], to_markdown(report))
+    paths["html"] = write_text_atomic(out_dir / REPORT_FILES["html"], to_html(report))
+    paths["junit"] = write_text_atomic(out_dir / REPORT_FILES["junit"], to_junit(report))
     return paths
