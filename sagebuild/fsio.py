@@ -63,7 +63,7 @@ def ensure_dir(path: Path | str, what: str = "create directory") -> Path:
 
 def check_writable_dir(path: Path | str, what: str = "write into") -> Path:
     """Create ``path`` if needed and prove a file can be created in it (catches /proc, read-only)."""
-    path = ensure_dir(path, "create directory")
+    path = ensure_dir(path)
     try:
         fd, probe = tempfile.mkstemp(prefix=".sagebuild-probe.", dir=path)
         os.close(fd)

@@ -106,7 +106,7 @@ KNOBS: tuple[Knob, ...] = (
 
 _BY_NAME = {k.name: k for k in KNOBS}
 _PLAN_NAMES = tuple(k.name for k in KNOBS if k.plan)
-_values: Optional[dict[str, Optional[str]]] = None
+_values: dict[str, Optional[str]] = {}  # filled on first use
 _plan_values: tuple = ()
 
 
@@ -128,9 +128,9 @@ def raw(name: str) -> Optional[str]:
     knob = _BY_NAME.get(name)
     if knob is None:
         raise UnknownKnobError(name)
-    if knob.plan and _values is None:
+    if knob.plan and not _values:
         refresh()
-    value = _values[name] if knob.plan else os.environ.get(name)  # type: ignore[index]
+    value = _values[name] if knob.plan else os.environ.get(name)
     return value.strip() if value is not None else None
 
 
@@ -146,7 +146,7 @@ def switch(name: str) -> Optional[bool]:
 
 def plan_values() -> tuple:
     """The values of the knobs that change an attention call's plan (part of its cache key)."""
-    if _values is None:
+    if not _values:
         refresh()
     return _plan_values
 

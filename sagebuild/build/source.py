@@ -1,9 +1,7 @@
-"""``sagebuild compile --source DIR``: build an external torch-extension tree in place.
-
-Runs ``python setup.py build_ext --inplace`` with the plan's ``MAX_JOBS`` and arch variables,
-the same logging and OOM retry as the bundled build, then checks that extension files
-(``*.so`` / ``*.pyd``) actually appeared or changed: a ``setup.py`` that silently skips its
-extensions (no CUDA/ROCm torch found, say) exits 0 and leaves nothing to import.
+"""``sagebuild compile --source DIR``: ``python setup.py build_ext --inplace`` in an external tree with the
+plan's ``MAX_JOBS`` and arch variables, logging and OOM retry, then a check that extension files (``*.so`` /
+``*.pyd``) appeared or changed: a ``setup.py`` that skips its extensions (no CUDA/ROCm torch found, say)
+exits 0 and leaves nothing to import.
 """
 
 from __future__ import annotations
