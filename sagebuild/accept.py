@@ -48,9 +48,6 @@ class StepResult:
     error: Optional[str] = None
     explanation: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class AcceptOptions:
@@ -306,7 +303,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "profile": profile_doc,
         "facts": facts.to_dict() if facts is not None else None,
         "checks": [c.to_dict() for c in checks],
-        "steps": [s.to_dict() for s in steps],
+        "steps": [asdict(s) for s in steps],
         **docs,
         "files": files,
     }
@@ -334,11 +331,8 @@ def _conforming(report: dict[str, Any]) -> dict[str, Any]:
         text = f"the report's {section} record does not match its schema:\n  " + "\n  ".join(errs[:20])
         if section in ("compile", "verify", "bench"):
             report[section] = None
-            step = steps[section]
-            step.update(
-                status="fail", exit_code=int(Exit.INTERNAL), summary=f"{INTERNAL}: {text.splitlines()[0]}"
-            )
-            step["error"] = text
+            summary = f"{INTERNAL}: {text.splitlines()[0]}"
+            steps[section].update(status="fail", exit_code=int(Exit.INTERNAL), summary=summary, error=text)
         elif section == "facts":
             report[section] = None
         elif section == "checks":
