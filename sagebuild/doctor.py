@@ -88,8 +88,8 @@ def run_doctor(facts: Facts, profile: Profile, why: str = "named") -> DoctorResu
     return DoctorResult(facts, profile, why, checks.run_checks(facts, profile))
 
 
-def validate_inputs(root: Path, python: Optional[str], timeout: float) -> None:
-    """Refuse a root, interpreter or timeout the probe cannot use, before anything runs."""
+def validate_inputs(python: Optional[str], timeout: float) -> None:
+    """Refuse an interpreter or timeout the probe cannot use, before anything runs."""
     if not timeout > 0:  # also refuses NaN
         raise SagebuildError(
             f"--timeout {timeout:g}: the torch probe needs a time limit of more than 0 seconds",
@@ -114,7 +114,7 @@ def diagnose(
     profile_spec: str = "auto", root: Path = Path("/"), python: Optional[str] = None, timeout: float = 60.0
 ) -> DoctorResult:
     """Probe the machine (or the image under ``root``), pick the profile, run the checks."""
-    validate_inputs(root, python, timeout)
+    validate_inputs(python, timeout)
     facts = probe.collect(root=root, python=python, timeout=timeout)
     profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
     return run_doctor(facts, profile, why)

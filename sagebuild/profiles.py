@@ -111,25 +111,21 @@ class Profile:
 # ---- schema ---------------------------------------------------------------------------------
 
 
-def _req(d: dict[str, Any], key: str, typ: type | tuple[type, ...], src: str, path: str) -> Any:
-    full = f"{path}{key}"
-    if key not in d:
-        raise ProfileError(src, full, f"a value of type {_tname(typ)} (missing)")
-    val = d[key]
-    if typ is float and isinstance(val, int) and not isinstance(val, bool):
-        val = float(val)
-    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
-        raise ProfileError(src, full, f"a {_tname(typ)}", val)
-    return val
-
-
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "mapping"}
 
 
-def _tname(typ: type | tuple[type, ...]) -> str:
-    if isinstance(typ, tuple):
-        return " or ".join(t.__name__ for t in typ)
-    return _TYPE_NAMES.get(typ, typ.__name__)
+def _req(d: dict[str, Any], key: str, typ: type, src: str) -> Any:
+    """``d``'s value for the last part of the dotted ``key`` (the name errors give), of type ``typ``."""
+    tname = _TYPE_NAMES.get(typ, typ.__name__)
+    name = key.rsplit(".", 1)[-1]
+    if name not in d:
+        raise ProfileError(src, key, f"a value of type {tname} (missing)")
+    val = d[name]
+    if typ is float and isinstance(val, int) and not isinstance(val, bool):
+        val = float(val)
+    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+        raise ProfileError(src, key, f"a {tname}", val)
+    return val
 
 
 def _spec(d: dict[str, Any], key: str, src: str) -> str:
@@ -159,8 +155,8 @@ def parse(data: Any, source: str) -> Profile:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise ProfileError(source, unknown[0], f"one of {', '.join(sorted(_TOP_KEYS))} (unknown key)")
-    name = _req(data, "name", str, source, "")
-    vendor = _req(data, "vendor", str, source, "")
+    name = _req(data, "name", str, source)
+    vendor = _req(data, "vendor", str, source)
     if vendor not in VENDORS:
         raise ProfileError(source, "vendor", f"one of {', '.join(VENDORS)}", vendor)
     arch_list = data.get("archs", [])
@@ -183,37 +179,37 @@ def parse(data: Any, source: str) -> Profile:
         raise ProfileError(source, "versions", "a mapping (python/torch/triton/hip/cuda)", v)
     versions = Versions(**{k: _spec(v, k, source) for k in ("python", "torch", "triton", "hip", "cuda")})
 
-    b = _req(data, "build", dict, source, "")
+    b = _req(data, "build", dict, source)
     arch_env = b.get("arch_env")
     expected_env = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST", "cpu": None}[vendor]
     if arch_env != expected_env:
         raise ProfileError(source, "build.arch_env", f"{expected_env!r} for vendor {vendor}", arch_env)
     build = Build(
         arch_env=arch_env,
-        mem_per_job_gb=_req(b, "mem_per_job_gb", float, source, "build."),
-        max_jobs=_req(b, "max_jobs", int, source, "build."),
-        min_free_disk_gb=_req(b, "min_free_disk_gb", float, source, "build."),
-        min_mem_gb=_req(b, "min_mem_gb", float, source, "build."),
+        mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source),
+        max_jobs=_req(b, "build.max_jobs", int, source),
+        min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source),
+        min_mem_gb=_req(b, "build.min_mem_gb", float, source),
     )
     if build.mem_per_job_gb <= 0 or build.max_jobs < 1:
         raise ProfileError(source, "build", "mem_per_job_gb > 0 and max_jobs ≥ 1", b)
 
-    kernels = _req(data, "kernels", list, source, "")
+    kernels = _req(data, "kernels", list, source)
     for k in kernels:
         if k not in VARIANTS:
             raise ProfileError(source, "kernels", f"variants from {', '.join(VARIANTS)}", k)
 
-    acc_raw = _req(data, "accuracy", dict, source, "")
+    acc_raw = _req(data, "accuracy", dict, source)
     accuracy = {}
     for k in kernels:
         if k not in acc_raw or not isinstance(acc_raw[k], dict):
             raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
         accuracy[k] = Accuracy(
-            cos_min=_req(acc_raw[k], "cos_min", float, source, f"accuracy.{k}."),
-            rel_l1_max=_req(acc_raw[k], "rel_l1_max", float, source, f"accuracy.{k}."),
+            cos_min=_req(acc_raw[k], f"accuracy.{k}.cos_min", float, source),
+            rel_l1_max=_req(acc_raw[k], f"accuracy.{k}.rel_l1_max", float, source),
         )
 
-    bn = _req(data, "bench", dict, source, "")
+    bn = _req(data, "bench", dict, source)
     seq = bn.get("seq", 1024)
     seq_t = tuple(seq) if isinstance(seq, list) else (seq,)
     if not seq_t or not all(isinstance(s, int) and s > 0 for s in seq_t):
@@ -229,10 +225,10 @@ def parse(data: Any, source: str) -> Profile:
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
             raise ProfileError(source, f"bench.{key}", "a number ≥ 0", val)
     bench = Bench(
-        batch=_req(bn, "batch", int, source, "bench."),
-        heads=_req(bn, "heads", int, source, "bench."),
+        batch=_req(bn, "bench.batch", int, source),
+        heads=_req(bn, "bench.heads", int, source),
         seq=seq_t,
-        head_dim=_req(bn, "head_dim", int, source, "bench."),
+        head_dim=_req(bn, "bench.head_dim", int, source),
         dtype=dtype,
         causal=bool(bn.get("causal", False)),
         min_speedup=float(bn.get("min_speedup", 0.0)),
@@ -253,7 +249,7 @@ def parse(data: Any, source: str) -> Profile:
         kernels=tuple(kernels),
         accuracy=accuracy,
         bench=bench,
-        torch_install=_req(data, "torch_install", str, source, ""),
+        torch_install=_req(data, "torch_install", str, source),
         source=source,
     )
 

@@ -1,11 +1,6 @@
 """The doctor's checks: each reads ``Facts`` and a ``Profile`` and returns a verdict with a fix.
 
-Adding a check is one decorated function in the module of its topic (or a new module imported
-below)::
-
-    @check("extension", "Built extension")
-    def check_extension(facts: Facts, profile: Profile) -> Verdict:
-        return ok("built for gfx1201") if ... else fail("not built", "sagebuild compile")
+Adding one is a decorated function in its topic's module (docs/doctor.md, "Adding a check").
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from sagebuild.checks.registry import Verdict, check, ok, skip, warn
 from sagebuild.errors import SagebuildError
 from sagebuild.probe.facts import Facts
@@ -11,8 +14,6 @@ from sagebuild.profiles import Profile
 @check("sageattention-compat", "sageattention module")
 def check_sageattention_compat(facts: Facts, profile: Profile) -> Verdict:
     """Which `sageattention` imports, from which distribution, whose; ours kept at our version."""
-    import os
-
     from sagebuild._version import __version__
     from sagebuild.compat.contents import DIST_VERSION
     from sagebuild.compat.target import describe, status
@@ -36,8 +37,6 @@ def check_sageattention_compat(facts: Facts, profile: Profile) -> Verdict:
         st = status(python)
     except SagebuildError as err:
         return skip(f"could not ask {python}: {err.message}")
-    import sys
-
     where = f" --python {python}" if python != sys.executable else ""
     if st["whose"] == "unpackaged":
         return warn(describe(st), f"remove or rename that folder, then `sagebuild compat install{where}`")

@@ -8,7 +8,7 @@ the doctor's table. Checks never touch the system: everything they know comes fr
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Callable, Literal, Optional
 
 from sagebuild.probe.facts import Facts
@@ -45,20 +45,11 @@ class Verdict:
     fix: Optional[str] = None
 
 
-def ok(detail: str, fix: Optional[str] = None) -> Verdict:
-    return Verdict("ok", detail, fix)
-
-
-def warn(detail: str, fix: Optional[str] = None) -> Verdict:
-    return Verdict("warn", detail, fix)
-
-
-def fail(detail: str, fix: Optional[str] = None) -> Verdict:
-    return Verdict("fail", detail, fix)
-
-
-def skip(detail: str, fix: Optional[str] = None) -> Verdict:
-    return Verdict("skip", detail, fix)
+# ok("what was seen", "the fix"): a check's outcome, one helper per status
+ok = functools.partial(Verdict, "ok")
+warn = functools.partial(Verdict, "warn")
+fail = functools.partial(Verdict, "fail")
+skip = functools.partial(Verdict, "skip")
 
 
 CheckFn = Callable[[Facts, Profile], Optional[Check]]
@@ -72,13 +63,16 @@ def check(check_id: str, title: str) -> Callable[[Callable[[Facts, Profile], Opt
     def decorate(fn: Callable[[Facts, Profile], Optional[Verdict]]) -> CheckFn:
         @functools.wraps(fn)
         def named(facts: Facts, profile: Profile) -> Optional[Check]:
-            result = fn(facts, profile)
-            return (
-                None if result is None else Check(check_id, title, result.status, result.detail, result.fix)
-            )
+            try:
+                result = fn(facts, profile)
+            except Exception as e:  # a bug in one check must not hide the others
+                result = warn(
+                    f"the check itself failed: {type(e).__name__}: {e}",
+                    "report this as a sagebuild bug, with `sagebuild doctor --json`",
+                )
+            return None if result is None else Check(check_id, title, *astuple(result))
 
         named.check_id = check_id  # type: ignore[attr-defined]
-        named.title = title  # type: ignore[attr-defined]
         REGISTRY.append(named)
         return named
 
@@ -86,22 +80,8 @@ def check(check_id: str, title: str) -> Callable[[Callable[[Facts, Profile], Opt
 
 
 def run_checks(facts: Facts, profile: Profile) -> list[Check]:
-    """Run every registered check in order. A check that raises is reported, not propagated."""
-    out: list[Check] = []
-    for fn in REGISTRY:
-        try:
-            result = fn(facts, profile)
-        except Exception as e:  # a bug in one check must not hide the others
-            result = Check(
-                fn.check_id,  # type: ignore[attr-defined]
-                fn.title,  # type: ignore[attr-defined]
-                "warn",
-                f"the check itself failed: {type(e).__name__}: {e}",
-                "report this as a sagebuild bug, with `sagebuild doctor --json`",
-            )
-        if result is not None:
-            out.append(result)
-    return out
+    """Run every registered check in order; one that raises is reported as a warning under its id."""
+    return [c for c in (fn(facts, profile) for fn in REGISTRY) if c is not None]
 
 
 def overall(checks: list[Check]) -> str:

@@ -25,19 +25,18 @@ def list_doc(root: Path = Path("/")) -> dict[str, Any]:
     from sagebuild import profiles
 
     match, why, found = _match_here(root)
-    rows = []
-    for p in profiles.load_all():
-        rows.append(
-            {
-                "name": p.name,
-                "vendor": p.vendor,
-                "archs": list(p.archs),
-                "torch": p.versions.torch,
-                "description": p.description,
-                "torch_install": p.torch_install,
-                "matches": p.name == match,
-            }
-        )
+    rows = [
+        {
+            "name": p.name,
+            "vendor": p.vendor,
+            "archs": list(p.archs),
+            "torch": p.versions.torch,
+            "description": p.description,
+            "torch_install": p.torch_install,
+            "matches": p.name == match,
+        }
+        for p in profiles.load_all()
+    ]
     return {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
 
 
@@ -51,11 +50,7 @@ def show_yaml(profile: Any) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(
-        help="List the bundled profiles (the one matching this machine is marked) or show one.",
-        invoke_without_command=True,
-        no_args_is_help=False,
-    )
+    sub = typer.Typer(help="List the bundled profiles (the one matching this machine is marked) or show one.")
 
     @sub.callback(invoke_without_command=True)
     @handle_errors
