@@ -26,8 +26,6 @@ from sagebuild import knobs
 EXT_NAME = "sagebuild_ext"
 LIB_FILE = f"{EXT_NAME}.so"
 INFO_FILE = "build_info.json"
-ENV_EXT_DIR = "SAGEBUILD_EXT_DIR"
-ENV_CACHE_DIR = "SAGEBUILD_CACHE_DIR"
 
 
 def csrc_dir() -> Path:
@@ -43,7 +41,7 @@ def _knob(env: Optional[Mapping[str, str]], name: str) -> Optional[str]:
 
 
 def cache_root(env: Optional[Mapping[str, str]] = None) -> Path:
-    cache = _knob(env, ENV_CACHE_DIR)
+    cache = _knob(env, "SAGEBUILD_CACHE_DIR")
     if cache:
         return Path(cache).expanduser()
     env = os.environ if env is None else env
@@ -62,7 +60,7 @@ def ext_dir(
     the interpreter's ``prefix`` (default: this one's), torch and the sources, sagebuild.envkey)."""
     from sagebuild.envkey import environment_key
 
-    ext = _knob(env, ENV_EXT_DIR)
+    ext = _knob(env, "SAGEBUILD_EXT_DIR")
     if ext:
         return Path(ext).expanduser()
     key = environment_key(prefix, torch_version)

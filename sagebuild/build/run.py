@@ -36,12 +36,10 @@ def _build_lock(base: Path) -> Iterator[None]:
     """One build per extension directory at a time (a second sagebuild waits)."""
     base.mkdir(parents=True, exist_ok=True)
     with open(base / ".lock", "w") as fh:
-        try:
+        with contextlib.suppress(ImportError):  # no fcntl (Windows): builds there are not concurrent-safe
             import fcntl
 
             fcntl.flock(fh, fcntl.LOCK_EX)
-        except ImportError:  # no fcntl (Windows): builds there are not concurrent-safe
-            pass
         yield
 
 
@@ -51,8 +49,7 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
     log_path = Path(log_path) if log_path else Path(plan.ext_dir) / "logs" / f"compile-{stamp}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n")
+    log_path.write_text(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n", encoding="utf-8")
     if plan.problems:
         return failed(
             plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems), plan.problems
