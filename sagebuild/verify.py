@@ -202,7 +202,7 @@ def run_verify(
             f"sageattn dispatches to {auto_variant}"
         )
         entries = {
-            n: getattr(attention, f"sageattn_{n}_triton") for n in variants or profile.kernels if n in avail
+            n: getattr(attention, f"sageattn_{n}_triton") for n in (variants or profile.kernels) if n in avail
         }
         entries[AUTO] = attention.sageattn
         aliases[AUTO] = auto_variant
