@@ -149,17 +149,13 @@ def parse_arch_list(text: str, vendor: str) -> list[str]:
 
 
 def _dedup(names: list[str], vendor: str) -> list[str]:
+    """``vendor``'s archs among ``names`` (table entries, or unknown names that look like one), once each."""
     out: list[str] = []
-    for n in names:
-        if not n:
-            continue
+    for n in filter(None, names):
         name = archs.normalize(n)
         known = archs.ARCHS.get(name)
-        if known is not None and known.vendor != vendor:
-            continue
-        if known is None and not name.startswith("gfx" if vendor == "rocm" else "sm"):
-            continue
-        if name not in out:
+        ours = known.vendor == vendor if known else name.startswith("gfx" if vendor == "rocm" else "sm")
+        if ours and name not in out:
             out.append(name)
     return out
 
