@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
@@ -19,9 +19,6 @@ from sagebuild.cli.common import (
     handle_errors,
 )
 from sagebuild.errors import Exit
-
-if TYPE_CHECKING:
-    from sagebuild.doctor import DoctorResult
 
 
 def render(doc: dict[str, Any]) -> None:
@@ -78,10 +75,10 @@ def register(app: typer.Typer) -> None:
 
         Every failing check comes with the exact fix. Exit code 10 when any check fails.
         """
-        from sagebuild.doctor import diagnose as run
+        from sagebuild.doctor import diagnose
 
         with console.status("probing (torch is imported in a subprocess)…", json_out=json):
-            result: DoctorResult = run(profile, root, python, timeout)
+            result = diagnose(profile, root, python, timeout)
         if json:
             emit_json(result.to_dict())
         else:
