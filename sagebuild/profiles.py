@@ -220,10 +220,14 @@ def parse(data: Any, source: str) -> Profile:
     for key in ("batch", "heads", "head_dim", "reps"):
         if key in bn and isinstance(bn[key], int) and not isinstance(bn[key], bool) and bn[key] < 1:
             raise ProfileError(source, f"bench.{key}", "an integer ≥ 1", bn[key])
+    if not isinstance(bn.get("reps", 1), int) or isinstance(bn.get("reps"), bool):
+        raise ProfileError(source, "bench.reps", "an integer ≥ 1", bn["reps"])
     for key in ("warmup", "min_speedup"):
         val = bn.get(key, 0)
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
             raise ProfileError(source, f"bench.{key}", "a number ≥ 0", val)
+    if not isinstance(bn.get("regression", 0.85), (int, float)) or isinstance(bn.get("regression"), bool):
+        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", bn["regression"])
     bench = Bench(
         batch=_req(bn, "bench.batch", int, source),
         heads=_req(bn, "bench.heads", int, source),

@@ -210,3 +210,17 @@ def test_bench_sizes_must_be_at_least_one(key):
     doc["bench"][key] = 0
     with pytest.raises(ProfileError, match=f"bench.{key}"):
         parse(doc, "test.yaml")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("reps", "x"), ("reps", 2.5), ("warmup", "x"), ("regression", "x")]
+)
+def test_bench_numbers_of_the_wrong_type_are_a_profile_error(key, value):
+    """Not a raw ValueError from int()/float(): the profile error names the field."""
+    from sagebuild.profiles import ProfileError, load_bundled, parse
+
+    doc = load_bundled("cpu").to_dict()
+    doc.pop("source", None)
+    doc["bench"][key] = value
+    with pytest.raises(ProfileError, match=f"bench.{key}"):
+        parse(doc, "test.yaml")
