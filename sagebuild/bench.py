@@ -53,11 +53,6 @@ class BenchConfig:
     # explicit SDPA-relative gate (``--min-speedup``): None takes the profile's (0 there: off)
     min_speedup: Optional[float] = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["seq"] = list(self.seq)
-        return d
-
 
 def parse_int_list(text: str | int | list[int] | tuple[int, ...], what: str) -> tuple[int, ...]:
     """``"1024,4096"`` → (1024, 4096); a clear usage error for anything else."""
@@ -459,30 +454,24 @@ def _kernel_only(
     v: Any,
     layout: str,
     causal: bool,
-    config: Any = None,
-    pv_accum: Optional[str] = None,
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """A callable running only the attention launch of the variant's plan on K/V quantized
-    beforehand (``api.kernel_only``), and the plan's record; ``config`` as the functions' keyword."""
+    """The variant's attention launch alone on K/V quantized beforehand, and its plan's record."""
     from sagebuild.attention import api
 
     pv = "fp8" if variant == "qk_int8_pv_fp8" else "fp16"
-    plan = api.plan_dense(
-        q, k, v, tensor_layout=layout, is_causal=causal, pv=pv, pv_accum=pv_accum, config=config
-    )
+    plan = api.plan_dense(q, k, v, tensor_layout=layout, is_causal=causal, pv=pv)
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
     return api.kernel_only(plan, qh, kh, vh), plan.record()
 
 
 def _ratio(base: Optional[Timing], timing: Timing, field: str, kind: str) -> Optional[float]:
-    """SDPA's time / a provider's, for one ``Timing`` field: None for SDPA itself or where either
-    is unmeasured."""
+    """SDPA's time / a provider's in one ``Timing`` field; None for SDPA itself or if either is unmeasured."""
     ours, theirs = getattr(timing, field), getattr(base, field, None)
     return theirs / ours if kind != "baseline" and ours and theirs else None
 
 
-def _failed_row(seq: int, provider: str, kind: str, bounds: Any, exc: Exception, plan: Any) -> BenchRow:
-    return BenchRow(seq, provider, kind, None, None, None, None, bounds, f"{type(exc).__name__}: {exc}", plan)
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def random_qkv(shape: tuple[int, ...], layout: str, dtype: str, seed: int, device: Any) -> tuple[Any, ...]:
@@ -503,10 +492,8 @@ def run_bench(
     progress: Optional[Callable[[str], None]] = None,
     fits: Optional[Estimate] = None,
 ) -> BenchResult:
-    """Benchmark every provider at every sequence length of ``cfg`` and apply the profile's gate.
-
-    ``fits``: the caller's ``benchmem.check_fits(cfg, device)``, so the estimate (a CPU rate
-    measurement among it) is not made twice; without it the check runs here."""
+    """Benchmark every provider at every length of ``cfg`` and apply the profile's gate; ``fits``:
+    the caller's ``benchmem.check_fits(cfg, device)``, so its CPU rate measurement is not made twice."""
     import torch
     import torch.nn.functional as F
 
@@ -616,47 +603,42 @@ def run_bench(
             backend = sdpa_backend(qs, ks, vs, causal)
         # each provider's first call gives its accuracy (a failure is a row with its error); then
         # the others are timed together, interleaved
-        here: list[Any] = []  # per provider: its error row, or (name, kind, fn, plan, acc, bounds)
+        here: list[BenchRow] = []
+        ready: list[tuple[BenchRow, Callable[[], Any]]] = []
         for name, kind, make, bounds in providers:
             say(f"seq={n} {name} {kind}: first call")
-            plan = None
+            row = BenchRow(n, name, kind, None, None, None, None, bounds)
+            here.append(row)
             try:
-                fn, plan = make(q, k, v)
-                here.append((name, kind, fn, plan, metrics.accuracy(fn(), ref), bounds))
+                fn, row.plan = make(q, k, v)
+                row.accuracy = metrics.accuracy(fn(), ref)
+                ready.append((row, fn))
             except Exception as e:  # noqa: BLE001
-                here.append(_failed_row(n, name, kind, bounds, e, plan))
-        ready = [p for p in here if isinstance(p, tuple)]
+                row.error = _error_text(e)
         say(f"seq={n}: timing {len(ready)} providers in {n_rounds} rounds")
         floor = expected.get(shape_of(n), 0.0) * profile.bench.regression
         for attempt in range(2):
             # a regression must reproduce: a shape below the recorded speed-up's floor is measured
             # once more, all providers anew, and the second measurement is the one reported
             timings = time_interleaved(
-                [r[2] for r in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
+                [fn for _, fn in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
             )
-            by = {(r[0], r[1]): t for r, t in zip(ready, timings) if isinstance(t, Timing)}
+            by = {(r.provider, r.kind): t for (r, _), t in zip(ready, timings) if isinstance(t, Timing)}
             base, auto = by.get((SDPA, "baseline")), by.get((AUTO, "whole_call"))
             ratio = _ratio(base, auto, field_, "whole_call") if auto else None
             if attempt or not gpu or ratio is None or ratio >= floor:
                 break
             remeasured.append(n)
             say(f"seq={n}: speed-up {ratio:.3f}× below the regression floor {floor:.3f}×: measuring again")
-        timed = iter(timings)
-        for p in here:
-            if isinstance(p, BenchRow):
-                rows.append(p)
-                continue
-            (name, kind, _, plan, acc, bounds), timing = p, next(timed)
+        for (row, _), timing in zip(ready, timings):
             if isinstance(timing, Exception):
-                rows.append(_failed_row(n, name, kind, bounds, timing, plan))
+                row.accuracy, row.error = None, _error_text(timing)
                 continue
-            tflops = flops / (timing.median_ms * 1e-3) / 1e12
-            speedup, sus = (_ratio(base, timing, f, kind) for f in ("median_ms", "sustained_ms"))
-            rows.append(
-                BenchRow(
-                    n, name, kind, timing, tflops, speedup, acc, bounds, plan=plan, sustained_speedup=sus
-                )
+            row.timing, row.tflops = timing, flops / (timing.median_ms * 1e-3) / 1e12
+            row.speedup, row.sustained_speedup = (
+                _ratio(base, timing, f, row.kind) for f in ("median_ms", "sustained_ms")
             )
+        rows += here
         del q, k, v, ref, here, ready, timings  # each length's buffers go before the next
     min_speedup = profile.bench.min_speedup if cfg.min_speedup is None else cfg.min_speedup
     if remeasured:

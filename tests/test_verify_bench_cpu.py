@@ -183,7 +183,7 @@ def test_gate_on_sustained_compares_the_sustained_speed_up():
     ]
     assert bench.gate([slow], 1.0, speed_gate=False, metric="sustained") == []  # CPU: no speed gate
     cfg = bench.config_from_profile(CPU, gate_on="sustained", sustain_s=1.0)
-    assert cfg.gate_on == "sustained" and cfg.to_dict()["gate_on"] == "sustained"
+    assert cfg.gate_on == "sustained"
     with pytest.raises(SagebuildError, match="--sustain") as exc:
         bench.config_from_profile(CPU, gate_on="sustained")
     assert "--sustain 1" in exc.value.fix
@@ -439,9 +439,6 @@ def test_kernel_only_adapter_matches_the_whole_call():
         run, plan = bench._kernel_only(var, q, k, v, "HND", False)
         assert torch.equal(run(), whole(q, k, v, quantization_backend="triton")), var
         assert plan["variant"] == var and plan["quantization"] == "triton" and plan["layout"] == "HND"
-        run, plan = bench._kernel_only(var, q, k, v, "HND", False, config="32,128,4,1")  # tuning runs
-        assert plan["config"] == "32,128,4,1" and plan["k_blk"] == 128
-        assert torch.equal(run(), whole(q, k, v, quantization_backend="triton", config="32,128,4,1")), var
     # NHD inputs: the launch transposes them as the call does
     qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     run, plan = bench._kernel_only("qk_int8_pv_fp16", qn, kn, vn, "NHD", True)
