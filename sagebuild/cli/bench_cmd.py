@@ -25,6 +25,7 @@ from sagebuild.cli.common import (
     exit_with,
     handle_errors,
     out,
+    resolve_profile,
 )
 
 
@@ -108,9 +109,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from sagebuild import bench, benchmem
-        from sagebuild.cli.verify_cmd import resolve_profile
         from sagebuild.console import interactive, status, steps
-        from sagebuild.errors import Exit
         from sagebuild.fsio import write_text_atomic
 
         prof, why = resolve_profile(profile)
@@ -148,4 +147,4 @@ def register(app: typer.Typer) -> None:
             emit_json(doc)
         else:
             render(res)
-        exit_with(Exit.OK if res.ok else Exit.BENCH_BELOW_THRESHOLD)
+        exit_with(res.exit_code)

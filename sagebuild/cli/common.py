@@ -127,6 +127,13 @@ def parse_shape(text: str, option: str) -> Any:
     return dims
 
 
+def resolve_profile(spec: str) -> tuple[Any, str]:
+    """The profile for ``spec`` with this machine's probed archs (``auto`` matches them)."""
+    from sagebuild import probe, profiles
+
+    return profiles.resolve(spec, probe.collect().gpu_archs())
+
+
 def emit_json(doc: dict[str, Any]) -> None:
     """Write ``doc`` (with the schema version) as the only thing on stdout."""
     doc = {"schema_version": JSON_SCHEMA_VERSION, **doc}

@@ -6,16 +6,18 @@ from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, ProfileOpt, emit_json, exit_with, handle_errors, out, parse_shape
+from sagebuild.cli.common import (
+    JsonOpt,
+    ProfileOpt,
+    emit_json,
+    exit_with,
+    handle_errors,
+    out,
+    parse_shape,
+    resolve_profile,
+)
 
 _SHAPE_HELP = "B,H,N,D of the test tensors (the seed's check is 1,8,512,64)."
-
-
-def resolve_profile(spec: str) -> tuple[Any, str]:
-    """The profile for ``spec`` with this machine's probed archs (``auto`` matches them)."""
-    from sagebuild import probe, profiles
-
-    return profiles.resolve(spec, probe.collect().gpu_archs())
 
 
 def render(res: Any) -> None:
@@ -69,24 +71,21 @@ def register(app: typer.Typer) -> None:
         """Run each kernel variant on small random tensors: shape, dtype, device, finite values and
         accuracy against the float32 reference within the profile's bounds. On a CPU-only machine
         the golden model runs (proves the algorithm and the install, not a GPU)."""
+        from sagebuild.benchmem import check_shape_fits
         from sagebuild.errors import Exit
-        from sagebuild.verify import run_verify
+        from sagebuild.verify import plan_text, run_verify, verify_plan
 
         dims = parse_shape(shape, "--shape")
-        if dry_run:  # the plan for the profile's archs, without a GPU (sagebuild/verify.py)
-            from sagebuild.verify import plan_text, verify_plan
-
-            prof, why = resolve_profile(profile)
+        if not dry_run:
+            check_shape_fits(dims, device)  # a shape that will not fit is refused before allocating
+        prof, why = resolve_profile(profile)
+        if dry_run:  # the plan for the profile's archs, without a GPU
             vplan = verify_plan(prof, dims, causal)
             if json_out:
                 emit_json({"command": "verify", "dry_run": True, "profile_why": why, **vplan})
             else:
                 typer.echo(plan_text(vplan))
             return
-        from sagebuild.benchmem import check_shape_fits
-
-        check_shape_fits(dims, device)  # a shape that will not fit is refused before allocating
-        prof, why = resolve_profile(profile)
         res = run_verify(prof, dims, dtype=dtype, device=device, seed=seed, causal=causal, layout=layout)
         if json_out:
             emit_json({"command": "verify", "profile": prof.name, "profile_why": why, **res.to_dict()})
