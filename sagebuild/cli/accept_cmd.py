@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from sagebuild.cli import common
 from sagebuild.cli.common import (
     STATUS_STYLE,
     ArchOpt,
@@ -129,12 +130,11 @@ def register(app: typer.Typer) -> None:
                     f"{STATUS_STYLE[s['status']]:>22} {s['name']:<8} {escape(s['summary'])}", highlight=False
                 )
                 for m in s["explanation"][:2]:
-                    if not m.get("cause") or not m.get("fix"):
-                        continue
-                    out.print(
-                        f"         likely cause: {escape(m['cause'])}\n         fix: {escape(m['fix'])}",
-                        highlight=False,
-                    )
+                    if m.get("cause") and m.get("fix"):
+                        out.print(
+                            f"         likely cause: {escape(m['cause'])}\n         fix: {escape(m['fix'])}",
+                            highlight=False,
+                        )
             verdict = (
                 "[green]accepted[/]"
                 if res.exit_code == 0
@@ -144,8 +144,6 @@ def register(app: typer.Typer) -> None:
             if compat_doc and "installed" in compat_doc:
                 where = compat_doc["site_packages"]
                 out.print(f"sageattention {compat_doc['installed']} installed into {escape(where)}")
-        from sagebuild.cli import common
-
         if common.DEBUG:  # the tracebacks the report keeps, for a bug report
             for s in res.report["steps"]:
                 if s["exit_code"] == int(Exit.INTERNAL) and s.get("error"):

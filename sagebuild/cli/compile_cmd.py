@@ -7,16 +7,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from sagebuild import console
 from sagebuild.cli.common import (
     ArchOpt,
     JobsOpt,
     JsonOpt,
     ProfileOpt,
     RootOpt,
+    console,
     emit_json,
     exit_with,
     handle_errors,
+    out,
 )
 from sagebuild.errors import Exit
 
@@ -54,11 +55,11 @@ def render_plan(plan: BuildPlan, why: str, dry_run: bool) -> None:
     table.add_row("env", escape(" ".join(f"{k}={v}" for k, v in plan.env.items())))
     table.add_row("commands", escape("\n".join(plan.commands())))
     table.add_row("output", escape(plan.output))
-    console.out.print(table)
+    out.print(table)
     for w in plan.warnings:
-        console.err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     for p in plan.problems:
-        console.err.print(f"[bold red]problem:[/] {escape(p)}", highlight=False)
+        console.print(f"[bold red]problem:[/] {escape(p)}", highlight=False)
 
 
 def render_result(res: CompileResult) -> None:
@@ -66,7 +67,6 @@ def render_result(res: CompileResult) -> None:
     from rich.markup import escape
 
     if res.ok:
-        out = console.out
         extra = " (after an OOM retry with half the jobs)" if res.retried_with_half_jobs else ""
         out.print(
             f"[green]built[/] {escape(str(res.artefact))} in {res.seconds:.0f} s "
@@ -81,20 +81,19 @@ def render_result(res: CompileResult) -> None:
             )
         out.print(f"log: {escape(res.log_path)}", highlight=False)
         return
-    err = console.err
-    err.print(f"[bold red]compile failed:[/] {escape(str(res.error))}", highlight=False)
+    console.print(f"[bold red]compile failed:[/] {escape(str(res.error))}", highlight=False)
     if res.retried_with_half_jobs:
-        err.print(f"(retried once with MAX_JOBS={res.jobs} after an out-of-memory kill)")
+        console.print(f"(retried once with MAX_JOBS={res.jobs} after an out-of-memory kill)")
     if res.key_lines:
-        err.print("[bold]key lines of the log:[/]")
+        console.print("[bold]key lines of the log:[/]")
         for line in res.key_lines:
-            err.print(f"  {escape(line)}", highlight=False)
+            console.print(f"  {escape(line)}", highlight=False)
     for m in res.explanation[:3]:
         cause = f"{m.get('title', '')} — {m.get('cause', '')}"
-        err.print(f"[bold]likely cause:[/] {escape(cause)}", highlight=False)
+        console.print(f"[bold]likely cause:[/] {escape(cause)}", highlight=False)
         if m.get("fix"):
-            err.print(f"[bold]fix:[/] {escape(str(m['fix']))}", highlight=False)
-    err.print(f"full log: {escape(res.log_path)}", highlight=False)
+            console.print(f"[bold]fix:[/] {escape(str(m['fix']))}", highlight=False)
+    console.print(f"full log: {escape(res.log_path)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
