@@ -327,10 +327,10 @@ class BenchRow:
     seq: int
     provider: str
     kind: str  # baseline | whole_call | kernel_only
-    timing: Optional[Timing]
-    tflops: Optional[float]
-    speedup: Optional[float]
-    accuracy: Optional[dict[str, Any]]
+    timing: Optional[Timing] = None
+    tflops: Optional[float] = None
+    speedup: Optional[float] = None
+    accuracy: Optional[dict[str, Any]] = None
     bounds: Optional[dict[str, float]] = None
     error: Optional[str] = None
     plan: Optional[dict[str, Any]] = None  # what ran: ``sagebuild.attention.api.launch_plan``
@@ -607,7 +607,7 @@ def run_bench(
         ready: list[tuple[BenchRow, Callable[[], Any]]] = []
         for name, kind, make, bounds in providers:
             say(f"seq={n} {name} {kind}: first call")
-            row = BenchRow(n, name, kind, None, None, None, None, bounds)
+            row = BenchRow(n, name, kind, bounds=bounds)
             here.append(row)
             try:
                 fn, row.plan = make(q, k, v)
