@@ -61,6 +61,7 @@ class AcceptOptions:
     verify_shape: tuple[int, int, int, int] = (1, 8, 512, 64)
     bench: dict[str, Any] = field(default_factory=dict)  # BenchConfig overrides (None = profile default)
     progress: bool = False
+    compat: bool = False  # after a passing run, install the `sageattention` distribution into ``python``
 
 
 @dataclass
@@ -69,6 +70,9 @@ class AcceptResult:
     report: dict[str, Any]
     paths: dict[str, Path]
     problems: list[str] = field(default_factory=list)  # what went wrong outside the steps (the lockfile)
+    # with ``compat``: {"installed", "site_packages"} or {"error", "fix"}; None when the run failed
+    compat: Optional[dict[str, Any]] = None
+    compat_exit: int = 0  # the install's exit code when it failed
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` document: verdict, steps and where every file is."""
@@ -138,6 +142,17 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         shutil.rmtree(staging, ignore_errors=True)
         raise
     result.paths = {k: out / p.name for k, p in result.paths.items()}
+    if (
+        opts.compat and result.exit_code == 0
+    ):  # the kernels passed here: let `sageattention` callers have them
+        from sagebuild.compat import installer
+
+        say("installing sageattention (compat install)")
+        try:
+            done = installer.install(opts.python)
+            result.compat = {"installed": done["installed"], "site_packages": done["site_packages"]}
+        except SagebuildError as err:
+            result.compat, result.compat_exit = {"error": err.message, "fix": err.fix}, int(err.code)
     return result
 
 

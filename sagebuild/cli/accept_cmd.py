@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         from sagebuild.accept import AcceptOptions, run_accept
         from sagebuild.bench import parse_int_list
         from sagebuild.console import interactive, steps
-        from sagebuild.errors import Exit, SagebuildError
+        from sagebuild.errors import Exit
 
         dims = parse_shape(verify_shape, "--verify-shape")
         overrides = {
@@ -107,21 +107,17 @@ def register(app: typer.Typer) -> None:
             verify_shape=dims,
             bench=overrides,
             progress=interactive(json_out),
+            compat=compat,
         )
         with steps("accept", json_out) as say:
             res = run_accept(opts, say)
         for problem in res.problems:
             console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False)
-        compat_doc, exit_code = None, res.exit_code
-        if compat and res.exit_code == 0:  # the kernels passed here: let `sageattention` callers have them
-            from sagebuild.compat import installer
-
-            try:
-                done = installer.install(python)
-                compat_doc = {"installed": done["installed"], "site_packages": done["site_packages"]}
-            except SagebuildError as err:
-                compat_doc, exit_code = {"error": err.message, "fix": err.fix}, int(err.code)
-                console.print(f"[bold red]compat:[/] {escape(err.message)} (fix: {escape(err.fix or '')})")
+        compat_doc = res.compat
+        if compat_doc and "error" in compat_doc:
+            console.print(
+                f"[bold red]compat:[/] {escape(compat_doc['error'])} (fix: {escape(compat_doc['fix'] or '')})"
+            )
         if json_out:
             emit_json({**res.summary(), **({"compat": compat_doc} if compat else {})})
         else:
@@ -154,4 +150,4 @@ def register(app: typer.Typer) -> None:
                 f"{escape(str(res.paths['json']))} (`sagebuild --debug accept` adds the traceback)",
                 highlight=False,
             )
-        exit_with(exit_code)
+        exit_with(res.compat_exit or res.exit_code)
