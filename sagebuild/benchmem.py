@@ -67,7 +67,7 @@ def resolve_device(device: str = "auto") -> Any:
         return dev
     if dev.type != "cuda":
         raise SagebuildError(
-            f"--device {device}: bench runs on cpu or cuda (ROCm GPUs are cuda devices in torch)",
+            f"--device {device}: sagebuild runs on cpu or cuda (ROCm GPUs are cuda devices in torch)",
             fix="pass auto, cpu, cuda or cuda:N",
             code=Exit.USAGE,
         )

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from sagebuild.benchmem import resolve_device
 from sagebuild.errors import Exit, SagebuildError
 
 DEFAULT_SHAPE = (1, 8, 512, 64)  # the seed's smoke test: batch 1, 8 heads, 512 tokens, head dim 64
@@ -132,21 +133,6 @@ def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: An
             )
 
 
-def _resolve_device(device: str) -> Any:
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SagebuildError(
-            f"--device {device} asked for, but this torch sees no GPU",
-            fix="run `sagebuild doctor` to see why, or pass --device cpu",
-            code=Exit.VERIFY_FAILED,
-        )
-    return dev
-
-
 def run_verify(
     profile: Any,
     shape: tuple[int, int, int, int] = DEFAULT_SHAPE,
@@ -171,7 +157,7 @@ def run_verify(
     from sagebuild.attention import reference
     from sagebuild.bench import random_qkv
 
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     q, k, v = random_qkv(shape, layout, dtype, seed, dev)
     ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
 

@@ -86,6 +86,8 @@ CASES = [
         json_doc=True,
     ),
     Case("bench-bad-device", lambda d: ["bench", "--profile", "cpu", "--device", "gpu9"], {2}),
+    Case("verify-absent-gpu", lambda d: ["verify", "--profile", "cpu", "--device", "cuda:7"], {3}),
+    Case("verify-bad-device", lambda d: ["verify", "--profile", "cpu", "--device", "gpu9"], {2}),
     Case("verify-huge-shape", lambda d: ["verify", "--profile", "cpu", "--shape", "1,8,10000000,64"], {3}),
     Case("lock-out-proc", lambda d: ["lock", "--profile", "cpu", "--out", "/proc/x.lock"], {2}),
     Case(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from sagebuild import archs, profiles
@@ -50,3 +51,19 @@ def test_cli_dry_run_prints_the_plan_and_runs_nothing():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["dry_run"] and doc["archs"][0]["default"]["variant"] == "qk_int8_pv_fp16"
+
+
+@pytest.mark.parametrize(("device", "code"), [("gpu9", 2), ("cuda:7", 3)])
+def test_run_verify_refuses_a_device_this_machine_lacks(device, code):
+    """The service itself (as accept calls it), not only the CLI: one device resolver, exit codes
+    of a usage error (2) and of a missing GPU (3)."""
+    import torch
+
+    from sagebuild.errors import SagebuildError
+    from sagebuild.verify import run_verify
+
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    with pytest.raises(SagebuildError) as info:
+        run_verify(profiles.load_bundled("cpu"), device=device)
+    assert int(info.value.code) == code and "--device" in info.value.message
