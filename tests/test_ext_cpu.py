@@ -466,3 +466,28 @@ def test_probe_and_plan_agree_on_this_environment_s_directory(tmp_path, monkeypa
     assert facts.extension.dir == str(paths.ext_dir(facts.torch.version, facts.python.version, None,
                                                     facts.python.prefix))  # fmt: skip
     assert facts.extension.dir == str(paths.running_ext_dir()) or torch.__version__ != facts.torch.version
+
+
+@pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", "qk_int8_pv_fp8"])
+def test_attention_with_the_extensions_quantization_matches_tritons(ops: Any, variant: str) -> None:
+    """``quantization_backend="ext"``: the extension prepares K (and FP8 V, channel-major) in the
+    layout the attention kernel reads, so the call agrees with Triton's pre-processing (the
+    interpreter runs the kernel on CPU tensors). A repeated call (the cached plan) agrees too."""
+    from sagebuild import attention
+    from sagebuild.attention import api
+    from sagebuild.attention.metrics import accuracy
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a GPU or the Triton interpreter")
+    fn = getattr(attention, f"sageattn_{variant}_triton")
+    q, k, v = (bhnd(1, 2, 160, 64, torch.float16, "HND", seed=s) for s in (1, 2, 3))
+    tri = fn(q, k, v, quantization_backend="triton")
+    api.clear_caches()
+    first = fn(q, k, v, quantization_backend="ext")
+    again = fn(q, k, v, quantization_backend="ext")
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    for out in (first, again):
+        assert out.shape == q.shape and out.dtype == q.dtype and torch.isfinite(out).all()
+        torch.testing.assert_close(out.float(), tri.float(), atol=2e-3, rtol=0)
+    acc = accuracy(first, ref)  # INT8 Q·Kᵀ on scores of std ~8: quantization error, not a layout bug
+    assert acc["cos"] > 0.999 and acc["rel_l1"] < 0.04, acc  # the FP8 bounds (docs/performance.md)
