@@ -469,7 +469,9 @@ def test_probe_and_plan_agree_on_this_environment_s_directory(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", "qk_int8_pv_fp8"])
-def test_attention_with_the_extensions_quantization_matches_tritons(ops: Any, variant: str) -> None:
+def test_attention_with_the_extensions_quantization_matches_tritons(
+    ops: Any, variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``quantization_backend="ext"``: the extension prepares K (and FP8 V, channel-major) in the
     layout the attention kernel reads, so the call agrees with Triton's pre-processing (the
     interpreter runs the kernel on CPU tensors). A repeated call (the cached plan) agrees too."""
@@ -483,6 +485,8 @@ def test_attention_with_the_extensions_quantization_matches_tritons(ops: Any, va
     q, k, v = (bhnd(1, 2, 160, 64, torch.float16, "HND", seed=s) for s in (1, 2, 3))
     tri = fn(q, k, v, quantization_backend="triton")
     api.clear_caches()
+    # the ops this process loaded (a later build in this session would be refused, rightly)
+    monkeypatch.setattr(api, "_cached_ext_ops", lambda device_type, index: ops)
     first = fn(q, k, v, quantization_backend="ext")
     again = fn(q, k, v, quantization_backend="ext")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
