@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,16 @@ def get(name: str) -> Arch:
 def cuda_arch(major: int, minor: int) -> str:
     """Compute capability → canonical name (9, 0 → ``sm90``)."""
     return f"sm{major}{minor}"
+
+
+def of_device_properties(props: Any, hip: bool) -> str:
+    """``torch.cuda.get_device_properties(i)`` → canonical name: ROCm's ``gcnArchName``
+    (``gfx942:sramecc+:xnack-`` → ``gfx942``), CUDA's compute capability (9.0 → ``sm90``);
+    "" when a ROCm build does not report one."""
+    if hip:
+        raw = getattr(props, "gcnArchName", "")
+        return normalize(raw) if raw else ""
+    return cuda_arch(props.major, props.minor)
 
 
 def decode_gfx_target_version(value: int) -> str | None:

@@ -158,9 +158,7 @@ def unavailable_reason(device: Any) -> Optional[str]:
         from sagebuild import archs
 
         built = (build_info() or {}).get("archs", [])
-        props = torch.cuda.get_device_properties(dev)
-        raw = getattr(props, "gcnArchName", "") if torch.version.hip else f"{props.major}.{props.minor}"
-        name = archs.normalize(raw) if raw else None
+        name = archs.of_device_properties(torch.cuda.get_device_properties(dev), bool(torch.version.hip))
         if name and built and name not in built:
             return (
                 f"the extension was built for {', '.join(built)} but this GPU is {name}: "

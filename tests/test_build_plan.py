@@ -230,3 +230,16 @@ def test_cli_warns_about_max_jobs_that_overfill_memory(
 def test_plan_is_quiet_about_jobs_it_chose(tmp_path: Path) -> None:
     plan = make_plan(RDNA4, facts_of(make_rdna4_native(tmp_path)), env=NO_ENV)
     assert not any("freeze" in w for w in plan.warnings)
+
+
+def test_arch_of_device_properties() -> None:
+    """What ``torch.cuda.get_device_properties`` reports → the arch table's name, for the runtime
+    dispatch and the extension's arch check alike (one home: ``archs.of_device_properties``)."""
+    from types import SimpleNamespace
+
+    from sagebuild.archs import of_device_properties
+
+    assert of_device_properties(SimpleNamespace(major=9, minor=0, gcnArchName=""), hip=False) == "sm90"
+    rdna4 = SimpleNamespace(major=12, minor=0, gcnArchName="gfx1201:sramecc-:xnack-")
+    assert of_device_properties(rdna4, hip=True) == "gfx1201"
+    assert of_device_properties(SimpleNamespace(major=9, minor=4), hip=True) == ""  # no name reported

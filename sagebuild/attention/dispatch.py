@@ -35,10 +35,7 @@ def device_arch(device: torch.device | str | int) -> str:
 @functools.cache
 def _gpu_arch(index: int) -> str:
     """A GPU's arch never changes within a process: read its properties once."""
-    props = torch.cuda.get_device_properties(index)
-    if getattr(torch.version, "hip", None):
-        return archs.normalize(props.gcnArchName)
-    return archs.cuda_arch(props.major, props.minor)
+    return archs.of_device_properties(torch.cuda.get_device_properties(index), bool(torch.version.hip))
 
 
 def variant_for_device(device: torch.device | str | int) -> str:
