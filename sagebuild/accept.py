@@ -142,9 +142,7 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
         shutil.rmtree(staging, ignore_errors=True)
         raise
     result.paths = {k: out / p.name for k, p in result.paths.items()}
-    if (
-        opts.compat and result.exit_code == 0
-    ):  # the kernels passed here: let `sageattention` callers have them
+    if opts.compat and result.exit_code == 0:  # passed: let `sageattention` callers have the kernels
         from sagebuild.compat import installer
 
         say("installing sageattention (compat install)")

@@ -217,17 +217,19 @@ def parse(data: Any, source: str) -> Profile:
     dtype = bn.get("dtype", "float16")
     if dtype not in ("float16", "bfloat16"):
         raise ProfileError(source, "bench.dtype", "float16 or bfloat16", dtype)
-    for key in ("batch", "heads", "head_dim", "reps"):
+    for key in ("batch", "heads", "head_dim"):  # their type: _req below
         if key in bn and isinstance(bn[key], int) and not isinstance(bn[key], bool) and bn[key] < 1:
             raise ProfileError(source, f"bench.{key}", "an integer ≥ 1", bn[key])
-    if not isinstance(bn.get("reps", 1), int) or isinstance(bn.get("reps"), bool):
-        raise ProfileError(source, "bench.reps", "an integer ≥ 1", bn["reps"])
+    reps = bn.get("reps", 50)
+    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
+        raise ProfileError(source, "bench.reps", "an integer ≥ 1", reps)
     for key in ("warmup", "min_speedup"):
         val = bn.get(key, 0)
         if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
             raise ProfileError(source, f"bench.{key}", "a number ≥ 0", val)
-    if not isinstance(bn.get("regression", 0.85), (int, float)) or isinstance(bn.get("regression"), bool):
-        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", bn["regression"])
+    regression = bn.get("regression", 0.85)
+    if not isinstance(regression, (int, float)) or isinstance(regression, bool) or not 0 < regression <= 1:
+        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", regression)
     bench = Bench(
         batch=_req(bn, "bench.batch", int, source),
         heads=_req(bn, "bench.heads", int, source),
@@ -237,12 +239,10 @@ def parse(data: Any, source: str) -> Profile:
         causal=bool(bn.get("causal", False)),
         min_speedup=float(bn.get("min_speedup", 0.0)),
         warmup=int(bn.get("warmup", 10)),
-        reps=int(bn.get("reps", 50)),
+        reps=reps,
         expected=_expectations(bn.get("expected") or {}, source),
-        regression=float(bn.get("regression", 0.85)),
+        regression=float(regression),
     )
-    if not 0 < bench.regression <= 1:
-        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", bench.regression)
     return Profile(
         name=name,
         description=str(data.get("description", "")),
