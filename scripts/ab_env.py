@@ -4,6 +4,9 @@
     python scripts/ab_env.py "SAGEBUILD_ATTN_CONFIG=;64,128,4,3" [--shapes 2x32x4096x128,1x32x16384x128c]
         [--rounds 3] [--graph]
 
+A shape is BxHxNxD, with a trailing c for causal; cross-attention gives the query and key
+lengths as Nq:Nk (``2x10x4096:77x64``, SDXL's text keys).
+
 Settings are separated by ";"; an empty one leaves the variable unset (the table's choice). A
 name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"quant.ONEPASS=True;False"``).
 
@@ -72,9 +75,12 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for spec in args.shapes.split(","):
         causal = spec.endswith("c")
-        b, h, n, d = (int(x) for x in spec.rstrip("c").split("x"))
+        b, h, n, d = spec.rstrip("c").split("x")
+        n_q, _, n_k = n.partition(":")
+        b, h, d, n_q, n_k = int(b), int(h), int(d), int(n_q), int(n_k or n_q)
         g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
+        q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=g)
+        k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in range(2))
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         times: dict[str, list[float]] = {s: [] for s in settings}
         sdpa: list[float] = []

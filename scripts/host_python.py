@@ -3,6 +3,8 @@
 
     python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile]
 
+Cross-attention gives the query and key lengths as Nq:Nk (``--shape 2x10x4096:77x64``).
+
 At small shapes the host path decides the whole call, and the GPU hosts' speed varies 2–3×
 between machine starts, so host-side changes are compared here, on one
 CPU, in one process: Triton's interpreter makes CPU tensors acceptable, and both launchers
@@ -32,13 +34,16 @@ from sagebuild.kernels.triton import launcher  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD")
+    ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD or BxHxNq:NkxD")
     ap.add_argument("--causal", action="store_true", help="time causal calls")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    b, h, n, d = (int(x) for x in args.shape.split("x"))
+    b, h, n, d = args.shape.split("x")
+    n_q, _, n_k = n.partition(":")
+    b, h, d, n_q, n_k = int(b), int(h), int(d), int(n_q), int(n_k or n_q)
     launcher._launch = lambda *a, **k: None  # the launch itself: recording and replay still run
-    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float16) for _ in range(3))
+    q = torch.randn(b, h, n_q, d, dtype=torch.float16)
+    k, v = (torch.randn(b, h, n_k, d, dtype=torch.float16) for _ in range(2))
 
     def call() -> None:
         sageattn(q, k, v, is_causal=args.causal)

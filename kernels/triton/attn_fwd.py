@@ -6,6 +6,9 @@ One kernel serves every variant through constexpr switches:
   fresh FP32 accumulator per key tile, added into the FP32 output accumulator (two-level
   accumulation: FP8 MMA units accumulate with ~22 bits). Otherwise P·V in V's 16-bit type.
 * Q: the kernel quantizes its FP16/BF16 Q tile in registers (no launch, no extra pass over Q).
+* ``K_INLINE`` (FP16 P·V, short key sequences): K too is the caller's 16-bit tensor, quantized
+  per key (INT8, one scale per token, after subtracting K's mean) in each program's registers:
+  the call is one launch, with no K/V pre-processing launch and no buffers.
 * ``CAUSAL``: bottom-right aligned: query i sees keys j <= i + (N_k - N_q) (FlashAttention ≥ 2.1,
   SDPA's ``causal_lower_right``). Key tiles wholly below the diagonal run without any mask;
   only the diagonal tiles and a ragged last tile pay for it.
@@ -36,7 +39,7 @@ from triton.language.extra.cuda import gdc_wait
 from . import launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, packed_v_base, scale_and_inverse, seq_base, to_int8
+from .quant import LOG2E, column_mean, packed_v_base, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -131,6 +134,49 @@ def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.conste
 
 
 @triton.jit
+def _quantize_keys(k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2,
+                   MASKED: tl.constexpr, D_MASKED: tl.constexpr, SPLIT_D: tl.constexpr):  # fmt: skip
+    """A 16-bit key tile as INT8 with one scale per key (the contract of ``quant.py`` with a
+    block of one token): k − mean, rows past the end zero. Returns (k, k2, scales); k2 is the
+    second channel piece (SPLIT_D) or k again."""
+    kf = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0.0, MASKED, D_MASKED).to(tl.float32)
+    kf = kf - km[None, :]
+    if MASKED:
+        kf = tl.where(col_ok[:, None], kf, 0.0)
+    amax = tl.max(tl.abs(kf), axis=1)
+    if SPLIT_D:
+        kf2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0.0, MASKED, True).to(tl.float32)
+        kf2 = kf2 - km2[None, :]
+        if MASKED:
+            kf2 = tl.where(col_ok[:, None], kf2, 0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(kf2), axis=1))
+    step, inv = scale_and_inverse(amax, 127.0)
+    k = to_int8(kf * inv[:, None])
+    k2 = to_int8(kf2 * inv[:, None]) if SPLIT_D else k
+    return k, k2, step
+
+
+@triton.jit
+def _key_means(K, k_base, n_k, stride_kn, offs_d, offs_d2, d_ok, d2_ok,
+               BLOCK_N: tl.constexpr, SPLIT_D: tl.constexpr):  # fmt: skip
+    """K's mean per channel over the sequence's n_k keys (each channel piece), for K_INLINE."""
+    offs_n = tl.arange(0, BLOCK_N)
+    s1 = tl.zeros(offs_d.shape, dtype=tl.float32)
+    s2 = tl.zeros(offs_d2.shape, dtype=tl.float32)
+    for start in range(0, n_k, BLOCK_N):
+        rows = start + offs_n
+        ptrs = K + (k_base + rows.to(tl.int64)[:, None] * stride_kn)
+        ok = rows[:, None] < n_k
+        x1 = tl.load(ptrs + offs_d[None, :], mask=ok & d_ok[None, :], other=0.0)
+        s1 += tl.sum(x1.to(tl.float32), axis=0)
+        if SPLIT_D:
+            x2 = tl.load(ptrs + offs_d2[None, :], mask=ok & d2_ok[None, :], other=0.0)
+            s2 += tl.sum(x2.to(tl.float32), axis=0)
+    n = tl.maximum(n_k, 1)
+    return column_mean(s1, n), column_mean(s2, n)
+
+
+@triton.jit
 def _wgmma_wait(x):
     """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
     statement: Triton keeps a side-effecting asm in program order)."""
@@ -199,6 +245,9 @@ def _attn_tiles(
     apply_mask,
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
+    km,
+    km2,
+    K_INLINE: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -216,6 +265,9 @@ def _attn_tiles(
 
     SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
     acc2), instead of one padded tile; otherwise q2/acc2 are unused.
+
+    K_INLINE: K is the caller's 16-bit tensor; each tile is quantized here (``_quantize_keys``,
+    ``km``/``km2``: K's mean per channel piece) and its scores scaled per key.
     """
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
@@ -227,7 +279,11 @@ def _attn_tiles(
         # the tile's start in 64 bits (a scalar), its rows' offsets in 32: BLOCK_N·stride < 2³¹ holds
         # for our K and FP8 V, and the API copies a 16-bit V whose token stride would break it
         k_rows = K + (k_base + tl.cast(start_n, tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
-        if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
+        if K_INLINE:  # INT8 K and its per-key scales from the 16-bit tile
+            k, k2, ks = _quantize_keys(
+                k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2, MASKED, V_PADDED, SPLIT_D
+            )
+        elif USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
             k = k_desc.load([k_row0 + start_n, 0])
         else:
             k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
@@ -239,13 +295,17 @@ def _attn_tiles(
         if SPLIT_D:  # the second channel piece accumulates onto the first
             if USE_TMA:
                 k2 = k2_desc.load([k_row0 + start_n, BLOCK_D // 2])
-            else:
+            elif not K_INLINE:
                 k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
             si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
         s = si.to(tl.float32, bitcast=True)
         # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
         # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
-        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+        if K_INLINE:  # a scale per key: one FMA per score
+            s = s * ks[None, :] - (ks * MAGIC_F)[None, :]
+            c = qs
+            off = tl.zeros_like(qs)
+        elif KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
             c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
             off = c * MAGIC_F
         else:
@@ -270,7 +330,7 @@ def _attn_tiles(
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
-            if KS_BLK % BLOCK_N == 0:
+            if KS_BLK % BLOCK_N == 0 and not K_INLINE:
                 # One scale for the tile, so the row max is taken on the INT32 bits, which grow
                 # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
                 # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
@@ -381,6 +441,7 @@ def _attn_fwd_kernel(
     ROW_SUM_PARTS: tl.constexpr,
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
+    K_INLINE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
@@ -451,6 +512,11 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
+        if K_INLINE and SMOOTH_K:
+            km, km2 = _key_means(K, k_base, n_k, stride_kn, offs_d, offs_d2, d_ok, d2_ok, BLOCK_N, SPLIT_D)
+        else:
+            km = tl.zeros([D1], dtype=tl.float32)
+            km2 = tl.zeros([D2], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         if ROW_SUM_PARTS > 1:
             l_i = tl.zeros([BLOCK_M, ROW_SUM_PARTS], dtype=tl.float32)
@@ -537,6 +603,9 @@ def _attn_fwd_kernel(
                 apply_mask,
                 MASK_MODE,
                 MASK_ROWS,
+                km,
+                km2,
+                K_INLINE,
             )
 
         if ROW_SUM_PARTS > 1:
@@ -559,10 +628,12 @@ def _attn_fwd_kernel(
         if RETURN_LSE:
             lse = (m_i + tl.math.log2(l_i) - P_SHIFT) / 1.4426950408889634
             if SMOOTH_K:
-                km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
+                if not K_INLINE:  # the quantization launch's means
+                    km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
+                    if SPLIT_D:
+                        km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
                 lse += tl.sum(qf * km[None, :], axis=1) * sm_scale
                 if SPLIT_D:
-                    km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
                     lse += tl.sum(qf2 * km2[None, :], axis=1) * sm_scale
             lse = tl.where(l_i > 0, lse, float("-inf"))
             tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
@@ -572,8 +643,8 @@ def _attn_fwd_kernel(
 class QuantizedKV:
     """K (and, for FP8 P·V, V) after quantization, as the attention kernel reads them."""
 
-    k: SeqView  # int8 [.., Dp]
-    k_scale: torch.Tensor  # float32 [B, Hkv, cdiv(N_k, k_blk)]
+    k: SeqView  # int8 [.., Dp], or the caller's 16-bit K (``k_scale`` None: quantized in the launch)
+    k_scale: Optional[torch.Tensor]  # float32 [B, Hkv, cdiv(N_k, k_blk)], None for K_INLINE
     k_blk: int
     km: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] or None (smooth_k=False)
     v: SeqView  # fp8 [.., Dp] (FP8 path) or the caller's fp16/bf16 V
@@ -661,9 +732,11 @@ def attention_forward(
         raise ValueError("pass lse exactly when the plan returns it")
     if (plan.mask != "none") != (mask is not None):
         raise ValueError("pass mask exactly when the plan has one")
+    if plan.k_inline != (kv.k_scale is None):
+        raise ValueError("pass the caller's K (k_scale None) exactly when the plan quantizes K inline")
     group = q.heads // kv.k.heads
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
-    dummy = kv.k_scale
+    dummy = kv.k_scale if kv.k_scale is not None else out.t  # never read where it stands in
     consts = launcher.constexprs(_attn_fwd_kernel, launch_key, plan.constexprs)
     if plan.tma:
         if not tma_eligible(kv, plan.head_dim_pad):  # the descriptors span heads as laid out there
@@ -699,7 +772,7 @@ def attention_forward(
             kv.k.max_len,
             q.total,
             kv.k.total,
-            kv.k_scale.shape[-1],
+            kv.k_scale.shape[-1] if kv.k_scale is not None else 0,
             plan.sm_scale * LOG2E,
             plan.sm_scale,
         ),

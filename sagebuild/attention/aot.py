@@ -85,7 +85,7 @@ def _source(
     )  # fmt: skip
     ptr = {
         "QF": "*fp16",
-        "K": "*i8",
+        "K": "*fp16" if plan.k_inline else "*i8",  # K_INLINE: the caller's K
         "KS": "*fp32",
         "V": f"*{_fp8_type(row)}" if fp8 else "*fp16",
         "VS": "*fp32",
@@ -104,7 +104,7 @@ def _source(
             name: f"tensordesc<{t}{box}>" for name, t, box in zip(("KD", "VD", "KD2", "VD2"), types, boxes)
         }
     else:  # the K/V pointers again, unused
-        ptr |= {"KD": "*i8", "VD": f"*{v_type}", "KD2": "*i8", "VD2": f"*{v_type}"}
+        ptr |= {"KD": ptr["K"], "VD": f"*{v_type}", "KD2": ptr["K"], "VD2": f"*{v_type}"}
     constexprs = plan.constexprs()
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).

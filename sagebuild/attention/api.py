@@ -294,6 +294,8 @@ def _execute(
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
     if not plan.fp8 and abs(v.stride(2)) * plan.config.block_n >= _INT32:
         v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
+    if plan.k_inline and abs(k.stride(2)) * plan.config.block_n >= _INT32:
+        k = k.contiguous()  # and an inline-quantized K's likewise
     kv = quantize_kv(plan, k, v, ops=call.ops, key=key)
     if call.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -324,7 +326,10 @@ def quantize_kv(
 def _quantize_views(
     plan: LaunchPlan, k: layout.SeqView, v: layout.SeqView, key: Optional[tuple]
 ) -> QuantizedKV:
-    """Our Triton launch on K/V's ``layout`` views (dense or packed)."""
+    """Our Triton launch on K/V's ``layout`` views (dense or packed); none when the attention
+    launch quantizes K itself (``plan.k_inline``: K and V go to it as they are)."""
+    if plan.k_inline:
+        return QuantizedKV(k, None, plan.k_blk, None, v, None)
     kq, ks, km, vq, vs = quant.quant_kv(
         k, v, plan.head_dim_pad, plan.smooth_k, _fp8_torch_dtype(plan), plan.k_blk, launch_key=key,
         pdl_trigger=plan.pdl, v_key_order=plan.v_key_order,
@@ -462,6 +467,8 @@ def _execute_varlen(
     """One packed call's quantization and attention launches under its plan (inputs checked)."""
     if not plan.fp8 and abs(v.stride(0)) * plan.config.block_n >= _INT32:
         v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
+    if plan.k_inline and abs(k.stride(0)) * plan.config.block_n >= _INT32:
+        k = k.contiguous()
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     kv = _quantize_views(plan, kvw, vvw, key)  # a packed plan has neither PDL nor V key order

@@ -113,12 +113,14 @@ def golden_attention(
     return_lse: bool = False,
     config: LaunchConfig = DEFAULT_CONFIG,
     fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+    k_blk: Optional[int] = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The kernels' arithmetic in plain torch (float32 result in the input's layout).
 
     ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
     online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
-    scale block (``config.k_blk``).
+    scale block (``config.k_blk``, unless ``k_blk`` is given: 1 for a plan that quantizes K
+    inside the attention launch, one scale per key).
     """
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
@@ -131,10 +133,11 @@ def golden_attention(
 
     km = kf.mean(dim=2, keepdim=True) if smooth_k else torch.zeros_like(kf[:, :, :1])
     qi, q_step = quant_int8_blocks(qf, config.q_blk(qk_quant_gran))
-    ki, k_step = quant_int8_blocks(kf - km, config.k_blk)
+    k_blk = k_blk or config.k_blk
+    ki, k_step = quant_int8_blocks(kf - km, k_blk)
     qs = q_step * (scale * LOG2E)
     qs_row = qs.repeat_interleave(config.q_blk(qk_quant_gran), dim=-1)[..., :n_q]
-    ks_col = k_step.repeat_interleave(config.k_blk, dim=-1)[..., :n_k]
+    ks_col = k_step.repeat_interleave(k_blk, dim=-1)[..., :n_k]
     # Integer products are exact in float64 (and in int32 on the GPU).
     dots = torch.matmul(qi.double(), expand_kv(ki, heads).double().transpose(-1, -2)).float()
     s = dots * qs_row[..., :, None] * expand_kv(ks_col, heads)[..., None, :]
