@@ -27,7 +27,7 @@ from sagebuild.attention import (
     sageattn_qk_int8_pv_fp16_triton,
     sageattn_varlen,
 )
-from sagebuild.attention.api import launch_plan
+from sagebuild.attention.api import clear_caches, launch_plan
 from sagebuild.attention.reference import golden_attention
 from sagebuild.kernels.triton import configs, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, tma_eligible
@@ -411,3 +411,47 @@ def test_k_inline_on_packed_sequences_and_masks(monkeypatch):
     out = _run("qk_int8_pv_fp16", q, k, v, attn_mask=mask)
     k37 = k[:, :, :37].float() - k.float().mean(dim=2, keepdim=True)
     close(out, _inline_golden(q, k37, v[:, :, :37], smooth_k=False), *tol("qk_int8_pv_fp16"))
+
+
+def test_row_unit_proves_16_byte_rows_only_where_triton_cannot():
+    """``layout.row_unit``: 8 (16 bytes of a 16-bit tensor) when every stride is a multiple of 8
+    elements but not all of 16 (head dim 40 rows); 1 when Triton's own specialisation proves
+    it (multiples of 16), when a stride is not a multiple of 8 (no 16-byte rows to prove) and
+    when one reaches 2³¹ (the kernel multiplies back in 32 bits)."""
+    view = lambda *shape: layout.dense(torch.empty(shape, dtype=torch.float16))  # noqa: E731
+    assert layout.row_unit([view(2, 8, 4096, 40)]) == layout.ROW_UNIT == 8
+    assert layout.row_unit([view(2, 8, 4096, 64), view(2, 8, 77, 40)]) == 8
+    assert layout.row_unit([view(2, 8, 4096, 64), view(1, 2, 77, 64)]) == 1
+    assert layout.row_unit([view(2, 8, 4096, 40), view(1, 2, 3, 36)]) == 1  # 36: not 16-byte rows
+    big = layout.SeqView(torch.empty(0), 2**31 + 8, 40, 40, 1, 1, 1)
+    assert layout.row_unit([big]) == 1
+
+
+@pytest.mark.parametrize(
+    ("variant", "k_inline"), [("qk_int8_pv_fp16", "0"), (FP8, "0"), ("qk_int8_pv_fp16", "1")]
+)
+@pytest.mark.parametrize("how", ["HND", "NHD", "varlen"])
+def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, monkeypatch):
+    """Head dim 40 (SD1.5): Q, O, 16-bit V and an inline-quantized K pass their strides divided
+    by ROW_UNIT, which the kernel multiplies back (so Triton proves 16-byte rows and vectorises
+    them, ``test_aot``); the result is bit for bit the plain strides' (layout.row_unit forced to
+    1), dense (HND, and NHD with 77 keys: odd head strides) and packed, causal, GQA, with LSE."""
+    _force(monkeypatch, k_inline=k_inline)
+    q, k, v = qkv(hq=4, hk=2, nq=72, nk=77, d=40, seed=40, layout_="NHD" if how == "NHD" else "HND")
+    if how == "varlen":
+        q, k, v = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
+        cu_q, cu_k = torch.tensor([0, 72], dtype=torch.int32), torch.tensor([0, 77], dtype=torch.int32)
+        pv = "fp8" if variant == FP8 else "fp16"
+        call = lambda: sageattn_varlen(q, k, v, cu_q, cu_k, 72, 77, is_causal=True, pv=pv, config=CFG)  # noqa: E731
+    else:
+        call = lambda: _run(variant, q, k, v, tensor_layout=how, is_causal=True, return_lse=True)  # noqa: E731
+    units = []
+    real = layout.row_unit
+    monkeypatch.setattr(layout, "row_unit", lambda views: units.append(real(views)) or units[-1])
+    wide = call()
+    assert units == [8], units
+    clear_caches()  # the unit is decided once per plan key
+    monkeypatch.setattr(layout, "row_unit", lambda views: 1)
+    plain = call()
+    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple(wide), as_tuple(plain)))

@@ -442,7 +442,15 @@ def _attn_fwd_kernel(
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
     K_INLINE: tl.constexpr,
+    ROW_UNIT: tl.constexpr,
 ):
+    if ROW_UNIT != 1:  # the 16-bit tensors' strides came divided by it (``layout.row_unit``)
+        stride_qb, stride_qh, stride_qn = stride_qb * ROW_UNIT, stride_qh * ROW_UNIT, stride_qn * ROW_UNIT
+        stride_ob, stride_oh, stride_on = stride_ob * ROW_UNIT, stride_oh * ROW_UNIT, stride_on * ROW_UNIT
+        if not PV_FP8:
+            stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
+        if K_INLINE:
+            stride_kb, stride_kh, stride_kn = stride_kb * ROW_UNIT, stride_kh * ROW_UNIT, stride_kn * ROW_UNIT
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -737,7 +745,17 @@ def attention_forward(
     group = q.heads // kv.k.heads
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale if kv.k_scale is not None else out.t  # never read where it stands in
-    consts = launcher.constexprs(_attn_fwd_kernel, launch_key, plan.constexprs)
+    # The 16-bit tensors' strides go in the unit that proves their rows' alignment (``layout.row_unit``):
+    # the launch key fixes the strides, so the unit is decided with the constexprs, once per key.
+    wide = (q, out, *(() if plan.fp8 else (kv.v,)), *((kv.k,) if plan.k_inline else ()))
+    consts = launcher.constexprs(
+        _attn_fwd_kernel, launch_key, lambda: {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide)}
+    )
+    unit = consts["ROW_UNIT"]
+
+    def strides(view: SeqView, wide: bool = True) -> tuple[int, ...]:
+        return tuple(s // unit for s in view.strides()) if wide and unit != 1 else view.strides()
+
     if plan.tma:
         if not tma_eligible(kv, plan.head_dim_pad):  # the descriptors span heads as laid out there
             raise ValueError("plan.tma needs K/V as quant.quant_kv lays out dense sequences (tma_eligible)")
@@ -760,11 +778,11 @@ def attention_forward(
             kv.k.cu,
             mask if mask is not None else dummy,
             *descs,
-            *q.strides(),
-            *kv.k.strides(),
-            *kv.v.strides(),
+            *strides(q),
+            *strides(kv.k, plan.k_inline),
+            *strides(kv.v, not plan.fp8),
             kv.v.stride_d,
-            *out.strides(),
+            *strides(out),
             *(mask.stride() if mask is not None else (0, 0, 0, 0)),
             q.heads,
             group,

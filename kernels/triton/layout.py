@@ -7,7 +7,7 @@ Dense inputs (``HND`` as is, ``NHD`` as a transposed view) and packed variable-l
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import torch
 import triton
@@ -77,6 +77,25 @@ def packed(x: torch.Tensor, cu: torch.Tensor, max_len: int) -> SeqView:
     """A packed [total_tokens, H, D] tensor with int32 cumulative sequence lengths."""
     _, h, _ = x.shape
     return SeqView(x, 0, x.stride(1), x.stride(0), cu.numel() - 1, h, max_len, cu, stride_d=x.stride(2))
+
+
+# 16 bytes of a 16-bit tensor: the widest vector load, and Triton's own stride specialisation
+# (integers divisible by 16 elements) proves twice that
+ROW_UNIT = 8
+
+
+def row_unit(views: Iterable[SeqView]) -> int:
+    """The unit the kernels' 16-bit tensors' strides are passed in (``ROW_UNIT`` or 1).
+
+    Triton proves a row's alignment only from strides divisible by 16 elements; a head dim of 40
+    (SD1.5) gives rows 40 elements apart, 16-byte aligned but unproven, and every load and store
+    of such a tile becomes a 2-byte one. Strides passed divided by ROW_UNIT and multiplied back
+    in the kernel prove 16 bytes. 1 where Triton proves it already, where a stride is not a
+    multiple of ROW_UNIT, or where one reaches 2³¹ (the product is computed in 32 bits)."""
+    strides = [s for v in views for s in v.strides()]
+    if all(s % 16 == 0 for s in strides) or any(s % ROW_UNIT or s >= 2**31 for s in strides):
+        return 1
+    return ROW_UNIT
 
 
 def key_rows(n: int, key_order: bool) -> int:

@@ -103,6 +103,7 @@ class LaunchPlan:
             "MASK_MODE": MASKS.index(self.mask),
             "MASK_ROWS": self.mask_rows,
             "K_INLINE": self.k_inline,
+            "ROW_UNIT": 1,  # the launch's buffers decide it (``layout.row_unit``)
         }
 
     def record(self) -> dict[str, Any]:
