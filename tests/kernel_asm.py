@@ -125,7 +125,7 @@ def compile_preprocessing(
         "kv_partials": (
             quant._kv_partials_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CHUNK=quant.chunk_rows(head_dim), **both,
-                 PART_STAGES=quant.PART_STAGES if stages is None else stages),
+                 PART_STAGES=quant.PART_STAGES if stages is None else stages, ROW_UNIT=1),
             {"K": "*fp16", "V": "*fp16", "KP": "*fp32", "VP": "*fp32", "CU": "*i32"},
         ),
         "kv_finalize": (
@@ -138,7 +138,7 @@ def compile_preprocessing(
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if aot._fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=varlen,
                  INLINE_STATS=False, STATS_BLK=128, STATS_STAGES=1,
-                 PDL_TRIGGER=features.enabled("pdl", row.family), V_KEY_ORDER=False,
+                 PDL_TRIGGER=features.enabled("pdl", row.family), V_KEY_ORDER=False, ROW_UNIT=1,
                  stride_wn=1),  # FP8 V's tokens are contiguous: the JIT specialises that 1
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
              "VSO": "*fp32", "VQ": f"*{aot._fp8_type(row)}" if fp8 else "*fp16", "CU": "*i32"},

@@ -556,3 +556,31 @@ def test_row_unit_vectorises_head_dim_40():
     assert p["shuffles"] > 0 and u["shuffles"] == 0 and u["async_copies"] > p["async_copies"], (plain, unit8)
     assert u["instructions"] < p["instructions"], (plain, unit8)
     assert unit8["stack_bytes"] == 0 < plain["stack_bytes"], (plain, unit8)
+
+
+_PRE_ROW_UNIT_SCRIPT = """
+import json, re, sys
+import kernel_asm
+from sagebuild.attention import aot
+ast_source = aot._ast_source
+odd = {f"stride_{t}{d}" for t in "xvk" for d in "bhn"}  # the 16-bit inputs' strides, head dim 40
+out = []
+for unit in json.loads(sys.argv[1]):
+    def patched(fn, c, p, f, ok, unit=unit):
+        c = {**c, "ROW_UNIT": unit} if "ROW_UNIT" in fn.arg_names else c
+        return ast_source(fn, c, p, f, lambda a: ok(a) and a not in odd)
+    aot._ast_source = patched
+    res = kernel_asm.compile_preprocessing("sm90", 64)
+    b16 = r"ld\\.global[.\\w]*\\.b16"
+    out.append({k: len(re.findall(b16, res[k]["asm"])) for k in ("kv_partials", "quant_blocks")})
+print(json.dumps(out))
+"""
+
+
+def test_row_unit_vectorises_the_preprocessing_at_head_dim_40():
+    """The K/V statistics and quantization launches read the caller's 16-bit K and V: at head
+    dim 40 in contiguous tensors (strides not multiples of 16 elements) every load is a 2-byte
+    one (64 per kernel in the sm90 PTX); with the strides in ROW_UNIT none is."""
+    plain, unit8 = _compile_in_subprocess(_PRE_ROW_UNIT_SCRIPT, [1, 8])
+    assert plain["kv_partials"] > 0 and plain["quant_blocks"] > 0, plain
+    assert unit8 == {"kv_partials": 0, "quant_blocks": 0}, unit8

@@ -573,7 +573,7 @@ def test_k_inline_matches_its_golden_model_and_holds_the_bounds(b, h, n_q, n_k, 
     assert plan["k_inline"] and plan["variant"] == "qk_int8_pv_fp16" and not plan["pdl"], plan
     out, lse = sageattn(q, k, v, is_causal=causal, return_lse=True)
     cfg = api.plan_dense(q, k, v, is_causal=causal).config
-    ref, ref_lse = golden_attention(q, k, v, is_causal=causal, return_lse=True, config=cfg, k_blk=1)
+    ref, ref_lse = golden_attention(q, k, v, is_causal=causal, return_lse=True, config=cfg, k_inline=True)
     acc = accuracy(out, ref)
     assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
     assert torch.allclose(lse, ref_lse, atol=1e-3, rtol=1e-4)

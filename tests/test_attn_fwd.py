@@ -362,8 +362,8 @@ def test_offsets_past_2_to_the_31_elements():
 
 
 def _inline_golden(q, k, v, **kw):
-    """The golden model of a K_INLINE launch: K quantized with one scale per key."""
-    return golden_attention(q, k, v, "qk_int8_pv_fp16", config=CFG, k_blk=1, **kw)
+    """The golden model of a K_INLINE launch: K quantized per key, codes rounded by one FMA."""
+    return golden_attention(q, k, v, "qk_int8_pv_fp16", config=CFG, k_inline=True, **kw)
 
 
 @pytest.mark.parametrize(("dtype", "atol", "rtol"), triples("qk_int8_pv_fp16"))
@@ -433,9 +433,10 @@ def test_row_unit_proves_16_byte_rows_only_where_triton_cannot():
 @pytest.mark.parametrize("how", ["HND", "NHD", "varlen"])
 def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, monkeypatch):
     """Head dim 40 (SD1.5): Q, O, 16-bit V and an inline-quantized K pass their strides divided
-    by ROW_UNIT, which the kernel multiplies back (so Triton proves 16-byte rows and vectorises
-    them, ``test_aot``); the result is bit for bit the plain strides' (layout.row_unit forced to
-    1), dense (HND, and NHD with 77 keys: odd head strides) and packed, causal, GQA, with LSE."""
+    by ROW_UNIT to the attention launch, K and V theirs to the quantization launch, and the
+    kernels multiply them back (so Triton proves 16-byte rows and vectorises them, ``test_aot``);
+    the result is bit for bit the plain strides' (``row_unit`` forced to 1), dense (HND, and NHD
+    with 77 keys: odd head strides) and packed, causal, GQA, with LSE."""
     _force(monkeypatch, k_inline=k_inline)
     q, k, v = qkv(hq=4, hk=2, nq=72, nk=77, d=40, seed=40, layout_="NHD" if how == "NHD" else "HND")
     if how == "varlen":
@@ -447,11 +448,13 @@ def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, mon
         call = lambda: _run(variant, q, k, v, tensor_layout=how, is_causal=True, return_lse=True)  # noqa: E731
     units = []
     real = layout.row_unit
-    monkeypatch.setattr(layout, "row_unit", lambda views: units.append(real(views)) or units[-1])
+    for module in (layout, quant):  # the attention launch's and the quantization launch's
+        monkeypatch.setattr(module, "row_unit", lambda views: units.append(real(views)) or units[-1])
     wide = call()
-    assert units == [8], units
+    assert units == [8] * (1 if k_inline == "1" else 2), units
     clear_caches()  # the unit is decided once per plan key
-    monkeypatch.setattr(layout, "row_unit", lambda views: 1)
+    for module in (layout, quant):
+        monkeypatch.setattr(module, "row_unit", lambda views: 1)
     plain = call()
     as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
     assert all(torch.equal(a, b) for a, b in zip(as_tuple(wide), as_tuple(plain)))

@@ -140,3 +140,21 @@ def test_key_order_needs_dense_inputs_and_whole_groups():
         quant.quant_blocks(layout.dense(k), None, 16, 1.0, 64, v=layout.dense(k),
                            fp8_dtype=torch.float8_e4m3fn, inline_stats=True, v_key_order=True)  # fmt: skip
     assert quant.fp8_max(torch.float8_e4m3fn) == 448.0 and quant.fp8_max(torch.float8_e4m3fnuz) == 240.0
+
+
+@pytest.mark.parametrize("n", [77, 2100])  # statistics inside the quantization launch, and by parts
+@pytest.mark.parametrize("fp8", [None, torch.float8_e4m3fn])
+def test_strides_in_16_byte_units_give_the_same_codes(n, fp8, monkeypatch):
+    """Head dim 40 in contiguous tensors: K's and V's strides go to the statistics and
+    quantization launches divided by ``layout.ROW_UNIT`` (so Triton proves 16-byte rows) and the
+    kernels multiply them back: codes, scales, means and FP8 V are bit for bit those of the
+    plain strides."""
+    _, k, v = qkv(hq=2, hk=2, nq=8, nk=n, d=40, seed=n)
+    kv = layout.dense(k), layout.dense(v)
+    assert layout.row_unit(kv) == layout.ROW_UNIT
+    wide = quant.quant_kv(*kv, 64, True, fp8, configs.K_BLK)
+    monkeypatch.setattr(quant, "row_unit", lambda views: 1)
+    plain = quant.quant_kv(*kv, 64, True, fp8, configs.K_BLK)
+    for a, b in zip(wide, plain):
+        if a is not None:
+            assert torch.equal(*(x.t if isinstance(x, layout.SeqView) else x for x in (a, b)))

@@ -136,9 +136,9 @@ def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.conste
 @triton.jit
 def _quantize_keys(k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2,
                    MASKED: tl.constexpr, D_MASKED: tl.constexpr, SPLIT_D: tl.constexpr):  # fmt: skip
-    """A 16-bit key tile as INT8 with one scale per key (the contract of ``quant.py`` with a
-    block of one token): k − mean, rows past the end zero. Returns (k, k2, scales); k2 is the
-    second channel piece (SPLIT_D) or k again."""
+    """A 16-bit key tile as INT8 with one scale per key (``quant.py``'s scale with a block of one
+    token, rounded by ``_round_to_int8``): k − mean, rows past the end zero. Returns (k, k2,
+    scales); k2 is the second channel piece (SPLIT_D) or k again."""
     kf = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0.0, MASKED, D_MASKED).to(tl.float32)
     kf = kf - km[None, :]
     if MASKED:
@@ -151,9 +151,19 @@ def _quantize_keys(k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2,
             kf2 = tl.where(col_ok[:, None], kf2, 0.0)
         amax = tl.maximum(amax, tl.max(tl.abs(kf2), axis=1))
     step, inv = scale_and_inverse(amax, 127.0)
-    k = to_int8(kf * inv[:, None])
-    k2 = to_int8(kf2 * inv[:, None]) if SPLIT_D else k
+    k = _round_to_int8(kf, inv)
+    k2 = _round_to_int8(kf2, inv) if SPLIT_D else k
     return k, k2, step
+
+
+@triton.jit
+def _round_to_int8(y, inv):
+    """INT8 codes of y·inv (|y·inv| ≤ 127) in one FMA per element: y·inv + 1.5·2²³, rounded once
+    (an explicit FMA: the same on every backend) to the nearest integer, ties to even, holds the
+    code in its low byte (two's complement).
+    The quantization launches' contract rounds ties away from zero (``quant.to_int8``, matched
+    bit for bit by the extension); codes made and used inside one launch need not match it."""
+    return tl.fma(y, inv[:, None], MAGIC_F).to(tl.int32, bitcast=True).to(tl.int8)
 
 
 @triton.jit

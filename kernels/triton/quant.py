@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
-from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, wgmma_key_order
+from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, row_unit, wgmma_key_order
 
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
 # computed inside the K/V quantization launch (saving the statistics launches); each program
@@ -163,9 +163,13 @@ def _kv_partials_kernel(
     H, N, T, PART_ROWS, NPART,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
     SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, IS_VARLEN: tl.constexpr, PART_STAGES: tl.constexpr,
+    ROW_UNIT: tl.constexpr,
 ):  # fmt: skip
     """One program per (PART_ROWS tokens, sequence·KV head) of dense or packed K/V: the part's
-    column sums of K and column amaxes of |V| (a part past its sequence's end sums nothing)."""
+    column sums of K and column amaxes of |V| (a part past its sequence's end sums nothing).
+    ROW_UNIT: K's and V's strides came divided by it (``layout.row_unit``)."""
+    stride_kb, stride_kh, stride_kn = stride_kb * ROW_UNIT, stride_kh * ROW_UNIT, stride_kn * ROW_UNIT
+    stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -253,8 +257,11 @@ def _quant_blocks_kernel(
     STATS_STAGES: tl.constexpr,
     PDL_TRIGGER: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
+    ROW_UNIT: tl.constexpr,
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
+
+    ROW_UNIT: X's and V's (the inputs') strides came divided by it (``layout.row_unit``).
 
     V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
     block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
@@ -268,6 +275,8 @@ def _quant_blocks_kernel(
     itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
     and the first block's program writes the mean to KM: no reduction launches at all.
     """
+    stride_xb, stride_xh, stride_xn = stride_xb * ROW_UNIT, stride_xh * ROW_UNIT, stride_xn * ROW_UNIT
+    stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
     if PDL_TRIGGER:
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
@@ -363,7 +372,12 @@ def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> in
 
 
 def _part_stats(
-    k: SeqView, v: Optional[SeqView], head_dim_pad: int, smooth_k: bool, launch_key: Optional[tuple]
+    k: SeqView,
+    v: Optional[SeqView],
+    head_dim_pad: int,
+    smooth_k: bool,
+    launch_key: Optional[tuple],
+    row_unit: int = 1,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """K's mean and V's amax per sequence and head: column statistics per part of the tokens (K
     and V read once, side by side, about PART_WAVES programs per SM), then one small launch
@@ -383,13 +397,27 @@ def _part_stats(
     launcher.launch(
         _kv_partials_kernel,
         (count, k.batch * k.heads),
-        (k.t, vv.t, kp, vp, cu, *k.strides(), *vv.strides(), k.heads, k.max_len, k.total, rows, count),
+        (
+            k.t,
+            vv.t,
+            kp,
+            vp,
+            cu,
+            *_in_unit(k, row_unit),
+            *_in_unit(vv, row_unit),
+            k.heads,
+            k.max_len,
+            k.total,
+            rows,
+            count,
+        ),
         dict(
             HEAD_DIM=k.head_dim,
             BLOCK_D=head_dim_pad,
             CHUNK=chunk_rows(head_dim_pad),
             **consts,
             PART_STAGES=PART_STAGES,
+            ROW_UNIT=row_unit,
         ),
         num_warps=PART_WARPS,
         key=launch_key,
@@ -412,13 +440,19 @@ def kv_stats(
     smooth_k: bool,
     fp8_dtype: Optional[torch.dtype],
     launch_key: Optional[tuple] = None,
+    row_unit: int = 1,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None),
     per sequence for packed inputs: two Triton launches (``_part_stats``)."""
     want_v = v is not None and fp8_dtype is not None
     if not smooth_k and not want_v:
         return None, None
-    return _part_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key)
+    return _part_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key, row_unit)
+
+
+def _in_unit(view: SeqView, unit: int) -> tuple[int, ...]:
+    """A view's (b, h, n) strides divided by ``unit`` (``layout.row_unit``; the kernels multiply back)."""
+    return view.strides() if unit == 1 else tuple(s // unit for s in view.strides())
 
 
 def quant_blocks(
@@ -434,8 +468,10 @@ def quant_blocks(
     inline_stats: bool = False,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
+    row_unit: int = 1,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
+    ``row_unit``: x's and v's strides go divided by it (``layout.row_unit`` of both).
 
     ``pdl_trigger``: the next launch is a programmatic dependent (``LaunchPlan.pdl``).
     ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
@@ -482,6 +518,7 @@ def quant_blocks(
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
+            ROW_UNIT=row_unit,
         ),
     )
     launcher.launch(
@@ -497,9 +534,9 @@ def quant_blocks(
             vs if want_v else xs,
             ww.t,
             x.cu,
-            *x.strides(),
+            *_in_unit(x, row_unit),
             *xq.strides(),
-            *vv.strides(),
+            *_in_unit(vv, row_unit),
             *ww.strides(),
             ww.stride_d,
             x.heads,
@@ -537,6 +574,7 @@ def quant_kv(
     or None).
     """
     inline = k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
+    unit = row_unit((k, v))  # the launch key fixes the strides, hence the unit
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
@@ -545,7 +583,7 @@ def quant_kv(
         )
         va = None
     else:
-        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key)
+        km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key, unit)
     kq, ks, vq, vs = quant_blocks(
         k,
         km,
@@ -559,5 +597,6 @@ def quant_kv(
         inline_stats=inline,
         pdl_trigger=pdl_trigger,
         v_key_order=v_key_order,
+        row_unit=unit,
     )
     return kq, ks, km, vq, vs
