@@ -75,6 +75,8 @@ def _check(acc: dict, variant: str) -> None:
         ((1, 8, 2048, 128), True),
         ((1, 2, 8192, 128), False),
         ((1, 4, 777, 96), True),
+        ((2, 8, 1000, 40), False),  # SD1.5's head dim: strides in ROW_UNIT (``layout.row_unit``)
+        ((1, 4, 777, 40), True),
         ((1, 4, 1500, 192), True),
         ((1, 4, 2048, 256), False),
         ((1, 4, 1500, 256), True),
@@ -584,3 +586,26 @@ def test_k_inline_matches_its_golden_model_and_holds_the_bounds(b, h, n_q, n_k, 
     for _ in range(2):  # recorded, then replayed
         assert torch.equal(sageattn(q, k, v, is_causal=causal), first)
     assert torch.equal(GraphedAttention(q, k, v, is_causal=causal)(q, k, v), first)
+
+
+@pytest.mark.parametrize(
+    ("n_k", "causal", "k_inline"), [(4096, False, "0"), (77, False, "0"), (777, True, "1")]
+)
+def test_strides_in_16_byte_units_give_the_same_bits_on_the_gpu(n_k, causal, k_inline, monkeypatch):
+    """Head dim 40 in contiguous tensors: the launches take the 16-bit strides in ROW_UNIT
+    (vectorised loads, ``test_aot``), bit for bit the result of the plain strides (2-byte loads)."""
+    from sagebuild.kernels.triton import layout, quant
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if k_inline == "1" and not _has("k_inline", arch):
+        pytest.skip(f"{arch} does not run K_INLINE")
+    _knob(monkeypatch, "k_inline", k_inline)
+    g = torch.Generator(device="cuda").manual_seed(n_k)
+    q = torch.randn(2, 8, 1000, 40, device="cuda", generator=g).half()
+    k, v = (torch.randn(2, 8, n_k, 40, device="cuda", generator=g).half() for _ in range(2))
+    assert layout.row_unit([layout.dense(t) for t in (q, k, v)]) == layout.ROW_UNIT
+    wide = sageattn(q, k, v, is_causal=causal)
+    api.clear_caches()
+    for module in (layout, quant):
+        monkeypatch.setattr(module, "row_unit", lambda views: 1)
+    assert torch.equal(sageattn(q, k, v, is_causal=causal), wide)
