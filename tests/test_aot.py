@@ -584,3 +584,29 @@ def test_row_unit_vectorises_the_preprocessing_at_head_dim_40():
     plain, unit8 = _compile_in_subprocess(_PRE_ROW_UNIT_SCRIPT, [1, 8])
     assert plain["kv_partials"] > 0 and plain["quant_blocks"] > 0, plain
     assert unit8 == {"kv_partials": 0, "quant_blocks": 0}, unit8
+
+
+_PACKED_SCRIPT = """
+import functools, json, sys
+import kernel_asm
+from sagebuild.attention import plan
+make_plan = plan.make_plan
+plan.make_plan = functools.partial(make_plan, layout="varlen")  # the plan of a packed call
+cases = json.loads(sys.argv[1])
+print(json.dumps([kernel_asm.sass_report("qk_int8_pv_fp8", "sm90", 128, c, n_k=4192) for c in cases]))
+"""
+
+
+@pytest.mark.triton_version("3.6")  # instruction counts of what Triton 3.6 emits
+def test_packed_sequences_take_the_tma_row():
+    """Packed FP8 calls at head dim 128 (LLM prefill, packed video clips) take the dense calls'
+    TMA row (128-key tiles by tensor descriptors, pipelined wgmma) in the sm90 SASS: no local
+    memory in the unmasked key loop, which SAGEBUILD_TMA=0's pointer row (64-key tiles) spills
+    in, and fewer instructions per key (572 per 128 keys against 419 per 64)."""
+    tma = _compile_in_subprocess(_PACKED_SCRIPT, [False, True], SAGEBUILD_TMA="")
+    ptr = _compile_in_subprocess(_PACKED_SCRIPT, [False], SAGEBUILD_TMA="0")[0]
+    for r in tma:
+        assert r["tma"] and r["config"] == "64,128,4,2,168,tma,pipe" and r["wgmma_serialized"] is None, r
+        assert r["loops"][0]["local"] == 0, r
+    assert not ptr["tma"] and ptr["loops"][0]["local"] > 0, ptr
+    assert tma[0]["loops"][0]["instructions"] / 128 < ptr["loops"][0]["instructions"] / 64, (tma[0], ptr)

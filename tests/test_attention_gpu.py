@@ -609,3 +609,47 @@ def test_strides_in_16_byte_units_give_the_same_bits_on_the_gpu(n_k, causal, k_i
     for module in (layout, quant):
         monkeypatch.setattr(module, "row_unit", lambda views: 1)
     assert torch.equal(sageattn(q, k, v, is_causal=causal), wide)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_sequences_by_tma_hold_the_bounds(causal, monkeypatch):
+    """Packed FP8 calls at head dim 128 take the TMA row (descriptors over the packed tokens):
+    each sequence holds the FP8 bounds against exact attention on its own tokens, with ragged
+    lengths, an empty sequence and GQA. FP8 V's buffer starts as NaN bytes: a tile past a
+    sequence's end reads the positions between sequences, which the quantization launch zeroes
+    (a NaN there would reach the output through the P·V wgmma, 0·NaN). Replays give the bits."""
+    from sagebuild.attention import sageattn_varlen
+    from sagebuild.kernels.triton import attn_fwd, layout, quant
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if not _has("tma", arch) or "qk_int8_pv_fp8" not in _variants():
+        pytest.skip(f"{arch} has no TMA or FP8 P·V")
+    real_empty = quant.empty_like_view
+
+    def nan_filled(view, *a, **kw):
+        out = real_empty(view, *a, **kw)
+        out.t.view(torch.uint8).fill_(0x7F)
+        return out
+
+    monkeypatch.setattr(quant, "empty_like_view", nan_filled)
+    descriptors = []
+    real_desc = attn_fwd._kv_descriptors
+    monkeypatch.setattr(attn_fwd, "_kv_descriptors", lambda *a: descriptors.append(1) or real_desc(*a))
+    lens = [1000, 0, 777, 3000, 5]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(36)
+    total = sum(lens)
+    q = torch.randn(total, 8, 128, device="cuda", generator=g).half()
+    k, v = (torch.randn(total, 2, 128, device="cuda", generator=g).half() for _ in range(2))
+    out = sageattn_varlen(q, k, v, cu, cu, max(lens), max(lens), is_causal=causal, pv="fp8")
+    assert descriptors and torch.isfinite(out).all()
+    for b, n in enumerate(lens):
+        if n:
+            s = slice(int(cu[b]), int(cu[b + 1]))
+            one = [t[s].transpose(0, 1)[None] for t in (q, k, v)]
+            ref = exact_attention(*one, is_causal=causal)[0].transpose(0, 1)
+            _check(accuracy(out[s], ref), "qk_int8_pv_fp8")
+    for _ in range(2):  # recorded, then replayed
+        again = sageattn_varlen(q, k, v, cu, cu, max(lens), max(lens), is_causal=causal, pv="fp8")
+        assert torch.equal(again, out)
+    assert layout.packed_v_tokens(total, len(lens)) % 16 == 0

@@ -29,7 +29,7 @@ from sagebuild.attention import (
 )
 from sagebuild.attention.api import clear_caches, launch_plan
 from sagebuild.attention.reference import golden_attention
-from sagebuild.kernels.triton import configs, layout, quant
+from sagebuild.kernels.triton import attn_fwd, configs, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, tma_eligible
 
 FNS = {"qk_int8_pv_fp16": sageattn_qk_int8_pv_fp16_triton, "qk_int8_pv_fp8": sageattn_qk_int8_pv_fp8_triton}
@@ -458,3 +458,29 @@ def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, mon
     plain = call()
     as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
     assert all(torch.equal(a, b) for a, b in zip(as_tuple(wide), as_tuple(plain)))
+
+
+@pytest.mark.parametrize(("d", "causal"), [(64, False), (96, True), (128, True)])
+def test_tma_tiles_on_packed_sequences(d, causal, monkeypatch):
+    """Packed sequences by tensor descriptors (K [T, H·Dp] at the head's columns, FP8 V [H·Dp,
+    positions] from each sequence's 16-aligned position): bit for bit the pointer path, with
+    ragged lengths, an empty sequence, GQA, causal and the split head dim 96 (a descriptor per
+    channel piece). (A tile past a sequence's end reads the positions between sequences, which
+    hold zeros: ``test_quant``; the interpreter's FP8 dot would not show a NaN there.)"""
+    cfg = configs.LaunchConfig(32, 64, 4, 1)
+    lens = [37, 0, 90, 16]
+    cu = torch.tensor([0, 37, 37, 127, 143], dtype=torch.int32)
+    g = torch.Generator().manual_seed(d)
+    q = torch.randn(143, 4, d, generator=g).half()
+    k, v = (torch.randn(143, 2, d, generator=g).half() for _ in range(2))
+    n = max(lens)
+    call = lambda: sageattn_varlen(q, k, v, cu, cu, n, n, is_causal=causal, pv="fp8", config=cfg)  # noqa: E731
+    _force(monkeypatch, tma="0")
+    ref = call()
+    descriptors = []
+    real_desc = attn_fwd._kv_descriptors
+    monkeypatch.setattr(attn_fwd, "_kv_descriptors", lambda *a: descriptors.append(1) or real_desc(*a))
+    _force(monkeypatch, tma="1", attn_config=cfg.spec())
+    out = call()
+    assert descriptors, "the packed call did not take the TMA path"
+    assert torch.isfinite(out).all() and torch.equal(out, ref)

@@ -92,7 +92,9 @@ def test_every_profile_arch_plans_into_a_valid_report(arch):
         if archs.get(arch).vendor != "cuda":  # AMD: portable kernel, no NVIDIA-only feature
             assert not (p.tma or p.pdl or p.wgmma_pipe or p.v_key_order) and p.config.maxnreg is None
         if p.varlen or p.quantization == "extension":  # K/V not laid out by our dense launch
-            assert not (p.tma or p.pdl or p.v_key_order)
+            assert not (p.pdl or p.v_key_order)
+        if p.quantization == "extension":  # nor by our quantization at all
+            assert not p.tma
 
 
 def test_hopper_plans_take_the_measured_features():
@@ -253,9 +255,9 @@ def test_register_cap_is_refused_off_nvidia():
 
 def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     """A row whose config loads K/V by TMA serves a call only where TMA can run: a family whose
-    features allow it, FP8 P·V on dense K/V from our Triton quantization (whose FP8 V rows are
-    16-byte aligned for any key count), SAGEBUILD_TMA not 0; every other call takes the next row,
-    and the record says it."""
+    features allow it, FP8 P·V on dense or packed K/V from our Triton quantization (whose FP8 V
+    rows are 16-byte aligned for any key count), SAGEBUILD_TMA not 0; every other call takes the
+    next row, and the record says it."""
     monkeypatch.delenv(features.KNOB["tma"], raising=False)
     knobs.refresh()
     row = configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096, tma_ok=True)
@@ -266,7 +268,8 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
 
     assert planned().config == row and planned(n_k=16384).config == row and planned().tma
     assert not planned(backend="ext").config.tma  # the extension lays K/V out otherwise
-    assert not planned(layout="varlen").tma
+    packed = planned(layout="varlen")  # packed K/V from our quantization: the same row, by TMA
+    assert packed.tma and packed.config == row and not (packed.pdl or packed.v_key_order), packed
     assert planned(n_k=4104).tma and planned(n_k=4097).tma  # ragged key counts too
     for head_dim in (80, 96, 160, 192):  # the split head dims' rows ask for TMA from 4096 keys
         split = planned(head_dim=head_dim)

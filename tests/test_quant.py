@@ -158,3 +158,40 @@ def test_strides_in_16_byte_units_give_the_same_codes(n, fp8, monkeypatch):
     for a, b in zip(wide, plain):
         if a is not None:
             assert torch.equal(*(x.t if isinstance(x, layout.SeqView) else x for x in (a, b)))
+
+
+@pytest.mark.parametrize("blk", [configs.K_BLK, configs.K_BLK_WIDE])
+def test_packed_fp8_v_holds_zeros_between_sequences(blk, monkeypatch):
+    """Packed FP8 V: every position of the buffer outside the sequences' rows is written as
+    zero by the quantization launch, whatever the allocation held (here NaN bytes), so that a
+    key tile read past a sequence's end by a tensor descriptor meets finite values only: the
+    gaps left by 16-aligned starts, an empty sequence's slot, and the buffer's tail. The
+    sequences' own rows are the dense quantization of each sequence."""
+    real_empty = quant.empty_like_view
+
+    def nan_filled(view, *a, **kw):
+        out = real_empty(view, *a, **kw)
+        out.t.view(torch.uint8).fill_(0x7F)  # an FP8 e4m3 NaN in every byte
+        return out
+
+    monkeypatch.setattr(quant, "empty_like_view", nan_filled)
+    lens = [37, 0, 90, 16, 1]
+    cu = torch.tensor([0, 37, 37, 127, 143, 144], dtype=torch.int32)
+    g = torch.Generator().manual_seed(blk)
+    k, v = (torch.randn(144, 2, 64, generator=g).half() for _ in range(2))
+    kq, ks, km, vq, vs = quant.quant_kv(
+        layout.packed(k, cu, max(lens)), layout.packed(v, cu, max(lens)), 64, True, torch.float8_e4m3fn, blk
+    )
+    storage = vq.t.permute(1, 2, 0)  # [H, Dp, positions] as allocated
+    assert storage.shape[-1] == layout.packed_v_tokens(144, len(lens))
+    assert not storage.float().isnan().any()
+    written = torch.zeros(storage.shape[-1], dtype=torch.bool)
+    for b, n in enumerate(lens):
+        start = layout.packed_v_start(int(cu[b]), b)
+        written[start : start + n] = True
+        _, _, _, dense_v, _ = quant.quant_kv(
+            *(layout.dense(t[cu[b] : cu[b + 1]].transpose(0, 1)[None]) for t in (k, v)),
+            64, True, torch.float8_e4m3fn, blk,
+        )  # fmt: skip
+        assert torch.equal(storage[:, :, start : start + n].float(), dense_v.t[0].transpose(1, 2).float())
+    assert (storage[:, :, ~written].float() == 0).all()

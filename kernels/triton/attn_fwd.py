@@ -39,7 +39,7 @@ from triton.language.extra.cuda import gdc_wait
 from . import launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, column_mean, packed_v_base, scale_and_inverse, seq_base, to_int8
+from .quant import LOG2E, column_mean, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -242,7 +242,9 @@ def _attn_tiles(
     k2_desc,
     v2_desc,
     k_row0,
+    k_col0,
     v_row0,
+    v_col0,
     USE_TMA: tl.constexpr,
     WGMMA_WAIT: tl.constexpr,
     V_KEY_ORDER: tl.constexpr,
@@ -294,7 +296,7 @@ def _attn_tiles(
                 k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2, MASKED, V_PADDED, SPLIT_D
             )
         elif USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
-            k = k_desc.load([k_row0 + start_n, 0])
+            k = k_desc.load([k_row0 + start_n, k_col0])
         else:
             k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
         # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
@@ -304,7 +306,7 @@ def _attn_tiles(
         si = tl.dot(q, tl.trans(k)) + MAGIC_I
         if SPLIT_D:  # the second channel piece accumulates onto the first
             if USE_TMA:
-                k2 = k2_desc.load([k_row0 + start_n, BLOCK_D // 2])
+                k2 = k2_desc.load([k_row0 + start_n, k_col0 + BLOCK_D // 2])
             elif not K_INLINE:
                 k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
             si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
@@ -360,7 +362,7 @@ def _attn_tiles(
             l_i = l_i * alpha + tl.sum(p, axis=1)
         v_rows = V + (v_base + tl.cast(start_n, tl.int64) * stride_vn) + offs_n[:, None] * stride_vn
         if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
-            v = tl.trans(v_desc.load([v_row0, start_n]))
+            v = tl.trans(v_desc.load([v_row0, v_col0 + start_n]))
         else:
             v = _load_rows(
                 v_rows + offs_d.to(tl.int64)[None, :] * stride_vd, v_ok, d_ok, 0.0, MASKED, V_PADDED
@@ -372,7 +374,7 @@ def _attn_tiles(
         acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
         if SPLIT_D:
             if USE_TMA:
-                v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, start_n]))
+                v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, v_col0 + start_n]))
             else:
                 v2 = _load_rows(
                     v_rows + offs_d2.to(tl.int64)[None, :] * stride_vd, v_ok, d2_ok, 0.0, MASKED, V_PADDED
@@ -543,7 +545,14 @@ def _attn_fwd_kernel(
         acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
-        if USE_TMA:  # host-built descriptors over every head: K rows (b, h, n), FP8 V rows (b, h, d)
+        k_col0 = 0
+        v_col0 = 0
+        if USE_TMA and IS_VARLEN:  # descriptors over packed tokens: K [T, H·Dp], FP8 V [H·Dp, positions]
+            k_row0 = tl.minimum(tl.maximum(tl.load(CUK + b), 0), T_K)
+            k_col0 = hk * BLOCK_D
+            v_row0 = hk * BLOCK_D
+            v_col0 = packed_v_position(CUK, b, T_K)
+        elif USE_TMA:  # host-built descriptors over every head: K rows (b, h, n), FP8 V rows (b, h, d)
             k_row0 = (kv_bh * N_K).to(tl.int32)
             v_row0 = (kv_bh * BLOCK_D).to(tl.int32)
         else:
@@ -608,7 +617,9 @@ def _attn_fwd_kernel(
                 KD2,
                 VD2,
                 k_row0,
+                k_col0,
                 v_row0,
+                v_col0,
                 USE_TMA,
                 WGMMA_WAIT,
                 V_KEY_ORDER,
@@ -672,22 +683,24 @@ class QuantizedKV:
 
 
 def tma_eligible(kv: QuantizedKV, head_dim_pad: int) -> bool:
-    """Whether a launch can read these K/V buffers by tensor descriptors: both as
-    ``layout.empty_like_view`` lays dense sequences out, K [B, H, N, Dp] and FP8 V [B, H, Dp, N],
-    each contiguous (one descriptor spans every head: ``_kv_descriptors``), V's rows a multiple
-    of 16 bytes. The plan decides TMA from the shapes; this checks the actual buffers."""
+    """Whether a launch can read these K/V buffers by tensor descriptors: as
+    ``layout.empty_like_view`` lays them out, each contiguous, V's rows a multiple of 16 bytes
+    (one descriptor spans every head: ``_kv_descriptors``). Dense: K [B, H, N, Dp], FP8 V
+    [B, H, Dp, N]; packed: K [T, H, Dp], FP8 V [H, Dp, positions] (``layout.packed_v_tokens``,
+    zeros between sequences). The plan decides TMA from the shapes; this checks the buffers."""
     k, v = kv.k, kv.v
+    if k.head_dim != head_dim_pad or v.head_dim != head_dim_pad or v.stride_d % 16:
+        return False
+    if k.is_varlen:
+        rows = v.t.shape[0]
+        return k.t.stride() == (k.heads * head_dim_pad, head_dim_pad, 1) and v.t.stride() == (
+            1, head_dim_pad * rows, rows
+        )  # fmt: skip
     dn = head_dim_pad * k.max_len  # one head's elements
     vrows = layout.v_row_stride(k.max_len, kv.v_key_order)  # V's row stride (16-byte aligned)
-    return (
-        v.stride_d % 16 == 0
-        and not k.is_varlen
-        and k.head_dim == head_dim_pad
-        and v.head_dim == head_dim_pad
-        and (k.stride_n, k.stride_h, k.stride_b) == (head_dim_pad, dn, k.heads * dn)
-        and (v.stride_n, v.stride_d, v.stride_h, v.stride_b)
-        == (1, vrows, head_dim_pad * vrows, v.heads * head_dim_pad * vrows)
-    )
+    return (k.stride_n, k.stride_h, k.stride_b) == (head_dim_pad, dn, k.heads * dn) and (
+        v.stride_n, v.stride_d, v.stride_h, v.stride_b
+    ) == (1, vrows, head_dim_pad * vrows, v.heads * head_dim_pad * vrows)  # fmt: skip
 
 
 def kv_desc_boxes(head_dim_pad: int, block_n: int, split: bool) -> tuple[list[int], ...]:
@@ -703,16 +716,20 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     """Host-built tensor descriptors (K, V, K's and V's second channel piece) over every head's
     rows (``tma_eligible`` layouts): the kernel takes them as launch parameters, so no program
     writes a descriptor to global scratch and fences it before its first load. A K tile past a
-    head's last key reads the next head's rows (those scores are masked); V's key axis ends at
-    N, so its tiles there arrive as zeros."""
+    sequence's last key reads the next head's or sequence's rows (those scores are masked);
+    dense V's key axis ends at N, so its tiles there arrive as zeros, and packed V holds zeros
+    between sequences (``quant._zero_packed_gap``)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
-    n = kv.k.max_len
-    # V's descriptor ends at its key rows (reads past them arrive as zeros); rows are v.stride_d apart
-    k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
-    v_shape = [kv.v.batch * kv.v.heads * head_dim_pad, layout.key_rows(n, kv.v_key_order)]
-    v_strides = [kv.v.stride_d, 1]
+    n, hd = kv.k.max_len, kv.k.heads * head_dim_pad
+    if kv.k.is_varlen:  # K rows are tokens (a head's channels at hk·Dp), V rows channels of every head
+        k_shape, k_strides = [kv.k.t.shape[0], hd], [hd, 1]
+        v_shape = [hd, kv.v.t.shape[0]]
+    else:  # V's descriptor ends at its key rows (reads past them arrive as zeros)
+        k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
+        v_shape = [kv.v.batch * hd, layout.key_rows(n, kv.v_key_order)]
+    v_strides = [kv.v.stride_d, 1]  # rows v.stride_d apart
     kd = TensorDescriptor(kv.k.t, k_shape, k_strides, k_box)
     vd = TensorDescriptor(kv.v.t, v_shape, v_strides, v_box)
     if not split:  # the same boxes: the same descriptors

@@ -114,15 +114,22 @@ def seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
+def packed_v_position(CU, b, T):
+    """Where packed sequence b begins in channel-major FP8 V: its first token (clamped as in
+    ``seq_base``) rounded up to 16, plus 16·b (``layout.packed_v_start`` on the host)."""
+    start = tl.minimum(tl.maximum(tl.load(CU + b), 0), T)
+    return (start + 15) // 16 * 16 + 16 * b
+
+
+@triton.jit
 def packed_v_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
     """``seq_base`` for FP8 V stored channel-major (tokens contiguous): a packed sequence starts
-    at its first token rounded up to 16, plus 16·b, so every sequence's rows start 16-byte
-    aligned and the compiler can prove it (vectorised, asynchronous copies); the buffer holds
-    ``layout.packed_v_tokens`` positions. Dense inputs: as ``seq_base``."""
+    at ``packed_v_position``, so every sequence's rows start 16-byte aligned and the compiler
+    can prove it (vectorised, asynchronous copies); the buffer holds ``layout.packed_v_tokens``
+    positions. Dense inputs: as ``seq_base``."""
     base, n = seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN)
     if IS_VARLEN:
-        start = tl.minimum(tl.maximum(tl.load(CU + b), 0), T)
-        base = ((start + 15) // 16 * 16 + 16 * b).to(tl.int64) * stride_n
+        base = packed_v_position(CU, b, T).to(tl.int64) * stride_n
     return base, n
 
 
@@ -339,6 +346,26 @@ def _quant_blocks_kernel(
             vq.to(VQ.dtype.element_ty),
             mask=w_ok[:, None],
         )
+        if IS_VARLEN and pid_n == 0:
+            _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK)
+
+
+@triton.jit
+def _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK: tl.constexpr):
+    """Zeros in packed FP8 V from sequence b's written rows (n rounded up to 16) to the next
+    sequence's position (the buffer's end after the last): a key tile read past a sequence's end
+    (a tensor descriptor's box) then meets finite values only, whatever the buffer held before."""
+    end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
+    pos = packed_v_position(CU, b, T)
+    last = b == tl.num_programs(1) // H - 1  # its gap runs to the buffer's end (layout.packed_v_tokens)
+    gap0 = pos + (n + 15) // 16 * 16
+    gap1 = (end + 15) // 16 * 16 + 16 * (b + 1) + tl.where(last, 16, 0)
+    offs = tl.arange(0, BLK)
+    zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
+    head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
+    for p in range(gap0, gap1, BLK):
+        rows = p + offs
+        tl.store(head + rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(rows < gap1)[:, None])
 
 
 def fp8_max(dtype: torch.dtype) -> float:

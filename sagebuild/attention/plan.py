@@ -267,7 +267,8 @@ def make_plan(
     quantization = "extension" if backend == "ext" else "triton"
     ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
     v_key_order = fp8 and ours and features.enabled("v_key_order", family)
-    tma_layout = fp8 and ours  # K/V as our dense quantization lays them out (16-byte aligned rows)
+    # K/V as our quantization lays them out, dense or packed (16-byte aligned rows)
+    tma_layout = fp8 and quantization == "triton"
     split = configs.split_head_dim(head_dim, dp)
     try:
         cfg = configs.lookup(
