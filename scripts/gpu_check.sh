@@ -90,6 +90,10 @@ if has ab; then
   say "SAGEBUILD_K_INLINE=0;1, whole call:"; grep -E "^\|" "$LOGS/ab_k_inline.log" | tee -a "$summary"
   say "SAGEBUILD_K_INLINE=0;1, device time (CUDA graphs):"
   grep -E "^\|" "$LOGS/ab_k_inline_graph.log" | tee -a "$summary"
+  # Packed FP8 calls by TMA (the default since 265123e) against the pointer row they ran before:
+  # the bench stage's varlen rows are the TMA side, this the other, each against SDPA in its run.
+  SAGEBUILD_TMA=0 run ab_varlen_no_tma $PY scripts/bench_workloads.py --only varlen
+  say "varlen rows with SAGEBUILD_TMA=0:"; grep -E "^\|" "$LOGS/ab_varlen_no_tma.log" | tee -a "$summary"
 fi
 
 # Always last, whatever happened above: the main job, its exit code is this script's.
