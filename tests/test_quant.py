@@ -165,8 +165,9 @@ def test_packed_fp8_v_holds_zeros_between_sequences(blk, monkeypatch):
     """Packed FP8 V: every position of the buffer outside the sequences' rows is written as
     zero by the quantization launch, whatever the allocation held (here NaN bytes), so that a
     key tile read past a sequence's end by a tensor descriptor meets finite values only: the
-    gaps left by 16-aligned starts, an empty sequence's slot, and the buffer's tail. The
-    sequences' own rows are the dense quantization of each sequence."""
+    gaps left by 16-aligned starts, an empty sequence's slot, and the buffer's tail (here also
+    tokens past the last sequence). The sequences' own rows are the dense quantization of each
+    sequence."""
     real_empty = quant.empty_like_view
 
     def nan_filled(view, *a, **kw):
@@ -178,12 +179,12 @@ def test_packed_fp8_v_holds_zeros_between_sequences(blk, monkeypatch):
     lens = [37, 0, 90, 16, 1]
     cu = torch.tensor([0, 37, 37, 127, 143, 144], dtype=torch.int32)
     g = torch.Generator().manual_seed(blk)
-    k, v = (torch.randn(144, 2, 64, generator=g).half() for _ in range(2))
+    k, v = (torch.randn(200, 2, 64, generator=g).half() for _ in range(2))  # 56 tokens past the last
     kq, ks, km, vq, vs = quant.quant_kv(
         layout.packed(k, cu, max(lens)), layout.packed(v, cu, max(lens)), 64, True, torch.float8_e4m3fn, blk
     )
     storage = vq.t.permute(1, 2, 0)  # [H, Dp, positions] as allocated
-    assert storage.shape[-1] == layout.packed_v_tokens(144, len(lens))
+    assert storage.shape[-1] == layout.packed_v_tokens(200, len(lens))
     assert not storage.float().isnan().any()
     written = torch.zeros(storage.shape[-1], dtype=torch.bool)
     for b, n in enumerate(lens):
