@@ -785,7 +785,7 @@ def attention_forward(
 
     if plan.tma:
         if not tma_eligible(kv, plan.head_dim_pad):  # the descriptors span heads as laid out there
-            raise ValueError("plan.tma needs K/V as quant.quant_kv lays out dense sequences (tma_eligible)")
+            raise ValueError("plan.tma needs K/V as quant.quant_kv lays them out (tma_eligible)")
         descs = _kv_descriptors(kv, plan.head_dim_pad, cfg.block_n, plan.split_head_dim)
     else:  # unused by the kernel
         descs = (kv.k.t, kv.v.t, kv.k.t, kv.v.t)
