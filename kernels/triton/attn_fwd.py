@@ -39,7 +39,16 @@ from triton.language.extra.cuda import gdc_wait
 from . import launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, column_mean, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
+from .quant import (
+    LOG2E,
+    column_mean,
+    column_stats,
+    packed_v_base,
+    packed_v_position,
+    scale_and_inverse,
+    seq_base,
+    to_int8,
+)
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -167,23 +176,12 @@ def _round_to_int8(y, inv):
 
 
 @triton.jit
-def _key_means(K, k_base, n_k, stride_kn, offs_d, offs_d2, d_ok, d2_ok,
-               BLOCK_N: tl.constexpr, SPLIT_D: tl.constexpr):  # fmt: skip
-    """K's mean per channel over the sequence's n_k keys (each channel piece), for K_INLINE."""
-    offs_n = tl.arange(0, BLOCK_N)
-    s1 = tl.zeros(offs_d.shape, dtype=tl.float32)
-    s2 = tl.zeros(offs_d2.shape, dtype=tl.float32)
-    for start in range(0, n_k, BLOCK_N):
-        rows = start + offs_n
-        ptrs = K + (k_base + rows.to(tl.int64)[:, None] * stride_kn)
-        ok = rows[:, None] < n_k
-        x1 = tl.load(ptrs + offs_d[None, :], mask=ok & d_ok[None, :], other=0.0)
-        s1 += tl.sum(x1.to(tl.float32), axis=0)
-        if SPLIT_D:
-            x2 = tl.load(ptrs + offs_d2[None, :], mask=ok & d2_ok[None, :], other=0.0)
-            s2 += tl.sum(x2.to(tl.float32), axis=0)
-    n = tl.maximum(n_k, 1)
-    return column_mean(s1, n), column_mean(s2, n)
+def _key_mean(K, k_base, n_k, stride_kn, offs_d, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """K's mean over the sequence's n_k keys for the channels offs_d (K_INLINE; zeros if none)."""
+    ksum, _ = column_stats(
+        K, K, k_base, k_base, n_k, stride_kn, stride_kn, offs_d, HEAD_DIM, BLOCK_N, True, False, 1
+    )
+    return column_mean(ksum, tl.maximum(n_k, 1))
 
 
 @triton.jit
@@ -532,11 +530,12 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
-        if K_INLINE and SMOOTH_K:
-            km, km2 = _key_means(K, k_base, n_k, stride_kn, offs_d, offs_d2, d_ok, d2_ok, BLOCK_N, SPLIT_D)
-        else:
-            km = tl.zeros([D1], dtype=tl.float32)
-            km2 = tl.zeros([D2], dtype=tl.float32)
+        km = tl.zeros([D1], dtype=tl.float32)
+        km2 = tl.zeros([D2], dtype=tl.float32)
+        if K_INLINE and SMOOTH_K:  # K's mean per channel piece, over the sequence's keys
+            km = _key_mean(K, k_base, n_k, stride_kn, offs_d, HEAD_DIM, BLOCK_N)
+            if SPLIT_D:
+                km2 = _key_mean(K, k_base, n_k, stride_kn, offs_d2, HEAD_DIM, BLOCK_N)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         if ROW_SUM_PARTS > 1:
             l_i = tl.zeros([BLOCK_M, ROW_SUM_PARTS], dtype=tl.float32)
