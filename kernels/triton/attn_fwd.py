@@ -771,12 +771,14 @@ def attention_forward(
     group = q.heads // kv.k.heads
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
     dummy = kv.k_scale if kv.k_scale is not None else out.t  # never read where it stands in
+
     # The 16-bit tensors' strides go in the unit that proves their rows' alignment (``layout.row_unit``):
     # the launch key fixes the strides, so the unit is decided with the constexprs, once per key.
-    wide = (q, out, *(() if plan.fp8 else (kv.v,)), *((kv.k,) if plan.k_inline else ()))
-    consts = launcher.constexprs(
-        _attn_fwd_kernel, launch_key, lambda: {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide)}
-    )
+    def build() -> dict[str, Any]:
+        wide = (q, out, *(() if plan.fp8 else (kv.v,)), *((kv.k,) if plan.k_inline else ()))
+        return {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide)}
+
+    consts = launcher.constexprs(_attn_fwd_kernel, launch_key, build)
     unit = consts["ROW_UNIT"]
 
     def strides(view: SeqView, wide: bool = True) -> tuple[int, ...]:

@@ -601,7 +601,8 @@ def quant_kv(
     or None).
     """
     inline = k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
-    unit = row_unit((k, v))  # the launch key fixes the strides, hence the unit
+    # the launch key fixes the strides, hence the unit: decided once per key
+    unit = launcher.constexprs(quant_kv, launch_key, lambda: {"ROW_UNIT": row_unit((k, v))})["ROW_UNIT"]
     if inline:  # statistics computed inside the quantization launch: km is filled there
         km = (
             torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)

@@ -292,10 +292,7 @@ def _execute(
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if call.copies:
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
-    if not plan.fp8 and abs(v.stride(2)) * plan.config.block_n >= _INT32:
-        v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
-    if plan.k_inline and abs(k.stride(2)) * plan.config.block_n >= _INT32:
-        k = k.contiguous()  # and an inline-quantized K's likewise
+    k, v = _int32_rows(plan, k, v, 2)
     kv = quantize_kv(plan, k, v, ops=call.ops, key=key)
     if call.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -306,6 +303,16 @@ def _execute(
     mask = check_mask(attn_mask, q, k.shape[2])[0] if plan.mask != "none" else None
     attention_forward(layout.dense(q), kv, layout.dense(out_hnd), plan, lse=lse, mask=mask, launch_key=key)
     return (out, lse) if plan.return_lse else out
+
+
+def _int32_rows(plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor, token_dim: int) -> tuple:
+    """K and V with every tile's row offsets within 32 bits where the kernel reads them as the
+    caller passed them (a 16-bit V; an inline-quantized K): a copy when a token stride breaks it."""
+
+    def fit(x: torch.Tensor, raw: bool) -> torch.Tensor:
+        return x.contiguous() if raw and abs(x.stride(token_dim)) * plan.config.block_n >= _INT32 else x
+
+    return fit(k, plan.k_inline), fit(v, not plan.fp8)
 
 
 def _fp8_torch_dtype(plan: LaunchPlan) -> Optional[torch.dtype]:
@@ -465,10 +472,7 @@ def _execute_varlen(
     max_seqlen_k: int,
 ) -> torch.Tensor:
     """One packed call's quantization and attention launches under its plan (inputs checked)."""
-    if not plan.fp8 and abs(v.stride(0)) * plan.config.block_n >= _INT32:
-        v = v.contiguous()  # the kernel reads a 16-bit V's tile rows at 32-bit offsets
-    if plan.k_inline and abs(k.stride(0)) * plan.config.block_n >= _INT32:
-        k = k.contiguous()
+    k, v = _int32_rows(plan, k, v, 0)
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     kv = _quantize_views(plan, kvw, vvw, key)  # a packed plan has neither PDL nor V key order
