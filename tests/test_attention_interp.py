@@ -13,6 +13,7 @@ from sagebuild.attention import (
     AttentionInputError,
     dispatch,
     sageattn,
+    sageattn_qk_int8_pv_fp8_triton,
     sageattn_qk_int8_pv_fp16_triton,
     sageattn_varlen,
 )
@@ -110,3 +111,32 @@ def test_plan_cache_reuses_decisions_and_never_caches_bad_input(monkeypatch):
             sageattn_qk_int8_pv_fp16_triton(q, k, v, qk_quant_gran="per_lane")
     assert len(api._PLANS) == 2
     assert api._plan_key("not a tensor", k, v) is None
+
+
+def _inside_nan_storage(t: torch.Tensor, order: tuple[int, ...], gap: int) -> torch.Tensor:
+    """t as a view of a NaN-filled storage: dims laid out outermost-first by ``order``, ``gap``
+    NaN elements after every row of every outer dim and past the end. A kernel that reads one
+    element outside the view brings a NaN into the output (0 · NaN is NaN)."""
+    strides, step = [0] * t.dim(), 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step = step * t.shape[dim] + gap
+    size = 8 + sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1 + 64
+    view = torch.full((size,), float("nan"), dtype=t.dtype, device=t.device).as_strided(t.shape, strides, 8)
+    return view.copy_(t)
+
+
+@pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", "qk_int8_pv_fp8"])
+@pytest.mark.parametrize(
+    ("d", "order", "gap"),
+    [(40, (0, 1, 2, 3), 8), (96, (0, 2, 1, 3), 3), (128, (1, 0, 2, 3), 16), (64, (2, 0, 1, 3), 5)],
+)
+def test_views_inside_nan_storage_read_only_their_elements(variant, d, order, gap):
+    """Q, K and V as views with gaps (rows, heads and batches apart, NaN between and after them),
+    and K/V broadcast along the batch (stride 0): the output is finite and the golden model's."""
+    q, k, v = qkv(b=2, hq=4, hk=2, nq=50, nk=37, d=d, seed=d + gap)
+    q, k, v = (_inside_nan_storage(t, order, gap) for t in (q, k, v))
+    k, v = k[:1].expand_as(k), v[:1].expand_as(v)
+    fn = {FP16: sageattn_qk_int8_pv_fp16_triton, "qk_int8_pv_fp8": sageattn_qk_int8_pv_fp8_triton}[variant]
+    out = fn(q, k, v, config=CFG, quantization_backend="triton")
+    close(out, golden_attention(q, k, v, variant=variant, config=CFG), *tol(variant))
