@@ -107,6 +107,20 @@ def loops(asm: str) -> list[dict[str, Any]]:
     return [count(body) for _, _, body in sorted(inner)]
 
 
+# global/buffer loads by the bits each lane reads: global_load_u16 (RDNA) and global_load_ushort
+# (CDNA) are 16, global_load_b128 and global_load_dwordx4 128
+_LOAD = re.compile(r"^\s+(?:global|buffer)_load_(?:d16_(?:hi_)?)?(\w+)", re.M)
+_LOAD_BITS = {"u8": 8, "i8": 8, "ubyte": 8, "sbyte": 8, "u16": 16, "i16": 16, "b16": 16, "ushort": 16,
+              "sshort": 16, "short": 16, "b32": 32, "dword": 32, "b64": 64, "dwordx2": 64, "b96": 96,
+              "dwordx3": 96, "b128": 128, "dwordx4": 128}  # fmt: skip
+
+
+def global_load_bits(asm: str) -> dict[int, int]:
+    """How many global/buffer load instructions of each width (bits per lane) an AMDGCN kernel has."""
+    widths = Counter(_LOAD_BITS[m] for m in _LOAD.findall(asm))
+    return dict(sorted(widths.items()))
+
+
 def report(asm: str) -> dict[str, Any]:
     """A kernel's metadata (``kernel_info``), whether it spills, its whole-kernel counts and its
     key loops' counts (``loops``)."""

@@ -528,17 +528,24 @@ def test_k_inline_compiles_for_hopper_and_blackwell_without_spills():
 
 _ROW_UNIT_SCRIPT = """
 import json, sys
+import isa_counts
 import kernel_asm
 from sagebuild.attention import aot, plan
 out = []
-for unit in json.loads(sys.argv[1]):
+for arch, unit in json.loads(sys.argv[1]):
     # head dim 40 in contiguous [B, H, N, 40] tensors: Q's, O's and V's strides are not multiples
     # of 16 elements; with ROW_UNIT 8 they arrive divided by 8 (``layout.row_unit``)
     ast_source, constexprs = aot._ast_source, plan.LaunchPlan.constexprs
     odd = {f"stride_{t}{d}" for t in "qov" for d in "bhn"}
     aot._ast_source = lambda fn, c, p, f, ok: ast_source(fn, c, p, f, lambda a: ok(a) and a not in odd)
     plan.LaunchPlan.constexprs = lambda self: {**constexprs(self), "ROW_UNIT": unit}
-    out.append(kernel_asm.sass_report("qk_int8_pv_fp16", "sm90", 40, n_k=4096))
+    if arch.startswith("sm"):
+        out.append(kernel_asm.sass_report("qk_int8_pv_fp16", arch, 40, n_k=4096))
+    else:
+        row = aot.archs.get(arch)
+        kernel, _ = aot.compile_attention("qk_int8_pv_fp16", row, 40, False, 4096, "fp32+fp32", None)
+        asm = aot.assembly(kernel, row)
+        out.append({**isa_counts.report(asm), "load_bits": isa_counts.global_load_bits(asm)})
     aot._ast_source, plan.LaunchPlan.constexprs = ast_source, constexprs
 print(json.dumps(out))
 """
@@ -551,37 +558,59 @@ def test_row_unit_vectorises_head_dim_40():
     part of each V tile into registers and shuffles it (48 SHFL/PRMT, 612 instructions per tile);
     passed in ROW_UNIT (8 elements) and multiplied back, V's tiles come by 16-byte asynchronous
     copies as at head dim 64: no shuffles, no spill, fewer instructions (562)."""
-    plain, unit8 = _compile_in_subprocess(_ROW_UNIT_SCRIPT, [1, 8])
+    plain, unit8 = _compile_in_subprocess(_ROW_UNIT_SCRIPT, [["sm90", 1], ["sm90", 8]])
     (p, *_), (u, *_) = plain["loops"], unit8["loops"]
     assert p["shuffles"] > 0 and u["shuffles"] == 0 and u["async_copies"] > p["async_copies"], (plain, unit8)
     assert u["instructions"] < p["instructions"], (plain, unit8)
     assert unit8["stack_bytes"] == 0 < plain["stack_bytes"], (plain, unit8)
 
 
+@pytest.mark.parametrize("arch", ["gfx1201", "gfx942"])
+def test_row_unit_vectorises_head_dim_40_on_amd(arch):
+    """The same on RDNA4 (the RX 9070 XT) and CDNA3: with head dim 40's strides as Triton sees
+    them the attention kernel reads Q and V two bytes per lane (Triton 3.6: 62 global_load_u16
+    on gfx1201, 112 global_load_ushort on gfx942) and its key loop splits around them; in
+    ROW_UNIT every load is 16 bytes wide and the key loops are the two matrix loops (masked and
+    not) that head dim 64 has, without spills."""
+    plain, unit8 = _compile_in_subprocess(_ROW_UNIT_SCRIPT, [[arch, 1], [arch, 8]])
+    assert plain["load_bits"].get("16", 0) > 0, plain["load_bits"]
+    assert set(unit8["load_bits"]) <= {"32", "64", "128"} and unit8["load_bits"].get("128", 0) > 0, unit8[
+        "load_bits"
+    ]
+    assert len(unit8["loops"]) == 2 and all(lp["matrix"] for lp in unit8["loops"]), unit8["loops"]
+    assert not unit8["spills"], unit8["kernel"]
+
+
 _PRE_ROW_UNIT_SCRIPT = """
 import json, re, sys
+import isa_counts
 import kernel_asm
 from sagebuild.attention import aot
 ast_source = aot._ast_source
 odd = {f"stride_{t}{d}" for t in "xvk" for d in "bhn"}  # the 16-bit inputs' strides, head dim 40
 out = []
-for unit in json.loads(sys.argv[1]):
+for arch, unit in json.loads(sys.argv[1]):
     def patched(fn, c, p, f, ok, unit=unit):
         c = {**c, "ROW_UNIT": unit} if "ROW_UNIT" in fn.arg_names else c
         return ast_source(fn, c, p, f, lambda a: ok(a) and a not in odd)
     aot._ast_source = patched
-    res = kernel_asm.compile_preprocessing("sm90", 64)
-    b16 = r"ld\\.global[.\\w]*\\.b16"
-    out.append({k: len(re.findall(b16, res[k]["asm"])) for k in ("kv_partials", "quant_blocks")})
+    res = kernel_asm.compile_preprocessing(arch, 64)
+    if arch.startswith("sm"):
+        b16 = lambda asm: len(re.findall(r"ld\\.global[.\\w]*\\.b16", asm))
+    else:
+        b16 = lambda asm: isa_counts.global_load_bits(asm).get(16, 0)
+    out.append({k: b16(res[k]["asm"]) for k in ("kv_partials", "quant_blocks")})
 print(json.dumps(out))
 """
 
 
-def test_row_unit_vectorises_the_preprocessing_at_head_dim_40():
+@pytest.mark.parametrize("arch", ["sm90", "gfx1201", "gfx942"])
+def test_row_unit_vectorises_the_preprocessing_at_head_dim_40(arch):
     """The K/V statistics and quantization launches read the caller's 16-bit K and V: at head
     dim 40 in contiguous tensors (strides not multiples of 16 elements) every load is a 2-byte
-    one (64 per kernel in the sm90 PTX); with the strides in ROW_UNIT none is."""
-    plain, unit8 = _compile_in_subprocess(_PRE_ROW_UNIT_SCRIPT, [1, 8])
+    one (64 per kernel in the sm90 PTX, global_load_u16/ushort on RDNA4/CDNA3); with the
+    strides in ROW_UNIT none is."""
+    plain, unit8 = _compile_in_subprocess(_PRE_ROW_UNIT_SCRIPT, [[arch, 1], [arch, 8]])
     assert plain["kv_partials"] > 0 and plain["quant_blocks"] > 0, plain
     assert unit8 == {"kv_partials": 0, "quant_blocks": 0}, unit8
 
