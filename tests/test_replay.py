@@ -233,3 +233,32 @@ def test_environment_knobs_are_part_of_the_key(monkeypatch):
     before = api._plan_key(q, k, v)
     knobs.refresh()
     assert api._plan_key(q, k, v) != before
+
+
+def test_bound_launches_take_device_pointers_as_ints(monkeypatch):
+    """A replayed launch bound to its compiled kernel passes each tensor as its device pointer,
+    an int (Triton's launcher uses it as is; for a tensor it would call data_ptr() and query the
+    driver per pointer), views at their offsets; Triton's own path (a launch hook installed)
+    still gets the tensors."""
+    from sagebuild.kernels.triton import launcher
+
+    seen, launched = [], []
+    bound = (lambda *a: seen.append(a), 2, 1, 1, "function", "metadata", ("CONST",))
+    f32 = torch.float32
+    groups = [((0, (f32, (8,), (1,), 0)), [(1, (f32, (4,), (1,), 2))])]  # a buffer and a view of it
+    launch = ("fn", (2,), [None, None, None, 7], ((0, 0), (1, 1), (2, 2)), (), {"C": 1}, "key", {}, bound)
+    rep = replay.Replay(torch.device("cpu"), groups, [launch], 1, views=2, n_inputs=1)
+    rep.index = 0  # as a CUDA replay: the bound launch is taken
+    monkeypatch.setattr(launcher, "raw_stream", lambda index: 1234)
+    monkeypatch.setattr(launcher, "hooks_installed", lambda: False)
+    q = torch.zeros(3)
+    out = rep(q)
+    (args,) = seen
+    assert args[:9] == (2, 1, 1, 1234, "function", "metadata", None, None, None)
+    ptrs = args[9:12]
+    assert all(type(p) is int for p in ptrs) and args[12:] == (7, "CONST")
+    assert ptrs[0] == q.data_ptr() and ptrs[1] == out.data_ptr() and ptrs[2] == out.data_ptr() + 2 * 4
+    monkeypatch.setattr(launcher, "hooks_installed", lambda: True)
+    monkeypatch.setattr(launcher, "launch", lambda fn, grid, args, c, key, **o: launched.append(args))
+    rep(q)
+    assert len(seen) == 1 and all(isinstance(a, torch.Tensor) for a in launched[0][:3]), launched

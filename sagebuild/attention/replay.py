@@ -83,14 +83,18 @@ class Replay:
         stream = launcher.raw_stream(self.index) if direct else 0
         for fn, grid, template, slots, descs, constexprs, key, options, bound in self.launches:
             args = template.copy()
-            for pos, i in slots:
-                args[pos] = vals[i]
             for pos, i, spec in descs:
                 args[pos] = TensorDescriptor(vals[i], *spec)
             if direct and bound is not None:
+                # device pointers as ints: Triton's launcher takes them as they are, where for a
+                # tensor it calls data_ptr() and asks the driver (cuPointerGetAttribute) per pointer
+                for pos, i in slots:
+                    args[pos] = vals[i].data_ptr()
                 launcher.run_bound(bound, args, stream)
-            else:
-                launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
+                continue
+            for pos, i in slots:
+                args[pos] = vals[i]
+            launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
         if isinstance(self.outputs, tuple):
             return tuple(vals[i] for i in self.outputs)
         return vals[self.outputs]
