@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Rerun for host-path changes: the Python cost of one attention call, without a GPU (launches stubbed).
+"""Rerun for host-path changes: the host cost of one attention call, on the CPU box (launches
+stubbed) or on a GPU (``--gpu``: real launches, Triton's launcher included).
 
-    python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile]
+    python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile] [--gpu]
 
 Cross-attention gives the query and key lengths as Nq:Nk (``--shape 2x10x4096:77x64``).
 
 At small shapes the host path decides the whole call, and the GPU hosts' speed varies 2–3×
-between machine starts, so host-side changes are compared here, on one
-CPU, in one process: Triton's interpreter makes CPU tensors acceptable, and both launchers
-(attention and quantization) return at once, so only our Python (plan key, validation cache,
-allocations, argument lists) is timed. Prints the median µs per call over 7 × 3000 calls, for
-replayed calls (``attention.replay``) and for the full path, interleaved; ``--profile`` adds
-the top functions by own time (replayed calls).
+between machine starts, so host-side changes are compared in one process, interleaved. Without
+``--gpu``, Triton's interpreter makes CPU tensors acceptable and both launchers (attention and
+quantization) return at once, so only our Python (plan key, validation cache, allocations,
+argument lists) is timed. With ``--gpu`` the launches are real: calls are timed in bursts of 50
+(few enough that the launch queue never fills, so the time is the host's, not the device's),
+synchronised between bursts, and SDPA's host time per call is timed the same way. Prints the
+median µs per call for replayed calls (``attention.replay``) and for the full path;
+``--profile`` adds the top functions by own time (replayed calls), which on a GPU shows what
+Triton's launcher costs per launch.
 """
 
 from __future__ import annotations
@@ -23,30 +27,56 @@ import os
 import pstats
 import statistics
 import time
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: CPU tensors are accepted
-
-import torch  # noqa: E402
-
-from sagebuild.attention import api, replay, sageattn  # noqa: E402
-from sagebuild.kernels.triton import launcher  # noqa: E402
+from typing import Callable
 
 
-def main() -> None:
+def _parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD or BxHxNq:NkxD")
     ap.add_argument("--causal", action="store_true", help="time causal calls")
-    ap.add_argument("--profile", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--profile", action="store_true", help="top functions by own time (replayed calls)")
+    ap.add_argument("--gpu", action="store_true", help="real launches on the GPU (host time per call)")
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _parse()
+    if not args.gpu:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: CPU tensors are accepted
+    import torch
+
+    from sagebuild.attention import api, replay, sageattn
+    from sagebuild.kernels.triton import launcher
+
+    if args.gpu and not torch.cuda.is_available():
+        raise SystemExit("host_python.py --gpu: no GPU visible to torch")
     b, h, n, d = args.shape.split("x")
     n_q, _, n_k = n.partition(":")
     b, h, d, n_q, n_k = int(b), int(h), int(d), int(n_q), int(n_k or n_q)
-    launcher._launch = lambda *a, **k: None  # the launch itself: recording and replay still run
-    q = torch.randn(b, h, n_q, d, dtype=torch.float16)
-    k, v = (torch.randn(b, h, n_k, d, dtype=torch.float16) for _ in range(2))
+    dev = "cuda" if args.gpu else "cpu"
+    if not args.gpu:
+        launcher._launch = lambda *a, **k: None  # the launch itself: recording and replay still run
+    q = torch.randn(b, h, n_q, d, dtype=torch.float16, device=dev)
+    k, v = (torch.randn(b, h, n_k, d, dtype=torch.float16, device=dev) for _ in range(2))
+    burst, bursts = (50, 60) if args.gpu else (3000, 1)
 
-    def call() -> None:
+    def ours() -> None:
         sageattn(q, k, v, is_causal=args.causal)
+
+    def sdpa() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+
+    def per_call(fn: Callable[[], None]) -> float:
+        """µs of host time per call: the median over bursts, synchronised between them."""
+        times = []
+        for _ in range(bursts):
+            if args.gpu:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            times.append((time.perf_counter() - t0) / burst * 1e6)
+        return statistics.median(times)
 
     build = replay.Recorder.build
 
@@ -55,30 +85,31 @@ def main() -> None:
         replay.Recorder.build = build if replayed else (lambda self, inputs, result: None)
         api.clear_caches()
         for _ in range(200):
-            call()
+            ours()
 
-    samples: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(7):  # interleaved: the machine's drift hits both alike
+    samples: dict[str, list[float]] = {"replayed": [], "full": [], "sdpa": []}
+    for _ in range(7):  # interleaved: the machine's drift hits all alike
         for replayed in (True, False):
             mode(replayed)
-            t0 = time.perf_counter()
-            for _ in range(3000):
-                call()
-            samples[replayed].append((time.perf_counter() - t0) / 3000 * 1e6)
+            samples["replayed" if replayed else "full"].append(per_call(ours))
+        if args.gpu:
+            samples["sdpa"].append(per_call(sdpa))
     mode(True)
-    print(
-        f"sageattn {args.shape}{' causal' if args.causal else ''}, µs of Python per call "
-        "(launches stubbed, median of 7 × 3000): "
-        f"replayed {statistics.median(samples[True]):.1f}, full path {statistics.median(samples[False]):.1f}"
+    med = {key: statistics.median(vals) for key, vals in samples.items() if vals}
+    where = "real launches, host time" if args.gpu else "launches stubbed"
+    causal = " causal" if args.causal else ""
+    line = (
+        f"sageattn {args.shape}{causal}, µs per call ({where}, median of 7 rounds): "
+        f"replayed {med['replayed']:.1f}, full path {med['full']:.1f}"
     )
+    print(line + (f", SDPA {med['sdpa']:.1f}" if "sdpa" in med else ""))
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        for _ in range(3000):
-            call()
+        per_call(ours)
         prof.disable()
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
         print(out.getvalue())
 
 
