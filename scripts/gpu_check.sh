@@ -90,6 +90,12 @@ if has ab; then
   say "SAGEBUILD_K_INLINE=0;1, whole call:"; grep -E "^\|" "$LOGS/ab_k_inline.log" | tee -a "$summary"
   say "SAGEBUILD_K_INLINE=0;1, device time (CUDA graphs):"
   grep -E "^\|" "$LOGS/ab_k_inline_graph.log" | tee -a "$summary"
+  # Where a small call's host time goes with real launches (Triton's launcher included): the
+  # data behind docs/performance.md's small-shapes problem.
+  for shape in 1x16x1024x64 2x10x4096:77x64 2x8x256x160; do
+    run "host_$shape" $PY scripts/host_python.py --gpu --profile --shape "$shape"
+    head -n 30 "$LOGS/host_$shape.log" | tee -a "$summary"
+  done
   # Packed FP8 calls by TMA (the default since 265123e) against the pointer row they ran before:
   # the bench stage's varlen rows are the TMA side, this the other, each against SDPA in its run.
   SAGEBUILD_TMA=0 run ab_varlen_no_tma $PY scripts/bench_workloads.py --only varlen
