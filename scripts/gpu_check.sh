@@ -83,8 +83,9 @@ fi
 if has ab; then
   # Pending decisions (docs/performance.md's open problems), asked for by name: K quantized inside
   # the attention launch against the quantization launch at short key counts, whole call and
-  # device time. Delete each once its default is set.
-  ab_shapes="2x10x4096:77x64,2x8x256x160,1x16x1024x64,2x24x4096:512x128"
+  # device time; 77, 256 and 1024 keys at SDXL's queries give the key limit of a "short" mode.
+  # Delete each once its default is set.
+  ab_shapes="2x10x4096:77x64,2x10x4096:256x64,2x10x4096:1024x64,2x8x256x160,1x16x1024x64,2x24x4096:512x128"
   run ab_k_inline $PY scripts/ab_env.py "SAGEBUILD_K_INLINE=0;1" --shapes "$ab_shapes"
   run ab_k_inline_graph $PY scripts/ab_env.py "SAGEBUILD_K_INLINE=0;1" --shapes "$ab_shapes" --graph
   say "SAGEBUILD_K_INLINE=0;1, whole call:"; grep -E "^\|" "$LOGS/ab_k_inline.log" | tee -a "$summary"
