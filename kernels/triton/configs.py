@@ -44,7 +44,7 @@ class LaunchConfig:
     ``maxnreg`` (NVIDIA only; None = ptxas's choice, which takes up to 255 registers) caps
     registers per thread so that more CTAs fit on an SM: at 168, three 4-warp CTAs do.
     ``tma``: K/V tiles by TMA; a table row with it serves only calls that can (``lookup``'s
-    ``tma_ok``). Not part of ``as_tuple``: launch records name the kernel ``portable_tma``.
+    ``tma_ok``). Not part of ``as_tuple``: the plan records it (``tma``), ``spec`` writes ``,tma``.
     ``pipe``: the kernel's wgmma pipelined on Hopper (``features``, "config" mode); a row with
     it takes it by default, ``SAGEBUILD_WGMMA_PIPE`` overrides. Not part of ``as_tuple`` either.
     """

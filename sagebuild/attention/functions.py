@@ -282,8 +282,8 @@ def sageattn_qk_int8_pv_fp8_cuda_sm90(
     return_lse: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """Upstream's Hopper name: the same kernels as ``sageattn_qk_int8_pv_fp8_cuda`` (on Hopper our
-    dispatch takes the warp-specialised kernel where it serves), on any GPU."""
+    """Upstream's Hopper name: the same kernels as ``sageattn_qk_int8_pv_fp8_cuda`` (on Hopper the
+    config table's TMA rows where they serve), on any GPU."""
     return _cuda_named("sageattn_qk_int8_pv_fp8_cuda_sm90", "prefer_fp8", q, k, v, tensor_layout, is_causal,
                        qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)  # fmt: skip
 
