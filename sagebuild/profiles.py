@@ -297,6 +297,39 @@ def bundled_names() -> list[str]:
     return sorted(p.name[:-5] for p in _bundled_dir().iterdir() if p.name.endswith(".yaml"))
 
 
+def markdown_table(profiles: list[Profile]) -> str:
+    """The bundled profiles as docs/profiles.md shows them (a test keeps the two equal)."""
+
+    def gate(b: Bench) -> str:
+        records = [
+            f"{arch}: {shape} {ratio}×"
+            for arch, e in b.expected.items()
+            for shape, ratio in e.speedup.items()
+        ]
+        out = f"{b.regression} of {', '.join(records)}" if records else "accuracy only"
+        return out + (f"; ≥ {b.min_speedup}× SDPA" if b.min_speedup else "")
+
+    rows = [
+        "| profile | vendor | archs | versions | kernels | build | speed gate | torch index |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for pr in profiles:
+        v = pr.versions
+        named = (("py", v.python), ("torch", v.torch), ("triton", v.triton), ("hip", v.hip), ("cuda", v.cuda))
+        pins = [f"{name} `{spec}`" for name, spec in named if spec]
+        index = (
+            pr.torch_install.split("--index-url", 1)[1].split()[0]
+            if "--index-url" in pr.torch_install
+            else "—"
+        )
+        rows.append(
+            f"| `{pr.name}` | {pr.vendor} | {', '.join(pr.archs) or '—'} | {', '.join(pins)} | "
+            f"{', '.join(pr.kernels)} | {pr.build.mem_per_job_gb:g} GB/job, max {pr.build.max_jobs} | "
+            f"{gate(pr.bench)} | `{index}` |"
+        )
+    return "\n".join(rows)
+
+
 # A profile is a page of YAML: anything larger, or expanding to more nodes through aliases (the
 # "billion laughs" bomb: 1 KB that expands exponentially), is refused before it is built.
 MAX_PROFILE_BYTES = 256 * 1024

@@ -224,3 +224,13 @@ def test_bench_numbers_of_the_wrong_type_are_a_profile_error(key, value):
     doc["bench"][key] = value
     with pytest.raises(ProfileError, match=f"bench.{key}"):
         parse(doc, "test.yaml")
+
+
+def test_docs_profiles_md_shows_the_bundled_profiles_as_they_are():
+    """docs/profiles.md's table is ``profiles.markdown_table`` of the bundled YAML files: a changed
+    profile (its kernels, pins or speed record) without the doc fails here."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "profiles.md").read_text(encoding="utf-8")
+    table = profiles.markdown_table(profiles.load_all())
+    assert table in doc, "docs/profiles.md's bundled-profiles table is stale: paste profiles.markdown_table()"
+    hopper = next(line for line in table.splitlines() if line.startswith("| `hopper-cu12`"))
+    assert "0.85 of sm90: 1x16x4096x64 0.88×" in hopper and "qk_int8_pv_fp8" in hopper, hopper
