@@ -541,3 +541,12 @@ def test_registry_ids_are_unique_and_in_table_order() -> None:
     ids = [fn.check_id for fn in checks.REGISTRY]
     assert len(ids) == len(set(ids))
     assert ids[:3] == ["python-version", "python-linux", "path-python"] and ids[-1] == "extension"
+
+
+def test_docs_doctor_md_describes_every_check() -> None:
+    """docs/doctor.md has a paragraph (**`id`**) for every registered check."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "doctor.md").read_text(encoding="utf-8")
+    missing = [fn.check_id for fn in checks.REGISTRY if f"**`{fn.check_id}`**" not in doc]
+    assert not missing, f"docs/doctor.md does not describe {missing}"
