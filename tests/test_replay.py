@@ -262,3 +262,105 @@ def test_bound_launches_take_device_pointers_as_ints(monkeypatch):
     monkeypatch.setattr(launcher, "launch", lambda fn, grid, args, c, key, **o: launched.append(args))
     rep(q)
     assert len(seen) == 1 and all(isinstance(a, torch.Tensor) for a in launched[0][:3]), launched
+
+
+def test_buffers_only_launches_use_share_one_allocation(monkeypatch):
+    """With every launch bound, the buffers no output or descriptor needs as a tensor (a call's
+    quantized K/V and their scales) are laid out in one allocation, each at its own 512-byte
+    aligned offset and views at theirs; the output stays a tensor of its own. Triton's path (a
+    hook installed) still allocates each buffer as a tensor."""
+    from sagebuild.kernels.triton import launcher
+
+    seen, launched = [], []
+    bound = (lambda *a: seen.append(a), 1, 1, 1, "function", "metadata", ())
+    f32, i8 = torch.float32, torch.int8
+    groups = [
+        ((0, (f32, (4, 6), (6, 1), 0)), []),  # the output
+        ((1, (i8, (2, 100), (100, 1), 0)), [(2, (i8, (50,), (1,), 150))]),  # a buffer and a view of it
+        ((-1, (f32, (700,), (1,), 0)), [(3, (f32, (10, 10), (10, 1), 600))]),  # used only in part
+    ]
+    slots = tuple((pos, i) for pos, i in enumerate(range(5)))
+    launch = ("fn", (1,), [None] * 5, slots, (), {}, "key", {}, bound)
+    rep = replay.Replay(torch.device("cpu"), groups, [launch], 1, views=4, n_inputs=1)
+    assert rep.packed_bytes == 512 + 3072 and dict(rep.packed) == {1: 0, 2: 150, 3: 512 + 2400}
+    rep.index = 0
+    monkeypatch.setattr(launcher, "raw_stream", lambda index: 0)
+    monkeypatch.setattr(launcher, "hooks_installed", lambda: False)
+    q = torch.zeros(3)
+    out = rep(q)
+    ptrs = seen[0][9:]
+    assert ptrs[0] == q.data_ptr() and ptrs[1] == out.data_ptr() and out.shape == (4, 6)
+    assert ptrs[3] - ptrs[2] == 150 and ptrs[4] - ptrs[2] == 512 + 2400
+    assert out.data_ptr() not in range(ptrs[2], ptrs[2] + rep.packed_bytes)
+    monkeypatch.setattr(launcher, "hooks_installed", lambda: True)
+    monkeypatch.setattr(launcher, "launch", lambda fn, grid, args, c, key, **o: launched.append(args))
+    rep(q)
+    assert [tuple(a.shape) for a in launched[0]] == [(3,), (4, 6), (2, 100), (50,), (10, 10)]
+
+
+def _pointer_launches(rep: replay.Replay, memory: dict) -> None:
+    """Bind every recorded launch to a stand-in for Triton's launcher that takes device pointers
+    (ints) as the real one does: it finds each pointer's tensor again (an input, or a view of the
+    call's allocations at that address with the recorded view's dtype and strides) and runs the
+    kernel on the interpreter, so a replay's pointer path runs the real kernels on CPU memory."""
+    import ctypes
+
+    specs = {}
+    for (pid, spec), others in rep.groups:
+        if pid >= 0:
+            specs[rep.n_inputs + pid] = spec
+        specs.update((rep.n_inputs + vid, s) for vid, s in others)
+
+    def at(ptr: int, spec: tuple) -> torch.Tensor:
+        dtype, size, stride, _ = spec
+        span = (1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)) * dtype.itemsize
+        raw = torch.frombuffer((ctypes.c_byte * span).from_address(ptr), dtype=torch.uint8)
+        memory.setdefault("views", []).append(raw)
+        return raw.view(dtype).as_strided(size, stride)
+
+    def bound_for(fn, grid, slots, constexprs, options):
+        def run(*a):
+            args = list(a[9 : 9 + len(a) - 9 - len(constexprs)])
+            for pos, i in slots:
+                x = args[pos]
+                if i < rep.n_inputs:
+                    assert x == memory["inputs"][i].data_ptr()
+                    args[pos] = memory["inputs"][i]
+                elif type(x) is int:
+                    args[pos] = at(x, specs[i])
+            fn[grid](*args, **constexprs, **options)
+
+        return (run, 1, 1, 1, None, None, tuple(constexprs.values()))
+
+    rep.launches = [
+        (fn, grid, t, slots, descs, c, key, o, bound_for(fn, grid, slots, c, o))
+        for fn, grid, t, slots, descs, c, key, o, _ in rep.launches
+    ]
+    rep.all_bound, rep.index = True, 0
+
+
+@pytest.mark.skipif(GPU, reason="runs the pointer path on the interpreter (a GPU runs it for real above)")
+@pytest.mark.parametrize("case", ["fp16", "fp8 mma-accumulated, causal", "fp16 causal lse"])
+def test_pointer_path_with_shared_allocation_equals_the_full_path(case, monkeypatch):
+    """A replay's GPU path, launches by pointer with the internal buffers in one allocation, run on
+    the interpreter: its output equals the full path's bit for bit."""
+    from sagebuild.kernels.triton import launcher
+
+    fn, kw = CASES[case]
+    api.clear_caches()
+    kw = {**kw, "config": CFG, "quantization_backend": "triton"}
+    a = _qkv(1)
+    fn(*a, **kw)
+    fn(*a, **kw)  # recorded
+    (rep,) = [r for r in api._REPLAYS.values() if r is not None]
+    assert rep.packed, "nothing to pack: the test would not exercise the shared allocation"
+    memory: dict = {}
+    _pointer_launches(rep, memory)
+    monkeypatch.setattr(launcher, "raw_stream", lambda index: 0)
+    monkeypatch.setattr(launcher, "hooks_installed", lambda: False)
+    b = _qkv(2)
+    memory["inputs"] = b
+    out = rep(*b)
+    assert memory["views"], "no launch read the shared allocation"
+    api.clear_caches()
+    assert _same(out, fn(*b, **kw))

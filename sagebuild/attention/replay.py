@@ -69,17 +69,28 @@ class Replay:
         self.outputs = outputs  # tensor index, or a tuple of them
         self.blank = [None] * views
         self.n_inputs = n_inputs
+        self.packed, self.kept, self.packed_bytes = _pack(groups, launches, outputs, n_inputs)
+        self.all_bound = all(launch[-1] is not None for launch in launches)
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
-        vals = [*inputs, *self.blank]
+        vals: list[Any] = [*inputs, *self.blank]
         n = self.n_inputs
-        for (pid, (dtype, size, stride, _)), others in self.groups:
+        direct = self.index is not None and not launcher.hooks_installed()
+        groups, packed = self.groups, None
+        if direct and self.packed and self.all_bound:
+            # every launch takes pointers: the buffers only launches use share one allocation,
+            # held until the launches are issued (then freed in stream order, as the others)
+            packed = torch.empty(self.packed_bytes, dtype=torch.uint8, device=self.device)
+            start = packed.data_ptr()
+            for vid, offset in self.packed:
+                vals[n + vid] = start + offset
+            groups = self.kept
+        for (pid, (dtype, size, stride, _)), others in groups:
             base = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
             if pid >= 0:
                 vals[n + pid] = base
             for vid, (_, vsize, vstride, voff) in others:
                 vals[n + vid] = base.as_strided(vsize, vstride, voff)
-        direct = self.index is not None and not launcher.hooks_installed()
         stream = launcher.raw_stream(self.index) if direct else 0
         for fn, grid, template, slots, descs, constexprs, key, options, bound in self.launches:
             args = template.copy()
@@ -89,12 +100,14 @@ class Replay:
                 # device pointers as ints: Triton's launcher takes them as they are, where for a
                 # tensor it calls data_ptr() and asks the driver (cuPointerGetAttribute) per pointer
                 for pos, i in slots:
-                    args[pos] = vals[i].data_ptr()
+                    x = vals[i]
+                    args[pos] = x if x.__class__ is int else x.data_ptr()
                 launcher.run_bound(bound, args, stream)
                 continue
             for pos, i in slots:
                 args[pos] = vals[i]
             launcher.launch(fn, grid, tuple(args), constexprs, key=key, **options)
+        del packed
         if isinstance(self.outputs, tuple):
             return tuple(vals[i] for i in self.outputs)
         return vals[self.outputs]
@@ -175,6 +188,31 @@ class Recorder:
                 plan.append(((primary[0], primary[1]), rest))
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
         return Replay(dev, plan, launches, outputs, len(spec_ids), len(inputs))
+
+
+# packed buffers start this many bytes apart at least (the caching allocator's own alignment:
+# 16-byte vector loads and TMA's 16-byte base rule hold with room to spare)
+PACK_ALIGN = 512
+
+
+def _pack(groups: list, launches: list, outputs: Any, n_inputs: int) -> tuple[list, list, int]:
+    """The buffers that launches only take by pointer (not returned, not a descriptor's base),
+    laid out in one allocation: ([(view id, byte offset)], the other groups, bytes in all)."""
+    whole = {i - n_inputs for i in (outputs if isinstance(outputs, tuple) else (outputs,))}
+    whole |= {i - n_inputs for launch in launches for _, i, _ in launch[4]}  # descriptors' bases
+    packed, kept, end = [], [], 0
+    for group in groups:
+        (pid, (dtype, size, stride, _)), others = group
+        if {pid, *(vid for vid, _ in others)} & whole:
+            kept.append(group)
+            continue
+        item = dtype.itemsize
+        span = 1 + sum((d - 1) * st for d, st in zip(size, stride) if d > 0)
+        if pid >= 0:
+            packed.append((pid, end))
+        packed.extend((vid, end + voff * item) for vid, (_, _, _, voff) in others)
+        end += -(-span * item // PACK_ALIGN) * PACK_ALIGN
+    return packed, kept, end
 
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:
