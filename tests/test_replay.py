@@ -99,6 +99,7 @@ def test_tma_tiles_replay(monkeypatch):
     assert reps
     descs = [d for item in reps[0].launches for d in item[4]]  # (position, tensor index, spec)
     assert len(descs) == 4  # K, V and their second channel pieces (the same boxes unsplit)
+    assert [f for f in reps[0].desc_firsts if f] == [[0, 1, 0, 1]]  # unsplit: K's and V's built once each
     assert all(i >= reps[0].n_inputs for _, i, _ in descs)  # the call's own K/V buffers
     templates = [(pos, item[2]) for item in reps[0].launches for pos, _, _ in item[4]]
     assert all(t[pos] is None for pos, t in templates)  # no recorded descriptor is reused
