@@ -27,6 +27,7 @@ from sagebuild.cli.common import (
     SeqOpt,
     SustainOpt,
     WarmupOpt,
+    bench_overrides,
     console,
     emit_json,
     exit_with,
@@ -78,24 +79,13 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
 
         from sagebuild.accept import AcceptOptions, run_accept
-        from sagebuild.bench import parse_int_list
         from sagebuild.console import interactive, steps
         from sagebuild.errors import Exit
 
         dims = parse_shape(verify_shape, "--verify-shape")
-        overrides = {
-            "batch": batch,
-            "heads": heads,
-            "seq": parse_int_list(seq, "seq") if seq else None,
-            "head_dim": head_dim,
-            "causal": causal,
-            "warmup": warmup,
-            "reps": reps,
-            "rounds": rounds,
-            "sustain_s": sustain,
-            "gate_on": gate_on,
-            "min_speedup": min_speedup,
-        }
+        overrides = bench_overrides(
+            batch, heads, seq, head_dim, causal, warmup, reps, rounds, sustain, gate_on, min_speedup
+        )
         opts = AcceptOptions(
             profile=profile,
             out=out_dir,

@@ -21,6 +21,7 @@ from sagebuild.cli.common import (
     SeqOpt,
     SustainOpt,
     WarmupOpt,
+    bench_overrides,
     emit_json,
     exit_with,
     handle_errors,
@@ -113,23 +114,10 @@ def register(app: typer.Typer) -> None:
         from sagebuild.fsio import write_text_atomic
 
         prof, why = resolve_profile(profile)
-        cfg = bench.config_from_profile(
-            prof,
-            batch=batch,
-            heads=heads,
-            seq=bench.parse_int_list(seq, "seq") if seq else None,
-            head_dim=head_dim,
-            dtype=dtype,
-            causal=causal,
-            layout=layout,
-            warmup=warmup,
-            reps=reps,
-            rounds=rounds,
-            sustain_s=sustain,
-            gate_on=gate_on,
-            min_speedup=min_speedup,
-            seed=seed,
+        shared = bench_overrides(
+            batch, heads, seq, head_dim, causal, warmup, reps, rounds, sustain, gate_on, min_speedup
         )
+        cfg = bench.config_from_profile(prof, **shared, dtype=dtype, layout=layout, seed=seed)
         est = benchmem.check_fits(cfg, device)  # before anything is allocated (exit 3 if it won't fit)
         long_cpu = est.seconds is not None and est.seconds >= benchmem.LONG_RUN_S
         if long_cpu and not interactive(json_out):

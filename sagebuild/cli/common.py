@@ -115,6 +115,30 @@ RoundsOpt = Annotated[
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def bench_overrides(
+    batch: Optional[int],
+    heads: Optional[int],
+    seq: Optional[str],
+    head_dim: Optional[int],
+    causal: Optional[bool],
+    warmup: Optional[int],
+    reps: Optional[int],
+    rounds: Optional[int],
+    sustain: Optional[float],
+    gate_on: Optional[str],
+    min_speedup: Optional[float],
+) -> dict[str, Any]:
+    """The bench options that ``bench`` and ``accept`` share, as ``bench.config_from_profile``
+    takes them (None keeps the profile's value)."""
+    from sagebuild.bench import parse_int_list
+
+    return {
+        "batch": batch, "heads": heads, "seq": parse_int_list(seq, "seq") if seq else None,
+        "head_dim": head_dim, "causal": causal, "warmup": warmup, "reps": reps, "rounds": rounds,
+        "sustain_s": sustain, "gate_on": gate_on, "min_speedup": min_speedup,
+    }  # fmt: skip
+
+
 def parse_shape(text: str, option: str) -> Any:
     """The ``B,H,N,D`` an option such as ``--shape`` names, or a usage error (exit 2)."""
     from sagebuild.bench import parse_int_list
