@@ -5,7 +5,9 @@ fixed (views, argument lists, constexprs). A call whose plan is cached is run on
 recorder: every Triton launch (through ``launcher.launch``) and every tensor those
 launches touch is classified as one of the call's inputs (q, k, v, a mask) or a buffer allocated during
 the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
-the same buffers and issue the same launches with the new tensors, nothing else.
+the same buffers and issue the same launches with the new tensors, nothing else. On a GPU, where
+every launch is bound to its compiled kernel, tensors go to the launcher as device pointers
+(ints) and the buffers only launches use share one allocation.
 
 Replayable only if the recorded call did nothing on tensors but allocate and take views (a
 ``TorchDispatchMode`` watches every aten op outside the launches): any other op (a copy, the
