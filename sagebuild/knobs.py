@@ -77,15 +77,6 @@ KNOBS: tuple[Knob, ...] = (
         plan=True,
     ),
     Knob(
-        "SAGEBUILD_K_INLINE",
-        "switch",
-        "off (not yet measured on a GPU)",
-        "K quantized inside the attention launch, which then runs FP16 P·V: a call is one launch "
-        "with no K/V pre-processing, every program re-quantizing its head's keys (meant for short "
-        "key sequences). 1 on where the family can (Hopper, Blackwell, interpreter), 0 off.",
-        plan=True,
-    ),
-    Knob(
         "SAGEBUILD_PATCH_MIN_LEN",
         "int",
         "the measured crossover table",

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU check, rerun after every kernel or plan change: install, compile, GPU tests, benchmark, accept.
-#   bash scripts/gpu_check.sh [install] [compile] [tests] [bench] [ab]     (default: the first four;
-#   ab: the pending A/B measurements of docs/performance.md, only when named)
+#   bash scripts/gpu_check.sh [install] [compile] [tests] [bench]     (default: all four)
 # The accept stage (`sagebuild accept --profile auto --out "$OUT/accept"`) always runs last, even
 # after a failed stage; it prints `accept: rc=N` and its exit code is this script's exit code.
 # Output under $OUT (default /tmp/sagebuild-gpu-out): summary.txt (every stage's result, the
@@ -24,7 +23,7 @@ export SAGEBUILD_CACHE_DIR="${SAGEBUILD_CACHE_DIR:-/tmp/sagebuild-gpu-cache}"
 all_stages="install compile tests bench"
 stages="${*:-$all_stages}"
 for s in $stages; do
-  [[ " $all_stages ab accept " == *" $s "* ]] || { echo "gpu_check.sh: unknown stage '$s' (stages: $all_stages, ab on request; accept always runs)" >&2; exit 2; }
+  [[ " $all_stages accept " == *" $s "* ]] || { echo "gpu_check.sh: unknown stage '$s' (stages: $all_stages; accept always runs)" >&2; exit 2; }
 done
 has() { [[ " $stages " == *" $1 "* ]]; }
 summary="$OUT/summary.txt"; : > "$summary"
@@ -78,29 +77,6 @@ if has bench; then
     run bench_diffusers $PY scripts/bench_diffusers.py --json "$LOGS/diffusers.json"
     grep -E "^\|" "$LOGS/bench_diffusers.log" | tee -a "$summary"
   fi
-fi
-
-if has ab; then
-  # Pending decisions (docs/performance.md's open problems), asked for by name: K quantized inside
-  # the attention launch against the quantization launch at short key counts, whole call and
-  # device time; 77, 256 and 1024 keys at SDXL's queries give the key limit of a "short" mode.
-  # Delete each once its default is set.
-  ab_shapes="2x10x4096:77x64,2x10x4096:256x64,2x10x4096:1024x64,2x8x256x160,1x16x1024x64,2x24x4096:512x128"
-  run ab_k_inline $PY scripts/ab_env.py "SAGEBUILD_K_INLINE=0;1" --shapes "$ab_shapes"
-  run ab_k_inline_graph $PY scripts/ab_env.py "SAGEBUILD_K_INLINE=0;1" --shapes "$ab_shapes" --graph
-  say "SAGEBUILD_K_INLINE=0;1, whole call:"; grep -E "^\|" "$LOGS/ab_k_inline.log" | tee -a "$summary"
-  say "SAGEBUILD_K_INLINE=0;1, device time (CUDA graphs):"
-  grep -E "^\|" "$LOGS/ab_k_inline_graph.log" | tee -a "$summary"
-  # Where a small call's host time goes with real launches (Triton's launcher included): the
-  # data behind docs/performance.md's small-shapes problem.
-  for shape in 1x16x1024x64 2x10x4096:77x64 2x8x256x160; do
-    run "host_$shape" $PY scripts/host_python.py --gpu --profile --shape "$shape"
-    head -n 30 "$LOGS/host_$shape.log" | tee -a "$summary"
-  done
-  # Packed FP8 calls by TMA (the default since 265123e) against the pointer row they ran before:
-  # the bench stage's varlen rows are the TMA side, this the other, each against SDPA in its run.
-  SAGEBUILD_TMA=0 run ab_varlen_no_tma $PY scripts/bench_workloads.py --only varlen
-  say "varlen rows with SAGEBUILD_TMA=0:"; grep -E "^\|" "$LOGS/ab_varlen_no_tma.log" | tee -a "$summary"
 fi
 
 # Always last, whatever happened above: the main job, its exit code is this script's.

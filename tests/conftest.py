@@ -46,20 +46,6 @@ def _exact_fp8_casts_in_interpreter() -> None:
     it.InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
 
 
-def _fused_fma_in_interpreter() -> None:
-    """Round ``tl.fma`` once, as the GPUs' FMA instructions do: Triton 3.6's interpreter rounds
-    the float32 product, then the sum. (The float64 product of two float32 is exact; its sum
-    with a float32 is rounded twice only within ~2⁻³⁰ of a tie.)"""
-    import numpy as np
-    from triton.runtime import interpreter as it
-
-    def create_fma(self, x, y, z):
-        exact = x.data.astype(np.float64) * y.data.astype(np.float64) + z.data.astype(np.float64)
-        return it.TensorHandle(exact.astype(z.data.dtype), z.dtype.scalar)
-
-    it.InterpreterBuilder.create_fma = create_fma
-
-
 def _scalar_index_in_interpreter() -> None:
     """Let runtime scalars bound ``range`` loops in the interpreter under numpy >= 2.4.
 
@@ -102,7 +88,6 @@ def _bf16_dots_in_interpreter() -> None:
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     _exact_fp8_casts_in_interpreter()
-    _fused_fma_in_interpreter()
     _bf16_dots_in_interpreter()
     _scalar_index_in_interpreter()
 

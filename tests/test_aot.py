@@ -498,34 +498,6 @@ def test_compile_step_compiles_both_rdna4_variants(tmp_path):
     assert archs.variants("gfx1100") == ["qk_int8_pv_fp16"] and archs.variants("gfx1030") == []
 
 
-_INLINE_SCRIPT = """
-import json, sys
-import kernel_asm
-from sagebuild.attention import aot
-cases = json.loads(sys.argv[1])
-out = []
-for arch, d, n_k in cases:
-    src, _ = aot._source("qk_int8_pv_fp16", aot.archs.get(arch), d, False, n_k)
-    rep = kernel_asm.sass_report("qk_int8_pv_fp16", arch, d, n_k=n_k)
-    out.append({"k": src.signature["K"], **rep})
-print(json.dumps(out))
-"""
-
-
-def test_k_inline_compiles_for_hopper_and_blackwell_without_spills():
-    """SAGEBUILD_K_INLINE=1 (K quantized inside the attention launch): the FP16-P·V kernel
-    takes the caller's 16-bit K and compiles for sm90 (head dims 64, 80 as 64 + 32, 128) and
-    sm100 without spills, its key loops still matrix loops; =0 the same call keeps INT8 K."""
-    cases = [["sm90", 64, 77], ["sm90", 80, 77], ["sm90", 128, 300], ["sm100", 128, 77]]
-    on = _compile_in_subprocess(_INLINE_SCRIPT, cases, SAGEBUILD_K_INLINE="1")
-    for case, r in zip(cases, on):
-        assert r["k"] == "*fp16", (case, r)
-        assert r["stack_bytes"] == 0 and r["loops"] and all(lp["local"] == 0 for lp in r["loops"]), (case, r)
-        assert r["registers"] <= 255, (case, r)
-    (off,) = _compile_in_subprocess(_INLINE_SCRIPT, cases[:1], SAGEBUILD_K_INLINE="0")
-    assert off["k"] == "*i8", off
-
-
 _ROW_UNIT_SCRIPT = """
 import json, sys
 import isa_counts

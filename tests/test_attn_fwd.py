@@ -361,58 +361,6 @@ def test_offsets_past_2_to_the_31_elements():
         assert r["max_err"] <= tol("qk_int8_pv_" + case.split("/")[0])[0], (case, r)
 
 
-def _inline_golden(q, k, v, **kw):
-    """The golden model of a K_INLINE launch: K quantized per key, codes rounded by one FMA."""
-    return golden_attention(q, k, v, "qk_int8_pv_fp16", config=CFG, k_inline=True, **kw)
-
-
-@pytest.mark.parametrize(("dtype", "atol", "rtol"), triples("qk_int8_pv_fp16"))
-@pytest.mark.parametrize(
-    ("d", "causal", "smooth_k"), [(64, False, True), (40, True, True), (80, True, False), (160, False, True)]
-)
-def test_k_inline_in_the_attention_launch(d, causal, smooth_k, dtype, atol, rtol, monkeypatch):
-    """SAGEBUILD_K_INLINE=1: the attention launch quantizes K itself (its mean removed, one INT8
-    scale per key) and the call is that one launch, no quantization launch. It agrees with the
-    golden model quantizing K per key, with its LSE (the mean added back), GQA, ragged tiles,
-    causal, padded (40), split (80: 64 + 32, 160: 128 + 64) head dims, with and without smoothing;
-    the plan records it; the full, recorded and replayed calls give the same bits."""
-    _force(monkeypatch, k_inline="1")
-    monkeypatch.setattr(quant, "quant_kv", lambda *a, **kw: pytest.fail("K/V pre-processing launched"))
-    q, k, v = qkv(hq=4, hk=2, nq=72, nk=88, d=d, dtype=dtype, seed=d)
-    k = k + 3.0  # an offset the mean removes
-    record = launch_plan(q, k, v, is_causal=causal, variant="qk_int8_pv_fp16", quantization_backend="triton")
-    assert record["k_inline"] and not record["pdl"], record
-    kw = dict(is_causal=causal, smooth_k=smooth_k, return_lse=True)
-    outs = [_run("qk_int8_pv_fp16", q, k, v, **kw) for _ in range(3)]  # full, recorded, replayed
-    for out, lse in outs[1:]:
-        assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
-    out, lse = outs[0]
-    ref, ref_lse = _inline_golden(q, k, v, **kw)
-    close(out, ref, atol, rtol)
-    _same_lse(lse, ref_lse, atol=2e-4)
-
-
-def test_k_inline_on_packed_sequences_and_masks(monkeypatch):
-    """K_INLINE with packed sequences (each sequence's own mean and key count, an empty one)
-    and with a key-padding mask: each packed sequence as its own dense call, the mask as the
-    shorter key sequence (K's mean still taken over every key, as the quantization launch does)."""
-    _force(monkeypatch, k_inline="1")
-    lens = [40, 0, 70]
-    cu = torch.tensor([0, 40, 40, 110], dtype=torch.int32)
-    q, k, v = (torch.randn(110, 2, 64, generator=torch.Generator().manual_seed(i)).half() for i in range(3))
-    out = sageattn_varlen(q, k, v, cu, cu, max(lens), max(lens), is_causal=True, pv="fp16", config=CFG)
-    for s, e in ((0, 40), (40, 110)):
-        one = [t[s:e].transpose(0, 1)[None] for t in (q, k, v)]
-        ref = _inline_golden(*one, is_causal=True)[0].transpose(0, 1)
-        close(out[s:e], ref, *tol("qk_int8_pv_fp16"))
-    q, k, v = qkv(hq=2, hk=2, nq=48, nk=64, seed=9)
-    mask = torch.zeros(1, 1, 1, 64, dtype=torch.bool)
-    mask[..., :37] = True
-    out = _run("qk_int8_pv_fp16", q, k, v, attn_mask=mask)
-    k37 = k[:, :, :37].float() - k.float().mean(dim=2, keepdim=True)
-    close(out, _inline_golden(q, k37, v[:, :, :37], smooth_k=False), *tol("qk_int8_pv_fp16"))
-
-
 def test_row_unit_proves_16_byte_rows_only_where_triton_cannot():
     """``layout.row_unit``: 8 (16 bytes of a 16-bit tensor) when every stride is a multiple of 8
     elements but not all of 16 (head dim 40 rows); 1 when Triton's own specialisation proves
@@ -427,17 +375,14 @@ def test_row_unit_proves_16_byte_rows_only_where_triton_cannot():
     assert layout.row_unit([big]) == 1
 
 
-@pytest.mark.parametrize(
-    ("variant", "k_inline"), [("qk_int8_pv_fp16", "0"), (FP8, "0"), ("qk_int8_pv_fp16", "1")]
-)
+@pytest.mark.parametrize("variant", ["qk_int8_pv_fp16", FP8])
 @pytest.mark.parametrize("how", ["HND", "NHD", "varlen"])
-def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, monkeypatch):
-    """Head dim 40 (SD1.5): Q, O, 16-bit V and an inline-quantized K pass their strides divided
+def test_strides_in_16_byte_units_give_the_same_bits(variant, how, monkeypatch):
+    """Head dim 40 (SD1.5): Q, O and a 16-bit V pass their strides divided
     by ROW_UNIT to the attention launch, K and V theirs to the quantization launch, and the
     kernels multiply them back (so Triton proves 16-byte rows and vectorises them, ``test_aot``);
     the result is bit for bit the plain strides' (``row_unit`` forced to 1), dense (HND, and NHD
     with 77 keys: odd head strides) and packed, causal, GQA, with LSE."""
-    _force(monkeypatch, k_inline=k_inline)
     q, k, v = qkv(hq=4, hk=2, nq=72, nk=77, d=40, seed=40, layout_="NHD" if how == "NHD" else "HND")
     if how == "varlen":
         q, k, v = (t[0].transpose(0, 1).contiguous() for t in (q, k, v))
@@ -451,7 +396,7 @@ def test_strides_in_16_byte_units_give_the_same_bits(variant, k_inline, how, mon
     for module in (layout, quant):  # the attention launch's and the quantization launch's
         monkeypatch.setattr(module, "row_unit", lambda views: units.append(real(views)) or units[-1])
     wide = call()
-    assert units == [8] * (1 if k_inline == "1" else 2), units
+    assert units == [8, 8], units
     clear_caches()  # the unit is decided once per plan key
     for module in (layout, quant):
         monkeypatch.setattr(module, "row_unit", lambda views: 1)

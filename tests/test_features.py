@@ -18,11 +18,11 @@ MODES = {"never", "on", "config", "short", "opt_in"}
 
 # What the table says, written out once more on purpose: a changed mode must be a deliberate
 # edit of both (docs/kernels.md shows the table; performance.md has what each measured).
-_F = features.FEATURES  # tma, pdl, wgmma_pipe, v_key_order, row_sum_parts, k_inline
+_F = features.FEATURES  # tma, pdl, wgmma_pipe, v_key_order, row_sum_parts
 EXPECTED = {
-    "Hopper": dict(zip(_F, ("config", "short", "config", "on", "on", "opt_in"))),
-    "Blackwell": dict(zip(_F, ("config", "short", "never", "never", "never", "opt_in"))),
-    "interpreter": dict(zip(_F, ("config", "never", "never", "opt_in", "on", "opt_in"))),
+    "Hopper": dict(zip(_F, ("config", "short", "config", "on", "on"))),
+    "Blackwell": dict(zip(_F, ("config", "short", "never", "never", "never"))),
+    "interpreter": dict(zip(_F, ("config", "never", "never", "opt_in", "on"))),
     "RDNA4": dict.fromkeys(_F, "never"),
     "CDNA3": dict.fromkeys(_F, "never"),
 }

@@ -6,9 +6,6 @@ One kernel serves every variant through constexpr switches:
   fresh FP32 accumulator per key tile, added into the FP32 output accumulator (two-level
   accumulation: FP8 MMA units accumulate with ~22 bits). Otherwise P·V in V's 16-bit type.
 * Q: the kernel quantizes its FP16/BF16 Q tile in registers (no launch, no extra pass over Q).
-* ``K_INLINE`` (FP16 P·V, short key sequences): K too is the caller's 16-bit tensor, quantized
-  per key (INT8, one scale per token, after subtracting K's mean) in each program's registers:
-  the call is one launch, with no K/V pre-processing launch and no buffers.
 * ``CAUSAL``: bottom-right aligned: query i sees keys j <= i + (N_k - N_q) (FlashAttention ≥ 2.1,
   SDPA's ``causal_lower_right``). Key tiles wholly below the diagonal run without any mask;
   only the diagonal tiles and a ragged last tile pay for it.
@@ -41,8 +38,6 @@ from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import (
     LOG2E,
-    column_mean,
-    column_stats,
     packed_v_base,
     packed_v_position,
     scale_and_inverse,
@@ -143,48 +138,6 @@ def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.conste
 
 
 @triton.jit
-def _quantize_keys(k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2,
-                   MASKED: tl.constexpr, D_MASKED: tl.constexpr, SPLIT_D: tl.constexpr):  # fmt: skip
-    """A 16-bit key tile as INT8 with one scale per key (``quant.py``'s scale with a block of one
-    token, rounded by ``_round_to_int8``): k − mean, rows past the end zero. Returns (k, k2,
-    scales); k2 is the second channel piece (SPLIT_D) or k again."""
-    kf = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0.0, MASKED, D_MASKED).to(tl.float32)
-    kf = kf - km[None, :]
-    if MASKED:
-        kf = tl.where(col_ok[:, None], kf, 0.0)
-    amax = tl.max(tl.abs(kf), axis=1)
-    if SPLIT_D:
-        kf2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0.0, MASKED, True).to(tl.float32)
-        kf2 = kf2 - km2[None, :]
-        if MASKED:
-            kf2 = tl.where(col_ok[:, None], kf2, 0.0)
-        amax = tl.maximum(amax, tl.max(tl.abs(kf2), axis=1))
-    step, inv = scale_and_inverse(amax, 127.0)
-    k = _round_to_int8(kf, inv)
-    k2 = _round_to_int8(kf2, inv) if SPLIT_D else k
-    return k, k2, step
-
-
-@triton.jit
-def _round_to_int8(y, inv):
-    """INT8 codes of y·inv (|y·inv| ≤ 127) in one FMA per element: y·inv + 1.5·2²³, rounded once
-    (an explicit FMA: the same on every backend) to the nearest integer, ties to even, holds the
-    code in its low byte (two's complement).
-    The quantization launches' contract rounds ties away from zero (``quant.to_int8``, matched
-    bit for bit by the extension); codes made and used inside one launch need not match it."""
-    return tl.fma(y, inv[:, None], MAGIC_F).to(tl.int32, bitcast=True).to(tl.int8)
-
-
-@triton.jit
-def _key_mean(K, k_base, n_k, stride_kn, offs_d, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
-    """K's mean over the sequence's n_k keys for the channels offs_d (K_INLINE; zeros if none)."""
-    ksum, _ = column_stats(
-        K, K, k_base, k_base, n_k, stride_kn, stride_kn, offs_d, HEAD_DIM, BLOCK_N, True, False, 1
-    )
-    return column_mean(ksum, tl.maximum(n_k, 1))
-
-
-@triton.jit
 def _wgmma_wait(x):
     """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
     statement: Triton keeps a side-effecting asm in program order)."""
@@ -255,9 +208,6 @@ def _attn_tiles(
     apply_mask,
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
-    km,
-    km2,
-    K_INLINE: tl.constexpr,
 ):
     """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
 
@@ -275,9 +225,6 @@ def _attn_tiles(
 
     SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
     acc2), instead of one padded tile; otherwise q2/acc2 are unused.
-
-    K_INLINE: K is the caller's 16-bit tensor; each tile is quantized here (``_quantize_keys``,
-    ``km``/``km2``: K's mean per channel piece) and its scores scaled per key.
     """
     offs_n = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
@@ -289,11 +236,7 @@ def _attn_tiles(
         # the tile's start in 64 bits (a scalar), its rows' offsets in 32: BLOCK_N·stride < 2³¹ holds
         # for our K and FP8 V, and the API copies a 16-bit V whose token stride would break it
         k_rows = K + (k_base + tl.cast(start_n, tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
-        if K_INLINE:  # INT8 K and its per-key scales from the 16-bit tile
-            k, k2, ks = _quantize_keys(
-                k_rows, offs_d, offs_d2, d_ok, d2_ok, col_ok, km, km2, MASKED, V_PADDED, SPLIT_D
-            )
-        elif USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
+        if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
             k = k_desc.load([k_row0 + start_n, k_col0])
         else:
             k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
@@ -305,17 +248,13 @@ def _attn_tiles(
         if SPLIT_D:  # the second channel piece accumulates onto the first
             if USE_TMA:
                 k2 = k2_desc.load([k_row0 + start_n, k_col0 + BLOCK_D // 2])
-            elif not K_INLINE:
+            else:
                 k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
             si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
         s = si.to(tl.float32, bitcast=True)
         # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
         # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
-        if K_INLINE:  # a scale per key: one FMA per score
-            s = s * ks[None, :] - (ks * MAGIC_F)[None, :]
-            c = qs
-            off = tl.zeros_like(qs)
-        elif KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
             c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
             off = c * MAGIC_F
         else:
@@ -340,7 +279,7 @@ def _attn_tiles(
             m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
-            if KS_BLK % BLOCK_N == 0 and not K_INLINE:
+            if KS_BLK % BLOCK_N == 0:
                 # One scale for the tile, so the row max is taken on the INT32 bits, which grow
                 # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
                 # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
@@ -451,7 +390,6 @@ def _attn_fwd_kernel(
     ROW_SUM_PARTS: tl.constexpr,
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
-    K_INLINE: tl.constexpr,
     ROW_UNIT: tl.constexpr,
 ):
     if ROW_UNIT != 1:  # the 16-bit tensors' strides came divided by it (``layout.row_unit``)
@@ -459,8 +397,6 @@ def _attn_fwd_kernel(
         stride_ob, stride_oh, stride_on = stride_ob * ROW_UNIT, stride_oh * ROW_UNIT, stride_on * ROW_UNIT
         if not PV_FP8:
             stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
-        if K_INLINE:
-            stride_kb, stride_kh, stride_kn = stride_kb * ROW_UNIT, stride_kh * ROW_UNIT, stride_kn * ROW_UNIT
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first: better tail balance across SMs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -530,12 +466,6 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
-        km = tl.zeros([D1], dtype=tl.float32)
-        km2 = tl.zeros([D2], dtype=tl.float32)
-        if K_INLINE and SMOOTH_K:  # K's mean per channel piece, over the sequence's keys
-            km = _key_mean(K, k_base, n_k, stride_kn, offs_d, HEAD_DIM, BLOCK_N)
-            if SPLIT_D:
-                km2 = _key_mean(K, k_base, n_k, stride_kn, offs_d2, HEAD_DIM, BLOCK_N)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         if ROW_SUM_PARTS > 1:
             l_i = tl.zeros([BLOCK_M, ROW_SUM_PARTS], dtype=tl.float32)
@@ -631,9 +561,6 @@ def _attn_fwd_kernel(
                 apply_mask,
                 MASK_MODE,
                 MASK_ROWS,
-                km,
-                km2,
-                K_INLINE,
             )
 
         if ROW_SUM_PARTS > 1:
@@ -656,12 +583,10 @@ def _attn_fwd_kernel(
         if RETURN_LSE:
             lse = (m_i + tl.math.log2(l_i) - P_SHIFT) / 1.4426950408889634
             if SMOOTH_K:
-                if not K_INLINE:  # the quantization launch's means
-                    km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
-                    if SPLIT_D:
-                        km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
+                km = tl.load(KM + kv_bh * BLOCK_D + offs_d)
                 lse += tl.sum(qf * km[None, :], axis=1) * sm_scale
                 if SPLIT_D:
+                    km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
                     lse += tl.sum(qf2 * km2[None, :], axis=1) * sm_scale
             lse = tl.where(l_i > 0, lse, float("-inf"))
             tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
@@ -671,8 +596,8 @@ def _attn_fwd_kernel(
 class QuantizedKV:
     """K (and, for FP8 P·V, V) after quantization, as the attention kernel reads them."""
 
-    k: SeqView  # int8 [.., Dp], or the caller's 16-bit K (``k_scale`` None: quantized in the launch)
-    k_scale: Optional[torch.Tensor]  # float32 [B, Hkv, cdiv(N_k, k_blk)], None for K_INLINE
+    k: SeqView  # int8 [.., Dp]
+    k_scale: torch.Tensor  # float32 [B, Hkv, cdiv(N_k, k_blk)]
     k_blk: int
     km: Optional[torch.Tensor]  # float32 [B, Hkv, Dp] or None (smooth_k=False)
     v: SeqView  # fp8 [.., Dp] (FP8 path) or the caller's fp16/bf16 V
@@ -766,16 +691,14 @@ def attention_forward(
         raise ValueError("pass lse exactly when the plan returns it")
     if (plan.mask != "none") != (mask is not None):
         raise ValueError("pass mask exactly when the plan has one")
-    if plan.k_inline != (kv.k_scale is None):
-        raise ValueError("pass the caller's K (k_scale None) exactly when the plan quantizes K inline")
     group = q.heads // kv.k.heads
     grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
-    dummy = kv.k_scale if kv.k_scale is not None else out.t  # never read where it stands in
+    dummy = kv.k_scale  # never read where it stands in
 
     # The 16-bit tensors' strides go in the unit that proves their rows' alignment (``layout.row_unit``):
     # the launch key fixes the strides, so the unit is decided with the constexprs, once per key.
     def build() -> dict[str, Any]:
-        wide = (q, out, *(() if plan.fp8 else (kv.v,)), *((kv.k,) if plan.k_inline else ()))
+        wide = (q, out, *(() if plan.fp8 else (kv.v,)))
         return {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide)}
 
     consts = launcher.constexprs(_attn_fwd_kernel, launch_key, build)
@@ -807,7 +730,7 @@ def attention_forward(
             mask if mask is not None else dummy,
             *descs,
             *strides(q),
-            *strides(kv.k, plan.k_inline),
+            *strides(kv.k, False),
             *strides(kv.v, not plan.fp8),
             kv.v.stride_d,
             *strides(out),
@@ -818,7 +741,7 @@ def attention_forward(
             kv.k.max_len,
             q.total,
             kv.k.total,
-            kv.k_scale.shape[-1] if kv.k_scale is not None else 0,
+            kv.k_scale.shape[-1],
             plan.sm_scale * LOG2E,
             plan.sm_scale,
         ),

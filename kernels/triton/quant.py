@@ -40,7 +40,7 @@ from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, row_unit, 
 # computed inside the K/V quantization launch (saving the statistics launches); each program
 # re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats.
 INLINE_STATS_MAX_ELEMENTS = 1024 * 128
-# The in-launch statistics' loads (``column_stats``): rows per load by padded head dim, and
+# The in-launch statistics' loads (``_column_stats``): rows per load by padded head dim, and
 # loads in flight (the H200 sweep's fastest; 64 rows at head dim 128 left too few registers
 # beside the two FP32 accumulators and the block being quantized).
 INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
@@ -134,7 +134,7 @@ def packed_v_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
-def column_stats(
+def _column_stats(
     K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d,
     HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, WANT_K: tl.constexpr, WANT_V: tl.constexpr,
     STAGES: tl.constexpr,
@@ -188,7 +188,7 @@ def _kv_partials_kernel(
     vbase += h.to(tl.int64) * stride_vh + start.to(tl.int64) * stride_vn
     offs_d = tl.arange(0, BLOCK_D)
     n = tl.minimum(PART_ROWS, n_seq - start)
-    ksum, vmax = column_stats(
+    ksum, vmax = _column_stats(
         K, V, kbase, vbase, n, stride_kn, stride_vn, offs_d, HEAD_DIM, CHUNK, SMOOTH_K, V_FP8, PART_STAGES
     )
     out = (pid_bh.to(tl.int64) * NPART + pid_s) * BLOCK_D + offs_d
@@ -304,7 +304,7 @@ def _quant_blocks_kernel(
     vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
     vbase += h.to(tl.int64) * stride_vh
     if INLINE_STATS:
-        ksum, vmax = column_stats(
+        ksum, vmax = _column_stats(
             X, V, xbase, vbase, n, stride_xn, stride_vn, offs_d,
             HEAD_DIM, STATS_BLK, HAS_MEAN, V_FP8, STATS_STAGES,
         )  # fmt: skip

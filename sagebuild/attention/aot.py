@@ -85,7 +85,7 @@ def _source(
     )  # fmt: skip
     ptr = {
         "QF": "*fp16",
-        "K": "*fp16" if plan.k_inline else "*i8",  # K_INLINE: the caller's K
+        "K": "*i8",
         "KS": "*fp32",
         "V": f"*{_fp8_type(row)}" if fp8 else "*fp16",
         "VS": "*fp32",

@@ -292,7 +292,7 @@ def _execute(
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if call.copies:
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
-    k, v = _int32_rows(plan, k, v, 2)
+    v = _int32_rows(plan, v, 2)
     kv = quantize_kv(plan, k, v, ops=call.ops, key=key)
     if call.nhd:
         out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
@@ -305,14 +305,12 @@ def _execute(
     return (out, lse) if plan.return_lse else out
 
 
-def _int32_rows(plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor, token_dim: int) -> tuple:
-    """K and V with every tile's row offsets within 32 bits where the kernel reads them as the
-    caller passed them (a 16-bit V; an inline-quantized K): a copy when a token stride breaks it."""
-
-    def fit(x: torch.Tensor, raw: bool) -> torch.Tensor:
-        return x.contiguous() if raw and abs(x.stride(token_dim)) * plan.config.block_n >= _INT32 else x
-
-    return fit(k, plan.k_inline), fit(v, not plan.fp8)
+def _int32_rows(plan: LaunchPlan, v: torch.Tensor, token_dim: int) -> torch.Tensor:
+    """V with every tile's row offsets within 32 bits where the kernel reads it as the caller
+    passed it (FP16 P·V): a copy when its token stride breaks that."""
+    if not plan.fp8 and abs(v.stride(token_dim)) * plan.config.block_n >= _INT32:
+        return v.contiguous()
+    return v
 
 
 def _fp8_torch_dtype(plan: LaunchPlan) -> Optional[torch.dtype]:
@@ -333,10 +331,7 @@ def quantize_kv(
 def _quantize_views(
     plan: LaunchPlan, k: layout.SeqView, v: layout.SeqView, key: Optional[tuple]
 ) -> QuantizedKV:
-    """Our Triton launch on K/V's ``layout`` views (dense or packed); none when the attention
-    launch quantizes K itself (``plan.k_inline``: K and V go to it as they are)."""
-    if plan.k_inline:
-        return QuantizedKV(k, None, plan.k_blk, None, v, None)
+    """Our Triton launch on K/V's ``layout`` views (dense or packed)."""
     kq, ks, km, vq, vs = quant.quant_kv(
         k, v, plan.head_dim_pad, plan.smooth_k, _fp8_torch_dtype(plan), plan.k_blk, launch_key=key,
         pdl_trigger=plan.pdl, v_key_order=plan.v_key_order,
@@ -472,7 +467,7 @@ def _execute_varlen(
     max_seqlen_k: int,
 ) -> torch.Tensor:
     """One packed call's quantization and attention launches under its plan (inputs checked)."""
-    k, v = _int32_rows(plan, k, v, 0)
+    v = _int32_rows(plan, v, 0)
     qv = layout.packed(q, cuq, int(max_seqlen_q))
     kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
     kv = _quantize_views(plan, kvw, vvw, key)  # a packed plan has neither PDL nor V key order

@@ -26,14 +26,13 @@ PDL_MAX_KEYS = 2048
 # columns of every eight, so eight parts keep a tile's row sum inside the thread.
 ROW_SUM_PARTS = 8
 
-FEATURES = ("tma", "pdl", "wgmma_pipe", "v_key_order", "row_sum_parts", "k_inline")
+FEATURES = ("tma", "pdl", "wgmma_pipe", "v_key_order", "row_sum_parts")
 KNOB = {
     "tma": "SAGEBUILD_TMA",
     "pdl": "SAGEBUILD_PDL",
     "wgmma_pipe": "SAGEBUILD_WGMMA_PIPE",
     "v_key_order": "SAGEBUILD_V_KEY_ORDER",
     "row_sum_parts": "SAGEBUILD_ROW_SUM_PARTS",
-    "k_inline": "SAGEBUILD_K_INLINE",
 }
 
 
@@ -45,41 +44,22 @@ class FamilyFeatures(NamedTuple):
     wgmma_pipe: str
     v_key_order: str
     row_sum_parts: str
-    k_inline: str
     why: str
 
 
-_NONE = FamilyFeatures("never", "never", "never", "never", "never", "never", "portable kernel only")
+_NONE = FamilyFeatures("never", "never", "never", "never", "never", "portable kernel only")
 
 TABLE: dict[str, FamilyFeatures] = {
     # fmt: off
     "Hopper": FamilyFeatures(
-        "config",
-        "short",
-        "config",
-        "on",
-        "on",
-        "opt_in",
-        "all measured on the H200 (docs/performance.md) but k_inline, which awaits its measurement",
+        "config", "short", "config", "on", "on", "all measured on the H200 (docs/performance.md)"
     ),
     "Blackwell": FamilyFeatures(
-        "config",
-        "short",
-        "never",
-        "never",
-        "never",
-        "opt_in",
-        "TMA and PDL exist; wgmma-specific ones do not apply; k_inline unmeasured",
+        "config", "short", "never", "never", "never", "TMA and PDL exist; wgmma-specific ones do not apply"
     ),
     # the CPU interpreter runs TMA, key order and row-sum parts so the tests cover them
     "interpreter": FamilyFeatures(
-        "config",
-        "never",
-        "never",
-        "opt_in",
-        "on",
-        "opt_in",
-        "tests: the interpreter emulates descriptors and reshapes",
+        "config", "never", "never", "opt_in", "on", "tests: the interpreter emulates descriptors and reshapes"
     ),
     # RDNA's WMMA layout does not compile the row-sum reshape (Triton 3.6); AMD has no TMA/PDL
     # fmt: on

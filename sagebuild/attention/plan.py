@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
-from sagebuild import archs, knobs
+from sagebuild import archs
 from sagebuild.attention import features
 from sagebuild.attention.errors import AttentionInputError
 from sagebuild.kernels.triton import configs
@@ -53,7 +53,6 @@ class LaunchPlan:
     q_from_memory: bool  # INT8 Q read back from memory (a loaded wgmma operand)
     v_key_order: bool  # FP8 V stored in wgmma key order
     row_sum_parts: int  # P's partial row sums per row (1: one sum)
-    k_inline: bool  # K quantized inside the attention launch (FP16 P·V): one launch, no pre-processing
     return_lse: bool
     smooth_k: bool
     sm_scale: float
@@ -102,7 +101,6 @@ class LaunchPlan:
             "ROW_SUM_PARTS": self.row_sum_parts,
             "MASK_MODE": MASKS.index(self.mask),
             "MASK_ROWS": self.mask_rows,
-            "K_INLINE": self.k_inline,
             "ROW_UNIT": 1,  # the launch's buffers decide it (``layout.row_unit``)
         }
 
@@ -238,10 +236,8 @@ def make_plan(
         )
     row = _arch_row(arch)
     family = family_of(arch)
-    # Short keys: K quantized inside the attention launch, which takes FP16 P·V (V as it is)
-    inline = backend != "ext" and pv in ("auto", "fp16") and features.enabled("k_inline", family, n_k=n_k)
     if pv == "auto":
-        pv, accum = ("fp16", "fp32+fp32") if inline else default_pv(arch, head_dim, n_k)
+        pv, accum = default_pv(arch, head_dim, n_k)
         pv_accum = pv_accum or accum
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
@@ -289,8 +285,6 @@ def make_plan(
             f"{arch} is not an NVIDIA GPU",
             f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
         )
-    if inline and cfg.maxnreg is not None and config is None and not knobs.raw(configs.ENV_VAR):
-        cfg = replace(cfg, maxnreg=None)  # the 16-bit K tile's registers: capped, the table's rows spill
     pipe = features.enabled("wgmma_pipe", family, config_choice=cfg.pipe)
     parts = features.ROW_SUM_PARTS if features.enabled("row_sum_parts", family) else 1
     return LaunchPlan(
@@ -309,12 +303,11 @@ def make_plan(
         k_blk=cfg.k_blk,
         quantization=quantization,
         tma=tma_layout and features.enabled("tma", family, config_choice=cfg.tma),
-        pdl=ours and not inline and features.enabled("pdl", family, n_k=n_k),
+        pdl=ours and features.enabled("pdl", family, n_k=n_k),
         wgmma_pipe=pipe,
         q_from_memory=pipe and 2 * head_dim >= dp,  # an output row holds the INT8 Q row
         v_key_order=v_key_order,
         row_sum_parts=parts if cfg.block_n % parts == 0 else 1,
-        k_inline=inline,
         return_lse=bool(return_lse),
         smooth_k=bool(smooth_k),
         sm_scale=scale,

@@ -80,10 +80,9 @@ def ieee_div(a: torch.Tensor, b: float) -> torch.Tensor:
     return a / torch.full_like(a, b)
 
 
-def quant_int8_blocks(y: torch.Tensor, blk: int, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def quant_int8_blocks(y: torch.Tensor, blk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 [B, H, N, D] → (integer-valued float32 tensor, step [B, H, cdiv(N, blk)]): the
-    contract; ``fused``: codes as the attention launch rounds its inline K (``attn_fwd``'s
-    ``_round_to_int8``: the exact product rounded once, ties to even)."""
+    contract."""
     b, h, n, d = y.shape
     nblk = -(-n // blk)
     padded = torch.nn.functional.pad(y, (0, 0, 0, nblk * blk - n))
@@ -91,8 +90,6 @@ def quant_int8_blocks(y: torch.Tensor, blk: int, fused: bool = False) -> tuple[t
     step = ieee_div(amax.clamp_min(1e-8), 127.0)
     inv = torch.ones_like(step) / step
     rows = inv.repeat_interleave(blk, dim=-1)[..., :n, None]
-    if fused:  # a float32 product is exact in float64
-        return torch.round(y.double() * rows.double()).float().clamp(-127, 127), step
     return round_half_away(y * rows).clamp(-127, 127), step
 
 
@@ -117,14 +114,12 @@ def golden_attention(
     return_lse: bool = False,
     config: LaunchConfig = DEFAULT_CONFIG,
     fp8_dtype: torch.dtype = torch.float8_e4m3fn,
-    k_inline: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The kernels' arithmetic in plain torch (float32 result in the input's layout).
 
     ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
     online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
-    scale block (``config.k_blk``). ``k_inline``: K as a ``LaunchPlan.k_inline`` launch quantizes
-    it, one scale per key and the codes rounded by one FMA.
+    scale block (``config.k_blk``).
     """
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
@@ -137,8 +132,8 @@ def golden_attention(
 
     km = kf.mean(dim=2, keepdim=True) if smooth_k else torch.zeros_like(kf[:, :, :1])
     qi, q_step = quant_int8_blocks(qf, config.q_blk(qk_quant_gran))
-    k_blk = 1 if k_inline else config.k_blk
-    ki, k_step = quant_int8_blocks(kf - km, k_blk, fused=k_inline)
+    k_blk = config.k_blk
+    ki, k_step = quant_int8_blocks(kf - km, k_blk)
     qs = q_step * (scale * LOG2E)
     qs_row = qs.repeat_interleave(config.q_blk(qk_quant_gran), dim=-1)[..., :n_q]
     ks_col = k_step.repeat_interleave(k_blk, dim=-1)[..., :n_k]
