@@ -8,6 +8,7 @@ pass thresholds. Bundled ones live in ``profiles/*.yaml`` (package ``sagebuild.p
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -99,6 +100,16 @@ class Profile:
     bench: Bench
     torch_install: str  # the exact pip line that installs the right torch build
     source: str = field(default="", compare=False)
+
+    def index_url(self) -> str | None:
+        """The package index ``torch_install`` installs torch from, or None."""
+        parts = shlex.split(self.torch_install)
+        for i, p in enumerate(parts):
+            if p == "--index-url" and i + 1 < len(parts):
+                return parts[i + 1]
+            if p.startswith("--index-url="):
+                return p.split("=", 1)[1]
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -317,11 +328,7 @@ def markdown_table(profiles: list[Profile]) -> str:
         v = pr.versions
         named = (("py", v.python), ("torch", v.torch), ("triton", v.triton), ("hip", v.hip), ("cuda", v.cuda))
         pins = [f"{name} `{spec}`" for name, spec in named if spec]
-        index = (
-            pr.torch_install.split("--index-url", 1)[1].split()[0]
-            if "--index-url" in pr.torch_install
-            else "—"
-        )
+        index = pr.index_url() or "—"
         rows.append(
             f"| `{pr.name}` | {pr.vendor} | {', '.join(pr.archs) or '—'} | {', '.join(pins)} | "
             f"{', '.join(pr.kernels)} | {pr.build.mem_per_job_gb:g} GB/job, max {pr.build.max_jobs} | "

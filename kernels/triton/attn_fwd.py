@@ -36,14 +36,7 @@ from triton.language.extra.cuda import gdc_wait
 from . import launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import (
-    LOG2E,
-    packed_v_base,
-    packed_v_position,
-    scale_and_inverse,
-    seq_base,
-    to_int8,
-)
+from .quant import LOG2E, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -704,9 +697,6 @@ def attention_forward(
     consts = launcher.constexprs(_attn_fwd_kernel, launch_key, build)
     unit = consts["ROW_UNIT"]
 
-    def strides(view: SeqView, wide: bool = True) -> tuple[int, ...]:
-        return tuple(s // unit for s in view.strides()) if wide and unit != 1 else view.strides()
-
     if plan.tma:
         if not tma_eligible(kv, plan.head_dim_pad):  # the descriptors span heads as laid out there
             raise ValueError("plan.tma needs K/V as quant.quant_kv lays them out (tma_eligible)")
@@ -729,11 +719,11 @@ def attention_forward(
             kv.k.cu,
             mask if mask is not None else dummy,
             *descs,
-            *strides(q),
-            *strides(kv.k, False),
-            *strides(kv.v, not plan.fp8),
+            *layout.in_unit(q, unit),
+            *kv.k.strides(),
+            *layout.in_unit(kv.v, 1 if plan.fp8 else unit),
             kv.v.stride_d,
-            *strides(out),
+            *layout.in_unit(out, unit),
             *(mask.stride() if mask is not None else (0, 0, 0, 0)),
             q.heads,
             group,

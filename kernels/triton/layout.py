@@ -98,6 +98,11 @@ def row_unit(views: Iterable[SeqView]) -> int:
     return ROW_UNIT
 
 
+def in_unit(view: SeqView, unit: int) -> tuple[int, ...]:
+    """A view's (b, h, n) strides divided by ``unit`` (``row_unit``; the kernels multiply back)."""
+    return view.strides() if unit == 1 else tuple(s // unit for s in view.strides())
+
+
 def key_rows(n: int, key_order: bool) -> int:
     """Key rows of FP8 V's buffer for n keys: n, or n padded to whole KEY_GROUPs in key order."""
     return -(-n // KEY_GROUP) * KEY_GROUP if key_order else n

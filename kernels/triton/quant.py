@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
-from .layout import KEY_GROUP, SeqView, empty_like_view, key_rows_of, row_unit, wgmma_key_order
+from .layout import KEY_GROUP, SeqView, empty_like_view, in_unit, key_rows_of, row_unit, wgmma_key_order
 
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
 # computed inside the K/V quantization launch (saving the statistics launches); each program
@@ -430,8 +430,8 @@ def _part_stats(
             kp,
             vp,
             cu,
-            *_in_unit(k, row_unit),
-            *_in_unit(vv, row_unit),
+            *in_unit(k, row_unit),
+            *in_unit(vv, row_unit),
             k.heads,
             k.max_len,
             k.total,
@@ -475,11 +475,6 @@ def kv_stats(
     if not smooth_k and not want_v:
         return None, None
     return _part_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key, row_unit)
-
-
-def _in_unit(view: SeqView, unit: int) -> tuple[int, ...]:
-    """A view's (b, h, n) strides divided by ``unit`` (``layout.row_unit``; the kernels multiply back)."""
-    return view.strides() if unit == 1 else tuple(s // unit for s in view.strides())
 
 
 def quant_blocks(
@@ -561,9 +556,9 @@ def quant_blocks(
             vs if want_v else xs,
             ww.t,
             x.cu,
-            *_in_unit(x, row_unit),
+            *in_unit(x, row_unit),
             *xq.strides(),
-            *_in_unit(vv, row_unit),
+            *in_unit(vv, row_unit),
             *ww.strides(),
             ww.stride_d,
             x.heads,

@@ -81,8 +81,7 @@ def ieee_div(a: torch.Tensor, b: float) -> torch.Tensor:
 
 
 def quant_int8_blocks(y: torch.Tensor, blk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 [B, H, N, D] → (integer-valued float32 tensor, step [B, H, cdiv(N, blk)]): the
-    contract."""
+    """float32 [B, H, N, D] → (integer-valued float32 tensor, step [B, H, cdiv(N, blk)]): the contract."""
     b, h, n, d = y.shape
     nblk = -(-n // blk)
     padded = torch.nn.functional.pad(y, (0, 0, 0, nblk * blk - n))
@@ -132,11 +131,10 @@ def golden_attention(
 
     km = kf.mean(dim=2, keepdim=True) if smooth_k else torch.zeros_like(kf[:, :, :1])
     qi, q_step = quant_int8_blocks(qf, config.q_blk(qk_quant_gran))
-    k_blk = config.k_blk
-    ki, k_step = quant_int8_blocks(kf - km, k_blk)
+    ki, k_step = quant_int8_blocks(kf - km, config.k_blk)
     qs = q_step * (scale * LOG2E)
     qs_row = qs.repeat_interleave(config.q_blk(qk_quant_gran), dim=-1)[..., :n_q]
-    ks_col = k_step.repeat_interleave(k_blk, dim=-1)[..., :n_k]
+    ks_col = k_step.repeat_interleave(config.k_blk, dim=-1)[..., :n_k]
     # Integer products are exact in float64 (and in int32 on the GPU).
     dots = torch.matmul(qi.double(), expand_kv(ki, heads).double().transpose(-1, -2)).float()
     s = dots * qs_row[..., :, None] * expand_kv(ks_col, heads)[..., None, :]

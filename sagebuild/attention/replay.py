@@ -234,11 +234,10 @@ def _pack(groups: list, launches: list, outputs: Any, n_inputs: int) -> tuple[li
             kept.append(group)
             continue
         item = dtype.itemsize
-        span = 1 + sum((d - 1) * st for d, st in zip(size, stride) if d > 0)
         if pid >= 0:
             packed.append((pid, end))
         packed.extend((vid, end + voff * item) for vid, (_, _, _, voff) in others)
-        end += -(-span * item // PACK_ALIGN) * PACK_ALIGN
+        end += -(-_span(size, stride) * item // PACK_ALIGN) * PACK_ALIGN
     return packed, kept, end
 
 
@@ -246,8 +245,12 @@ def _spans(t: torch.Tensor, nbytes: int) -> bool:
     """Whether allocating t's shape and strides recreates its whole storage (offset 0, same size)."""
     if t.storage_offset() != 0:
         return False
-    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
-    return span * t.element_size() == nbytes
+    return _span(t.shape, t.stride()) * t.element_size() == nbytes
+
+
+def _span(size: Any, stride: Any) -> int:
+    """Elements from a view's first to its last one, inclusive (its allocation at offset 0)."""
+    return 1 + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
 
 
 __all__ = ["Recorder", "Replay"]

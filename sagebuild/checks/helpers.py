@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -11,7 +10,6 @@ from packaging.version import InvalidVersion, Version
 
 from sagebuild.checks.registry import skip
 from sagebuild.probe.facts import Facts
-from sagebuild.profiles import Profile
 
 
 def leading_version(text: Optional[str]) -> Optional[Version]:
@@ -39,16 +37,6 @@ def in_range(version: Optional[str], spec: str) -> Optional[bool]:
 def major_of(version: Optional[str]) -> Optional[int]:
     v = leading_version(version)
     return v.major if v is not None else None
-
-
-def index_url(profile: Profile) -> Optional[str]:
-    parts = shlex.split(profile.torch_install)
-    for i, p in enumerate(parts):
-        if p == "--index-url" and i + 1 < len(parts):
-            return parts[i + 1]
-        if p.startswith("--index-url="):
-            return p.split("=", 1)[1]
-    return None
 
 
 def torch_ok(facts: Facts) -> bool:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import NO_TORCH, in_range, index_url, torch_ok
+from sagebuild.checks.helpers import NO_TORCH, in_range, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
 
 
 def _triton_fix(facts: Facts, profile: Profile) -> str:
-    tri, url = facts.torch.triton, index_url(profile)
+    tri, url = facts.torch.triton, profile.index_url()
     if tri.torch_requirement:
         from packaging.requirements import Requirement
 
