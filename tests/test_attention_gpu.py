@@ -547,10 +547,14 @@ def _exact_rows(q, k, v, lo: int, hi: int, causal: bool) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize(("n_k", "causal"), [(4096, False), (77, False), (777, True)])
-def test_strides_in_16_byte_units_give_the_same_bits_on_the_gpu(n_k, causal, monkeypatch):
+@pytest.mark.parametrize(("n_k", "causal"), [(4096, False), (77, False), (777, True), (2000, False)])
+def test_strides_in_16_byte_units_give_the_same_result_on_the_gpu(n_k, causal, monkeypatch):
     """Head dim 40 in contiguous tensors: the launches take the 16-bit strides in ROW_UNIT
-    (vectorised loads, ``test_aot``), bit for bit the result of the plain strides (2-byte loads)."""
+    (vectorised loads, ``test_aot``). The attention launch gives the bits of the plain strides
+    (2-byte loads). The quantization launch agrees up to float rounding: the load width changes
+    Triton's register layout, hence the order of K's column sums, and the mean's last float32 bit
+    can flip an INT8 rounding (measured on the H100 at 777 and 2000 keys: at most 1.2e-4, 2^-13,
+    on outputs of magnitude ~1; a wrong stride gives errors of order 1)."""
     from sagebuild.kernels.triton import layout, quant
 
     g = torch.Generator(device="cuda").manual_seed(n_k)
@@ -559,9 +563,12 @@ def test_strides_in_16_byte_units_give_the_same_bits_on_the_gpu(n_k, causal, mon
     assert layout.row_unit([layout.dense(t) for t in (q, k, v)]) == layout.ROW_UNIT
     wide = sageattn(q, k, v, is_causal=causal)
     api.clear_caches()
-    for module in (layout, quant):
-        monkeypatch.setattr(module, "row_unit", lambda views: 1)
+    monkeypatch.setattr(layout, "row_unit", lambda views: 1)  # attn_fwd's lookup; quant keeps its own
     assert torch.equal(sageattn(q, k, v, is_causal=causal), wide)
+    api.clear_caches()
+    monkeypatch.setattr(quant, "row_unit", lambda views: 1)
+    narrow = sageattn(q, k, v, is_causal=causal)
+    assert torch.allclose(narrow, wide, rtol=0, atol=2.5e-4), (narrow - wide).abs().max()
 
 
 @pytest.mark.parametrize("causal", [False, True])
