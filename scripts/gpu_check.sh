@@ -8,7 +8,7 @@
 # lockfile). Full stage logs go to $LOGS (default /tmp/sagebuild-gpu-logs), outside $OUT, so that
 # the device tool's 8-file limit leaves room for accept's files.
 # Carry `.whl/` (git-ignored) to install a diffusers wheel and its pure-Python dependency wheels
-# (no index is used). BENCH_ARGS: more arguments for scripts/bench_workloads.py (e.g. --only long).
+# (no index is used), and pytest-xdist's wheels to run the GPU tests in parallel. BENCH_ARGS: more arguments for scripts/bench_workloads.py (e.g. --only long).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/sagebuild-gpu-out}"
@@ -54,7 +54,14 @@ install() {
 
 tests() {
   local rc=0
-  $PY -m pytest -q -rs -m gpu tests -p no:cacheprovider || rc=$?
+  if $PY -m pip install -q --no-index --find-links .whl pytest-xdist > /dev/null 2>&1 && $PY -c "import xdist" 2> /dev/null; then
+    # pytest-xdist carried in .whl/: workers by file (test_gpu_ext.py keeps its order; the compile
+    # stage has filled the extension cache the others load), then the speed tests alone
+    $PY -m pytest -q -rs -m "gpu and not timing" -n 6 --dist loadfile tests -p no:cacheprovider || rc=$?
+    $PY -m pytest -q -rs -m "gpu and timing" tests -p no:cacheprovider || rc=$?
+  else
+    $PY -m pytest -q -rs -m gpu tests -p no:cacheprovider || rc=$?
+  fi
   # unmarked, but they run on the GPU when there is one (the CPU interpreter otherwise)
   $PY -m pytest -q tests/test_replay.py -p no:cacheprovider || rc=$?
   return $rc

@@ -164,6 +164,7 @@ GPU_CASES = {  # name: (B, H, N_q, N_k, D, dtype, valid keys per batch entry)
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("case", list(GPU_CASES))
 def test_key_padding_costs_at_most_ten_percent_on_the_gpu(case):
     from triton.testing import do_bench

@@ -63,6 +63,7 @@ def _host_us(fn, n: int = 2000) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
+@pytest.mark.timing
 def test_op_wrapper_host_overhead_at_1x16x1024x64():
     q, k, v = (torch.randn(1, 16, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     args = (q, k, v, "HND", False, None, "per_warp", True, "auto", "auto", "auto", None)
