@@ -1,7 +1,5 @@
 """The topology probe: reads a machine (or a system image under ``root``) into plain ``Facts``.
-
-Checks read the facts and never the system, so every check can be tested on hand-made facts
-and every fact can be tested on a fake root.
+Checks read only the facts, so checks are tested on hand-made facts and facts on a fake root.
 """
 
 from __future__ import annotations
@@ -35,9 +33,7 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
         if not (folder / "__init__.py").is_file():
             continue
         origin = raw_py.get(f"{name}_origin")
-        installed = Path(origin) if origin else None
-        if installed is not None and origin.endswith("__init__.py"):
-            installed = installed.parent
+        installed = Path(origin.removesuffix("__init__.py")) if origin else None
         if installed is not None and installed.resolve() == folder.resolve():
             own.append(str(folder))  # the installed package *is* this folder (an editable install)
             continue
@@ -74,12 +70,8 @@ def collect(
     torch: Optional[TorchFacts] = None,
     probe_torch: bool = True,
 ) -> Facts:
-    """Probe everything under ``root`` and the ``python`` interpreter's torch/Triton.
-
-    ``env`` (default ``os.environ``) is the environment read and passed to the tools. ``torch``
-    injects torch facts instead of running the subprocess probe (tests); ``probe_torch=False``
-    skips torch entirely (fast listings that need only the device facts).
-    """
+    """Probe everything under ``root`` and the ``python`` interpreter's torch/Triton. ``torch``
+    injects torch facts (tests); ``probe_torch=False`` skips torch (listings of the devices only)."""
     if not Path(root).is_dir():
         raise SagebuildError(
             f"--root {root}: not a directory", fix="pass a directory holding a system image, or omit --root"

@@ -1,7 +1,5 @@
-"""The probe's facts as plain data: what the checks read, what ``doctor --json`` prints.
-
-Nothing here touches the system. Every field has a default so that tests can build the exact
-machine they want to check (``Facts(system=SystemFacts(wsl="2"), ...)``).
+"""The probe's facts as plain data: what the checks read, what ``doctor --json`` prints. Every field
+has a default, so tests build the exact machine they check (``Facts(system=SystemFacts(wsl="2"))``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """File-system facts read under a root directory: OS, WSL, resources, device nodes, KFD topology.
 
-Every path is taken relative to ``root`` so that a system image, a chroot or a test fixture
-can be probed exactly like the running machine (``root=/``).
+Every path is relative to the root, so a system image or a test fixture is probed like ``/``.
 """
 
 from __future__ import annotations
@@ -26,20 +25,18 @@ ENV_VARS = ("MAX_JOBS", "CXX", "WSL_DISTRO_NAME", "VIRTUAL_ENV", "CONDA_PREFIX")
 ENV_PREFIXES = ("HSA_", "HIP_", "ROCM", "ROCR_", "CUDA", "TORCH", "PYTORCH_", "TRITON_", "NVIDIA_")
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 REDACTED = "***"
-
-
 MAX_READ_BYTES = 1024 * 1024  # the files probed (os-release, /proc and /sys nodes, versions) are small
 
 
-def read_text_capped(path: Path, limit: int = MAX_READ_BYTES) -> Optional[str]:
-    """A regular file's first ``limit`` bytes as text; None for anything else: a FIFO, socket or
-    device under a probed root would block or never end, so only regular files are opened."""
+def read_text_capped(path: Path) -> Optional[str]:
+    """A regular file's first MiB as text; None for anything else: a FIFO, socket or device under a
+    probed root would block or never end."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as fh:
-            data = fh.read(limit)
+            data = fh.read(MAX_READ_BYTES)
     except OSError:
         return None
     return data.decode("utf-8", errors="replace")
@@ -59,7 +56,6 @@ class Root:
         return self.base / str(p).lstrip("/")
 
     def read(self, p: str | Path) -> Optional[str]:
-        """A regular file under the root (capped at 1 MiB); None when absent or not a regular file."""
         return read_text_capped(self.path(p))
 
     def exists(self, p: str | Path) -> bool:

@@ -1,7 +1,5 @@
 """Compilers and GPU tools: found on PATH (under the probed root), their versions, and GPU archs.
-
-Each tool runs with a short timeout; a tool that hangs or fails becomes a fact with an error,
-never an exception.
+Each runs under a short timeout; one that hangs or fails is a fact with an error, never an exception.
 """
 
 from __future__ import annotations

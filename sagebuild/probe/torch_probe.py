@@ -1,10 +1,8 @@
 """torch/Triton facts read in a subprocess of the target interpreter, under a timeout.
 
-A broken ROCm install can segfault or hang inside ``import torch``; in a subprocess that is a
-failed fact (naming the signal or the timeout), never a dead doctor. The script prints tagged
-JSON lines: the interpreter's facts first (so they survive a crash in ``import torch``), then
-torch's. Requirement markers are evaluated here, in the parent, with the target's marker
-environment, so the target needs nothing but the standard library.
+A broken ROCm install can segfault or hang inside ``import torch``: in a subprocess that is a failed
+fact (naming the signal or the timeout), never a dead doctor. The script prints the interpreter's
+facts first, so that they survive a crash in ``import torch``.
 """
 
 from __future__ import annotations
@@ -104,12 +102,11 @@ else:
     out["hip"] = getattr(v, "hip", None)
     out["cuda"] = getattr(v, "cuda", None)
     out["build"] = "rocm" if out["hip"] else ("cuda" if out["cuda"] else "cpu")
+    out["cuda_available"], out["device_count"] = False, 0
     try:
-        out["cuda_available"] = bool(torch.cuda.is_available())
-        out["device_count"] = int(torch.cuda.device_count()) if out["cuda_available"] else 0
+        if torch.cuda.is_available():
+            out["cuda_available"], out["device_count"] = True, int(torch.cuda.device_count())
     except Exception as e:
-        out["cuda_available"] = False
-        out["device_count"] = 0
         out["device_error"] = "%s: %s" % (type(e).__name__, e)
     devices = []
     for i in range(out["device_count"]):
@@ -221,23 +218,23 @@ def python_facts(py: Optional[dict], python: str) -> PythonFacts:
     )
 
 
-def _triton_requirement(
-    requires: list[str], providers: list[str], marker_env: Optional[dict]
-) -> tuple[Optional[str], Optional[bool], Optional[Any]]:
-    """torch's requirement on a Triton distribution → (text, markers hold, Requirement)."""
+def triton_facts(tri: dict, requires: list[str], marker_env: Optional[dict]) -> TritonFacts:
+    """Compare the distribution that provides ``triton`` with torch's declared pin. Its markers are
+    evaluated here with the target's marker environment, so the target needs only the stdlib."""
     from packaging.markers import UndefinedEnvironmentName
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    from packaging.utils import canonicalize_name as canon
+    from packaging.version import InvalidVersion, Version
 
-    wanted = {canonicalize_name(p) for p in providers}
+    providers: list[str] = list(tri.get("distributions") or [])
+    wanted = {canon(p) for p in providers}
     candidates = []
     for text in requires:
         try:
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        name = canonicalize_name(req.name)
-        if name in wanted or "triton" in name:
+        if canon(req.name) in wanted or "triton" in canon(req.name):
             applies: Optional[bool] = True
             if req.marker is not None:
                 try:
@@ -246,26 +243,14 @@ def _triton_requirement(
                     applies = None
             candidates.append((text, applies, req))
     # Prefer the one whose markers hold for the target, then one naming an installed provider.
-    candidates.sort(key=lambda c: (c[1] is not True, canonicalize_name(c[2].name) not in wanted))
-    return candidates[0] if candidates else (None, None, None)
-
-
-def triton_facts(tri: dict, requires: list[str], marker_env: Optional[dict]) -> TritonFacts:
-    """Compare the distribution that provides ``triton`` with torch's declared pin."""
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
-    providers: list[str] = list(tri.get("distributions") or [])
-    versions: dict[str, Optional[str]] = tri.get("distribution_versions") or {}
-    text, applies, req = _triton_requirement(requires, providers, marker_env)
-    dist = providers[0] if providers else None
-    if req is not None:
-        same = [p for p in providers if canonicalize_name(p) == canonicalize_name(req.name)]
-        dist = same[0] if same else dist
-    dist_version = versions.get(dist) if dist else None
+    key = lambda c: (c[1] is not True, canon(c[2].name) not in wanted)
+    text, applies, req = min(candidates, key=key, default=(None, None, None))
+    same = [p for p in providers if req is not None and canon(p) == canon(req.name)]
+    dist = (same or providers or [None])[0]
+    dist_version = (tri.get("distribution_versions") or {}).get(dist) if dist else None
     satisfied: Optional[bool] = None
     if req is not None and applies is not False:
-        if dist is None or canonicalize_name(dist) != canonicalize_name(req.name):
+        if not same:
             satisfied = False  # the required distribution is not what provides `import triton`
         elif dist_version is not None:
             try:
