@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -122,41 +122,52 @@ class Profile:
 # ---- schema ---------------------------------------------------------------------------------
 
 
-_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "mapping"}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
+_REQUIRED: Any = object()
 
 
-def _req(d: dict[str, Any], key: str, typ: type, src: str) -> Any:
-    """``d``'s value for the last part of the dotted ``key`` (the name errors give), of type ``typ``."""
-    tname = _TYPE_NAMES.get(typ, typ.__name__)
+def _req(
+    d: dict[str, Any],
+    key: str,
+    typ: type,
+    src: str,
+    default: Any = _REQUIRED,
+    ok: Callable[[Any], bool] | None = None,
+    expected: str = "",
+) -> Any:
+    """``d``'s value for the last part of the dotted ``key`` (the name errors give): of type ``typ``
+    (an integer passes for a number), ``default`` when absent (else required), ``ok(value)`` true."""
     name = key.rsplit(".", 1)[-1]
     if name not in d:
-        raise ProfileError(src, key, f"a value of type {tname} (missing)")
+        if default is _REQUIRED:
+            raise ProfileError(src, key, f"{_TYPE_NAMES[typ]} (missing)")
+        return default
     val = d[name]
     if typ is float and isinstance(val, int) and not isinstance(val, bool):
         val = float(val)
     if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
-        raise ProfileError(src, key, f"a {tname}", val)
+        raise ProfileError(src, key, _TYPE_NAMES[typ], val)
+    if ok is not None and not ok(val):
+        raise ProfileError(src, key, expected, val)
     return val
 
 
 def _spec(d: dict[str, Any], key: str, src: str) -> str:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    val = d.get(key, "")
-    if val is None:
-        return ""
-    if not isinstance(val, str):
-        raise ProfileError(src, f"versions.{key}", "a version specifier string such as '>=2.5,<2.15'", val)
+    val = "" if d.get(key) is None else d[key]
     try:
-        SpecifierSet(val)
+        if isinstance(val, str):
+            SpecifierSet(val)
+            return val
     except InvalidSpecifier:
-        raise ProfileError(
-            src, f"versions.{key}", "a valid PEP 440 specifier such as '>=2.5,<2.15'", val
-        ) from None
-    return val
+        pass
+    raise ProfileError(src, f"versions.{key}", "a PEP 440 specifier string such as '>=2.5,<2.15'", val)
 
 
 _TOP_KEYS = {f.name for f in fields(Profile)} - {"source"}
+_AT_LEAST_1 = dict(ok=lambda v: v >= 1, expected="an integer ≥ 1")
+_AT_LEAST_0 = dict(ok=lambda v: v >= 0, expected="a number ≥ 0")
 
 
 def parse(data: Any, source: str) -> Profile:
@@ -166,7 +177,6 @@ def parse(data: Any, source: str) -> Profile:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise ProfileError(source, unknown[0], f"one of {', '.join(sorted(_TOP_KEYS))} (unknown key)")
-    name = _req(data, "name", str, source)
     vendor = _req(data, "vendor", str, source)
     if vendor not in VENDORS:
         raise ProfileError(source, "vendor", f"one of {', '.join(VENDORS)}", vendor)
@@ -185,35 +195,35 @@ def parse(data: Any, source: str) -> Profile:
     if vendor != "cpu" and not norm_archs:
         raise ProfileError(source, "archs", "at least one arch for a GPU profile", arch_list)
 
-    v = data.get("versions", {}) or {}
+    v = data.get("versions") or {}
     if not isinstance(v, dict):
         raise ProfileError(source, "versions", "a mapping (python/torch/triton/hip/cuda)", v)
-    versions = Versions(**{k: _spec(v, k, source) for k in ("python", "torch", "triton", "hip", "cuda")})
+    versions = Versions(**{f.name: _spec(v, f.name, source) for f in fields(Versions)})
 
     b = _req(data, "build", dict, source)
-    arch_env = b.get("arch_env")
     expected_env = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST", "cpu": None}[vendor]
-    if arch_env != expected_env:
-        raise ProfileError(source, "build.arch_env", f"{expected_env!r} for vendor {vendor}", arch_env)
+    if b.get("arch_env") != expected_env:
+        raise ProfileError(
+            source, "build.arch_env", f"{expected_env!r} for vendor {vendor}", b.get("arch_env")
+        )
     build = Build(
-        arch_env=arch_env,
-        mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source),
-        max_jobs=_req(b, "build.max_jobs", int, source),
+        arch_env=expected_env,
+        mem_per_job_gb=_req(
+            b, "build.mem_per_job_gb", float, source, ok=lambda x: x > 0, expected="a number > 0"
+        ),
+        max_jobs=_req(b, "build.max_jobs", int, source, **_AT_LEAST_1),
         min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source),
         min_mem_gb=_req(b, "build.min_mem_gb", float, source),
     )
-    if build.mem_per_job_gb <= 0 or build.max_jobs < 1:
-        raise ProfileError(source, "build", "mem_per_job_gb > 0 and max_jobs ≥ 1", b)
 
     kernels = _req(data, "kernels", list, source)
     for k in kernels:
         if k not in VARIANTS:
             raise ProfileError(source, "kernels", f"variants from {', '.join(VARIANTS)}", k)
-
     acc_raw = _req(data, "accuracy", dict, source)
     accuracy = {}
     for k in kernels:
-        if k not in acc_raw or not isinstance(acc_raw[k], dict):
+        if not isinstance(acc_raw.get(k), dict):
             raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
         accuracy[k] = Accuracy(
             cos_min=_req(acc_raw[k], f"accuracy.{k}.cos_min", float, source),
@@ -223,39 +233,26 @@ def parse(data: Any, source: str) -> Profile:
     bn = _req(data, "bench", dict, source)
     seq = bn.get("seq", 1024)
     seq_t = tuple(seq) if isinstance(seq, list) else (seq,)
-    if not seq_t or not all(isinstance(s, int) and s > 0 for s in seq_t):
+    if not seq_t or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in seq_t):
         raise ProfileError(source, "bench.seq", "a positive integer or a list of them", seq)
-    dtype = bn.get("dtype", "float16")
-    if dtype not in ("float16", "bfloat16"):
-        raise ProfileError(source, "bench.dtype", "float16 or bfloat16", dtype)
-    for key in ("batch", "heads", "head_dim"):  # their type: _req below
-        if key in bn and isinstance(bn[key], int) and not isinstance(bn[key], bool) and bn[key] < 1:
-            raise ProfileError(source, f"bench.{key}", "an integer ≥ 1", bn[key])
-    reps = bn.get("reps", 50)
-    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
-        raise ProfileError(source, "bench.reps", "an integer ≥ 1", reps)
-    for key in ("warmup", "min_speedup"):
-        val = bn.get(key, 0)
-        if not isinstance(val, (int, float)) or isinstance(val, bool) or val < 0:
-            raise ProfileError(source, f"bench.{key}", "a number ≥ 0", val)
-    regression = bn.get("regression", 0.85)
-    if not isinstance(regression, (int, float)) or isinstance(regression, bool) or not 0 < regression <= 1:
-        raise ProfileError(source, "bench.regression", "a fraction in (0, 1]", regression)
+    dtypes = ("float16", "bfloat16")
     bench = Bench(
-        batch=_req(bn, "bench.batch", int, source),
-        heads=_req(bn, "bench.heads", int, source),
+        batch=_req(bn, "bench.batch", int, source, **_AT_LEAST_1),
+        heads=_req(bn, "bench.heads", int, source, **_AT_LEAST_1),
         seq=seq_t,
-        head_dim=_req(bn, "bench.head_dim", int, source),
-        dtype=dtype,
+        head_dim=_req(bn, "bench.head_dim", int, source, **_AT_LEAST_1),
+        dtype=_req(bn, "bench.dtype", str, source, "float16", dtypes.__contains__, "float16 or bfloat16"),
         causal=bool(bn.get("causal", False)),
-        min_speedup=float(bn.get("min_speedup", 0.0)),
-        warmup=int(bn.get("warmup", 10)),
-        reps=reps,
+        min_speedup=_req(bn, "bench.min_speedup", float, source, 0.0, **_AT_LEAST_0),
+        warmup=int(_req(bn, "bench.warmup", float, source, 10, **_AT_LEAST_0)),
+        reps=_req(bn, "bench.reps", int, source, 50, **_AT_LEAST_1),
         expected=_expectations(bn.get("expected") or {}, source),
-        regression=float(regression),
+        regression=_req(
+            bn, "bench.regression", float, source, 0.85, lambda x: 0 < x <= 1, "a fraction in (0, 1]"
+        ),
     )
     return Profile(
-        name=name,
+        name=_req(data, "name", str, source),
         description=str(data.get("description", "")),
         vendor=vendor,
         archs=tuple(norm_archs),
@@ -287,12 +284,13 @@ def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
         if not isinstance(entry, dict) or not isinstance(entry.get("speedup"), dict):
             raise ProfileError(source, where, "a mapping with measured and speedup", entry)
         speedups = {}
-        for shape, ratio in entry["speedup"].items():
+        for shape in entry["speedup"]:
             if not _SHAPE_KEY.fullmatch(str(shape)):
                 raise ProfileError(source, f"{where}.speedup", "keys like 1x16x1024x64 (c: causal)", shape)
-            if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
-                raise ProfileError(source, f"{where}.speedup.{shape}", "a positive number", ratio)
-            speedups[str(shape)] = float(ratio)
+            key = f"{where}.speedup.{shape}"
+            speedups[shape] = _req(
+                entry["speedup"], key, float, source, ok=lambda r: r > 0, expected="a positive number"
+            )
         out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
     return out
 
@@ -325,9 +323,7 @@ def markdown_table(profiles: list[Profile]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for pr in profiles:
-        v = pr.versions
-        named = (("py", v.python), ("torch", v.torch), ("triton", v.triton), ("hip", v.hip), ("cuda", v.cuda))
-        pins = [f"{name} `{spec}`" for name, spec in named if spec]
+        pins = [f"{k.replace('python', 'py')} `{spec}`" for k, spec in asdict(pr.versions).items() if spec]
         index = pr.index_url() or "—"
         rows.append(
             f"| `{pr.name}` | {pr.vendor} | {', '.join(pr.archs) or '—'} | {', '.join(pins)} | "
@@ -374,32 +370,20 @@ def load_file(path: Path | str) -> Profile:
     return _parse_text(text, str(path))
 
 
-def _expanded_nodes(node: Any, limit: int) -> int:
-    """How many nodes ``node`` would be with every alias expanded (stops counting past ``limit``)."""
-    memo: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(node, False)]
-    while stack:
-        cur, done = stack.pop()
-        if id(cur) in memo:
-            continue
-        if isinstance(cur, yaml.ScalarNode):
-            memo[id(cur)] = 1
-            continue
-        kids = (
-            [x for pair in cur.value for x in pair] if isinstance(cur, yaml.MappingNode) else list(cur.value)
-        )
-        if done:
-            memo[id(cur)] = min(limit + 1, 1 + sum(memo[id(k)] for k in kids))
-            continue
-        stack.append((cur, True))
-        stack.extend((k, False) for k in kids if id(k) not in memo)
+def _expanded_nodes(node: Any, limit: int, memo: dict[int, int]) -> int:
+    """How many nodes ``node`` would be with every alias expanded, counted up to ``limit + 1``."""
+    if id(node) not in memo:
+        memo[id(node)] = limit + 1  # a node reached again inside itself (a recursive alias) never ends
+        kids = [] if isinstance(node, yaml.ScalarNode) else node.value
+        kids = [x for pair in kids for x in pair] if isinstance(node, yaml.MappingNode) else kids
+        memo[id(node)] = min(limit + 1, 1 + sum(_expanded_nodes(k, limit, memo) for k in kids))
     return memo[id(node)]
 
 
 def _parse_text(text: str, source: str) -> Profile:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None and _expanded_nodes(node, MAX_PROFILE_NODES) > MAX_PROFILE_NODES:
+        if node is not None and _expanded_nodes(node, MAX_PROFILE_NODES, {}) > MAX_PROFILE_NODES:
             raise SagebuildError(
                 f"profile {source} expands to more than {MAX_PROFILE_NODES:,} YAML nodes through its "
                 "aliases (&anchor/*alias); a profile needs a few dozen",
