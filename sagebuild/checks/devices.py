@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from sagebuild import archs, profiles
+from sagebuild.checks.helpers import VISIBLE_VARS
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -98,12 +99,11 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
     if covered and len(covered) == len(found):
         return ok(f"{', '.join(found)} in {profile.name} ({', '.join(profile.archs)})")
     if covered:
-        visible_var = "HIP_VISIBLE_DEVICES" if profile.vendor == "rocm" else "CUDA_VISIBLE_DEVICES"
         keep = [str(d.index) for d in facts.torch.devices if d.arch in covered]
         return warn(
             f"{', '.join(covered)} covered, {', '.join(a for a in found if a not in covered)} not: "
             "kernels built for this profile will not run on those GPUs",
-            f"hide them: export {visible_var}={','.join(keep) or '0'}",
+            f"hide them: export {VISIBLE_VARS[profile.vendor][0]}={','.join(keep) or '0'}",
         )
     if unsupported:
         return fail(

@@ -1,4 +1,4 @@
-"""Small readers shared by the checks: versions against specifiers, the profile's index URL, facts."""
+"""Small readers shared by the checks: versions against specifiers, torch's facts, hidden GPUs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Optional
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sagebuild.checks.registry import skip
+from sagebuild.checks.registry import Verdict, fail, ok, skip
 from sagebuild.probe.facts import Facts
+from sagebuild.profiles import Profile
 
 
 def leading_version(text: Optional[str]) -> Optional[Version]:
@@ -34,6 +35,13 @@ def in_range(version: Optional[str], spec: str) -> Optional[bool]:
         return None
 
 
+def range_verdict(what: str, version: Optional[str], spec: str, profile: Profile, fix: str) -> Verdict:
+    """ok when ``version`` satisfies the profile's ``spec``, else fail (an unreadable one too)."""
+    if in_range(version, spec):
+        return ok(f"{what} {version} satisfies '{spec or 'any'}'")
+    return fail(f"{what} {version} is outside {profile.name}'s range '{spec}'", fix)
+
+
 def major_of(version: Optional[str]) -> Optional[int]:
     v = leading_version(version)
     return v.major if v is not None else None
@@ -47,7 +55,7 @@ NO_TORCH = skip("torch is not importable (see torch-import)")  # the checks that
 
 
 _HIDE_VALUES = ("", "-1", "none", "void")
-_VISIBLE_VARS = {
+VISIBLE_VARS = {  # the first is the one to set
     "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
     "cuda": ("CUDA_VISIBLE_DEVICES",),
     "cpu": (),
@@ -56,7 +64,5 @@ _VISIBLE_VARS = {
 
 def hiding_vars(facts: Facts, vendor: str) -> list[str]:
     return [
-        v
-        for v in _VISIBLE_VARS.get(vendor, ())
-        if v in facts.env and facts.env[v].strip().lower() in _HIDE_VALUES
+        v for v in VISIBLE_VARS[vendor] if v in facts.env and facts.env[v].strip().lower() in _HIDE_VALUES
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import NO_TORCH, hiding_vars, in_range, torch_ok
+from sagebuild.checks.helpers import NO_TORCH, hiding_vars, in_range, range_verdict, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -13,14 +13,12 @@ def check_torch_import(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if t.importable:
         return ok(f"torch {t.version} ({t.build} build) in {t.seconds or '?'} s")
-    err = t.error or "unknown error"
+    err, fix = t.error or "unknown error", profile.torch_install
     if "killed by" in err or "did not finish" in err:
         fix = (
-            f"reinstall torch: {profile.torch_install}; if it persists, run "
+            f"reinstall torch: {fix}; if it persists, run "
             f"`{facts.python.executable} -c 'import torch'` to see where it crashes"
         )
-    else:
-        fix = profile.torch_install
     return fail(f"import torch failed: {err}", fix)
 
 
@@ -51,15 +49,9 @@ def check_torch_version(facts: Facts, profile: Profile) -> Verdict:
     t = facts.torch
     if not torch_ok(facts):
         return NO_TORCH
-    fits = in_range(t.version, profile.versions.torch)
-    if fits is None:
+    if in_range(t.version, profile.versions.torch) is None:
         return warn(f"cannot read torch's version {t.version!r}", profile.torch_install)
-    if fits:
-        return ok(f"torch {t.version} satisfies '{profile.versions.torch or 'any'}'")
-    return fail(
-        f"torch {t.version} is outside {profile.name}'s range '{profile.versions.torch}'",
-        profile.torch_install,
-    )
+    return range_verdict("torch", t.version, profile.versions.torch, profile, profile.torch_install)
 
 
 @check("gpu-runtime-version", "HIP/CUDA version in the profile's range")
@@ -74,8 +66,7 @@ def check_gpu_runtime_version(facts: Facts, profile: Profile) -> Verdict:
         if profile.vendor == "rocm"
         else ("CUDA", t.cuda, profile.versions.cuda)
     )
-    fits = in_range(have, spec)
-    if fits:
+    if in_range(have, spec):
         return ok(f"torch's {name} {have} satisfies '{spec or 'any'}'")
     return fail(
         f"torch is built with {name} {have}, profile {profile.name} needs '{spec}'", profile.torch_install
@@ -90,8 +81,7 @@ def check_gpu_visible(facts: Facts, profile: Profile) -> Verdict:
     if not torch_ok(facts) or t.build != profile.vendor:
         return skip("no matching torch build (see torch-build)")
     if t.cuda_available and t.devices:
-        names = ", ".join(f"{d.index}: {d.name} ({d.arch})" for d in t.devices)
-        return ok(names)
+        return ok(", ".join(f"{d.index}: {d.name} ({d.arch})" for d in t.devices))
     hidden = hiding_vars(facts, profile.vendor)
     detail = "torch.cuda.is_available() is False" + (f" ({t.error})" if t.error else "")
     if hidden:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import NO_TORCH, in_range, torch_ok
+from sagebuild.checks.helpers import NO_TORCH, range_verdict, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -82,10 +82,5 @@ def check_triton_version(facts: Facts, profile: Profile) -> Verdict:
         return skip(f"profile {profile.name} sets no Triton range")
     if version is None:
         return skip("Triton is not installed (see triton-import)")
-    fits = in_range(version, profile.versions.triton)
-    if fits:
-        return ok(f"triton {version} satisfies '{profile.versions.triton}'")
-    return fail(
-        f"triton {version} is outside {profile.name}'s range '{profile.versions.triton}'",
-        f"install the torch the profile names (it brings its Triton): {profile.torch_install}",
-    )
+    fix = f"install the torch the profile names (it brings its Triton): {profile.torch_install}"
+    return range_verdict("triton", version, profile.versions.triton, profile, fix)
