@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,29 +11,18 @@ from sagebuild.cli import common
 from sagebuild.cli.common import (
     STATUS_STYLE,
     ArchOpt,
-    BatchOpt,
-    CausalOpt,
-    GateOnOpt,
-    HeadDimOpt,
-    HeadsOpt,
     JobsOpt,
     JsonOpt,
-    MinSpeedupOpt,
     ProfileOpt,
     PythonOpt,
-    RepsOpt,
     RootOpt,
-    RoundsOpt,
-    SeqOpt,
-    SustainOpt,
-    WarmupOpt,
-    bench_overrides,
     console,
     emit_json,
     exit_with,
     handle_errors,
     out,
     parse_shape,
+    with_bench_options,
 )
 
 _OUT = (
@@ -45,6 +34,7 @@ _KEEP = "Run every step even after one fails (the exit code is still the first f
 def register(app: typer.Typer) -> None:
     @app.command("accept")
     @handle_errors
+    @with_bench_options
     def accept_cmd(
         profile: ProfileOpt = "auto",
         out_dir: Annotated[Path, typer.Option("--out", "-o", help=_OUT)] = Path("sagebuild-out"),
@@ -54,17 +44,7 @@ def register(app: typer.Typer) -> None:
         verify_shape: Annotated[
             str, typer.Option("--verify-shape", help="B,H,N,D of the smoke test.")
         ] = "1,8,512,64",
-        batch: BatchOpt = None,
-        heads: HeadsOpt = None,
-        seq: SeqOpt = None,
-        head_dim: HeadDimOpt = None,
-        causal: CausalOpt = None,
-        warmup: WarmupOpt = None,
-        reps: RepsOpt = None,
-        rounds: RoundsOpt = None,
-        sustain: SustainOpt = None,
-        gate_on: GateOnOpt = None,
-        min_speedup: MinSpeedupOpt = None,
+        bench: Any = None,  # the shared bench options: with_bench_options
         root: RootOpt = Path("/"),
         python: PythonOpt = None,
         compat: Annotated[
@@ -83,9 +63,6 @@ def register(app: typer.Typer) -> None:
         from sagebuild.errors import Exit
 
         dims = parse_shape(verify_shape, "--verify-shape")
-        overrides = bench_overrides(
-            batch, heads, seq, head_dim, causal, warmup, reps, rounds, sustain, gate_on, min_speedup
-        )
         opts = AcceptOptions(
             profile=profile,
             out=out_dir,
@@ -95,7 +72,7 @@ def register(app: typer.Typer) -> None:
             root=root,
             python=python,
             verify_shape=dims,
-            bench=overrides,
+            bench=bench,
             progress=interactive(json_out),
             compat=compat,
         )

@@ -8,25 +8,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from sagebuild.cli.common import (
-    BatchOpt,
-    CausalOpt,
-    GateOnOpt,
-    HeadDimOpt,
-    HeadsOpt,
     JsonOpt,
-    MinSpeedupOpt,
     ProfileOpt,
-    RepsOpt,
-    RoundsOpt,
-    SeqOpt,
-    SustainOpt,
-    WarmupOpt,
-    bench_overrides,
-    emit_json,
-    exit_with,
     handle_errors,
     out,
     resolve_profile,
+    respond,
+    with_bench_options,
 )
 
 
@@ -83,21 +71,12 @@ def render(res: Any) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("bench")
     @handle_errors
+    @with_bench_options
     def bench_cmd(
         profile: ProfileOpt = "auto",
-        batch: BatchOpt = None,
-        heads: HeadsOpt = None,
-        seq: SeqOpt = None,
-        head_dim: HeadDimOpt = None,
+        bench: Any = None,  # the shared bench options: with_bench_options
         dtype: Annotated[Optional[str], typer.Option("--dtype", help="float16 or bfloat16.")] = None,
-        causal: CausalOpt = None,
         layout: Annotated[str, typer.Option("--layout", help="HND or NHD.")] = "HND",
-        warmup: WarmupOpt = None,
-        reps: RepsOpt = None,
-        rounds: RoundsOpt = None,
-        sustain: SustainOpt = None,
-        gate_on: GateOnOpt = None,
-        min_speedup: MinSpeedupOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
         out_path: Annotated[
@@ -109,15 +88,13 @@ def register(app: typer.Typer) -> None:
         warm-up), with TFLOPS, speed-up, and the accuracy diff against the float32 reference."""
         import json
 
-        from sagebuild import bench, benchmem
+        from sagebuild import bench as bm
+        from sagebuild import benchmem
         from sagebuild.console import interactive, status, steps
         from sagebuild.fsio import write_text_atomic
 
         prof, why = resolve_profile(profile)
-        shared = bench_overrides(
-            batch, heads, seq, head_dim, causal, warmup, reps, rounds, sustain, gate_on, min_speedup
-        )
-        cfg = bench.config_from_profile(prof, **shared, dtype=dtype, layout=layout, seed=seed)
+        cfg = bm.config_from_profile(prof, **bench, dtype=dtype, layout=layout, seed=seed)
         est = benchmem.check_fits(cfg, device)  # before anything is allocated (exit 3 if it won't fit)
         long_cpu = est.seconds is not None and est.seconds >= benchmem.LONG_RUN_S
         if long_cpu and not interactive(json_out):
@@ -125,14 +102,10 @@ def register(app: typer.Typer) -> None:
         else:
             progress = status("benchmarking", json_out)
         with progress as say:
-            res = bench.run_bench(
+            res = bm.run_bench(
                 prof, cfg, device=device, progress=benchmem.Eta(cfg, est, say) if say else None, fits=est
             )
         doc = {"command": "bench", "profile": prof.name, "profile_why": why, **res.to_dict()}
         if out_path is not None:
             write_text_atomic(out_path, json.dumps(doc, indent=2) + "\n")
-        if json_out:
-            emit_json(doc)
-        else:
-            render(res)
-        exit_with(res.exit_code)
+        respond(json_out, doc, lambda: render(res), res.exit_code)

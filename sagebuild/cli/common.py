@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, TypeVar
+from typing import Annotated, Any, Callable, Optional, TypeVar, get_type_hints
 
 import typer
 from rich.markup import escape
@@ -116,20 +117,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def bench_overrides(
-    batch: Optional[int],
-    heads: Optional[int],
-    seq: Optional[str],
-    head_dim: Optional[int],
-    causal: Optional[bool],
-    warmup: Optional[int],
-    reps: Optional[int],
-    rounds: Optional[int],
-    sustain: Optional[float],
-    gate_on: Optional[str],
-    min_speedup: Optional[float],
+    batch: BatchOpt = None,
+    heads: HeadsOpt = None,
+    seq: SeqOpt = None,
+    head_dim: HeadDimOpt = None,
+    causal: CausalOpt = None,
+    warmup: WarmupOpt = None,
+    reps: RepsOpt = None,
+    rounds: RoundsOpt = None,
+    sustain: SustainOpt = None,
+    gate_on: GateOnOpt = None,
+    min_speedup: MinSpeedupOpt = None,
 ) -> dict[str, Any]:
-    """The bench options that ``bench`` and ``accept`` share, as ``bench.config_from_profile``
-    takes them (None keeps the profile's value)."""
+    """The bench options ``bench`` and ``accept`` share, as ``bench.config_from_profile`` takes
+    them (None keeps the profile's value)."""
     from sagebuild.bench import parse_int_list
 
     return {
@@ -137,6 +138,27 @@ def bench_overrides(
         "head_dim": head_dim, "causal": causal, "warmup": warmup, "reps": reps, "rounds": rounds,
         "sustain_s": sustain, "gate_on": gate_on, "min_speedup": min_speedup,
     }  # fmt: skip
+
+
+def with_bench_options(fn: F) -> F:
+    """Give a command :func:`bench_overrides`' options in place of its ``bench`` parameter, which
+    then receives their dict: the options are declared once for every command that benches."""
+
+    def params(f: Callable[..., Any]) -> list[inspect.Parameter]:  # annotations resolved (typer reads them)
+        hints = get_type_hints(f, include_extras=True)
+        return [p.replace(annotation=hints[p.name]) for p in inspect.signature(f).parameters.values()]
+
+    shared = params(bench_overrides)
+    merged = [q for p in params(fn) for q in (shared if p.name == "bench" else [p])]
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        bench = bench_overrides(**{p.name: kwargs.pop(p.name) for p in shared})
+        return fn(**kwargs, bench=bench)
+
+    wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in merged}
+    return wrapper  # type: ignore[return-value]
 
 
 def parse_shape(text: str, option: str) -> Any:
@@ -238,3 +260,12 @@ def handle_errors(fn: F) -> F:
 def exit_with(code: Exit | int) -> None:
     if int(code) != 0:
         raise typer.Exit(int(code))
+
+
+def respond(json_out: bool, doc: dict[str, Any], show: Callable[[], None], code: Exit | int = 0) -> None:
+    """``doc`` as the JSON document, or ``show()``'s view for a person; then exit with ``code``."""
+    if json_out:
+        emit_json(doc)
+    else:
+        show()
+    exit_with(code)

@@ -14,10 +14,9 @@ from sagebuild.cli.common import (
     ProfileOpt,
     RootOpt,
     console,
-    emit_json,
-    exit_with,
     handle_errors,
     out,
+    respond,
 )
 from sagebuild.errors import Exit
 
@@ -118,12 +117,9 @@ def register(app: typer.Typer) -> None:
         if not json_out:
             render_plan(plan, why, dry_run)
         if dry_run:
-            if json_out:
-                emit_json(doc)
-            return
+            return respond(json_out, doc, lambda: None)
         outcome = service.run_build(plan, log, progress=not json_out)
-        if json_out:
-            emit_json({**doc, "result": outcome.result.to_dict()})
-        else:
-            render_result(outcome.result)
-        exit_with(Exit.OK if outcome.ok else Exit.COMPILE_FAILED)
+        doc["result"] = outcome.result.to_dict()
+        respond(
+            json_out, doc, lambda: render_result(outcome.result), 0 if outcome.ok else Exit.COMPILE_FAILED
+        )

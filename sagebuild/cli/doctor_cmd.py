@@ -14,9 +14,8 @@ from sagebuild.cli.common import (
     ProfileOpt,
     PythonOpt,
     RootOpt,
-    emit_json,
-    exit_with,
     handle_errors,
+    respond,
 )
 from sagebuild.errors import Exit
 
@@ -79,8 +78,5 @@ def register(app: typer.Typer) -> None:
 
         with console.status("probing (torch is imported in a subprocess)…", json_out=json):
             result = diagnose(profile, root, python, timeout)
-        if json:
-            emit_json(result.to_dict())
-        else:
-            render(result.to_dict())
-        exit_with(Exit.OK if result.ok else Exit.DOCTOR_FAILED)
+        doc = result.to_dict()
+        respond(json, doc, lambda: render(doc), Exit.OK if result.ok else Exit.DOCTOR_FAILED)

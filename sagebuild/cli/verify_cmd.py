@@ -9,12 +9,11 @@ import typer
 from sagebuild.cli.common import (
     JsonOpt,
     ProfileOpt,
-    emit_json,
-    exit_with,
     handle_errors,
     out,
     parse_shape,
     resolve_profile,
+    respond,
 )
 
 _SHAPE_HELP = "B,H,N,D of the test tensors (the seed's check is 1,8,512,64)."
@@ -81,14 +80,8 @@ def register(app: typer.Typer) -> None:
         prof, why = resolve_profile(profile)
         if dry_run:  # the plan for the profile's archs, without a GPU
             vplan = verify_plan(prof, dims, causal)
-            if json_out:
-                emit_json({"command": "verify", "dry_run": True, "profile_why": why, **vplan})
-            else:
-                typer.echo(plan_text(vplan))
-            return
+            doc = {"command": "verify", "dry_run": True, "profile_why": why, **vplan}
+            return respond(json_out, doc, lambda: typer.echo(plan_text(vplan)))
         res = run_verify(prof, dims, dtype=dtype, device=device, seed=seed, causal=causal, layout=layout)
-        if json_out:
-            emit_json({"command": "verify", "profile": prof.name, "profile_why": why, **res.to_dict()})
-        else:
-            render(res)
-        exit_with(Exit.OK if res.ok else Exit.VERIFY_FAILED)
+        doc = {"command": "verify", "profile": prof.name, "profile_why": why, **res.to_dict()}
+        respond(json_out, doc, lambda: render(res), Exit.OK if res.ok else Exit.VERIFY_FAILED)
