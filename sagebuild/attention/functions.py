@@ -1,21 +1,14 @@
 """The public attention API: upstream SageAttention 2.2.0's six functions, exactly, over our kernels.
 
 Same names, positional order, defaults and trailing ``**kwargs`` as upstream's
-``sageattention/core.py``, so code written for upstream runs unchanged (diffusers, ComfyUI,
-KJNodes, WanVideoWrapper). Every value upstream accepts is accepted and mapped to our nearest
-kernel of equal or better accuracy: docs/kernels.md, "Upstream API mapping", is that table, and
-``_GRANULARITY`` / ``_BACKEND`` / ``_fp8_accum`` below are its code. Keywords upstream ignores are
-ignored, except a non-None ``attn_mask`` and ``dropout_p > 0``, which are never dropped: a
-boolean or additive mask runs in the kernels; dropout runs torch's SDPA exactly, with a one-time
-warning saying why (``masked``).
-
-sagebuild's own keywords ride along as keywords: ``qk_quant_gran`` ("per_warp" | "per_block"),
-``config`` (a launch config), ``quantization_backend="ext"`` (the C++ extension's quantization
-ops), varlen's ``pv`` ("auto" | "fp16" | "fp8"), and ``sageattn``'s ``pv_accum_dtype``.
-
-The ``_cuda`` names are names: on every GPU (ROCm included) they run our Triton kernels.
-
-Under ``torch.compile`` every call is one custom op (``ops``): no graph break.
+``sageattention/core.py``, so code written for upstream runs unchanged. Every value upstream
+accepts maps to our nearest kernel of equal or better accuracy (docs/kernels.md, "Upstream API
+mapping"; the tables below are its code). A non-None ``attn_mask`` runs in the kernels and
+``dropout_p > 0`` runs exact attention, warned once (``masked``): neither is dropped as upstream
+does. sagebuild's own keywords ride along in ``**kwargs``: ``qk_quant_gran``, ``config``,
+``quantization_backend="ext"``, varlen's ``pv`` and ``sageattn``'s ``pv_accum_dtype``. The
+``_cuda`` names run our Triton kernels on every GPU. Under ``torch.compile`` every call is one
+custom op (``ops``): no graph break.
 """
 
 from __future__ import annotations
@@ -28,47 +21,35 @@ from sagebuild.attention import ops
 from sagebuild.attention.validate import AttentionInputError
 from sagebuild.upstream_api import UPSTREAM_NAMES
 
-# upstream value -> ours. Upstream's per-thread scales (one per MMA fragment row group) are finer
-# than anything we have; our finest is one scale per warp's slice of a Q block.
-_GRANULARITY = {"per_thread": "per_warp", "per_warp": "per_warp", "per_block": "per_block"}
+# upstream value -> ours (each table in sorted order: its error lists it). Upstream's per-thread
+# scales are finer than anything we have; our finest is one scale per warp's slice of a Q block.
+_GRANULARITY = {"per_block": "per_block", "per_thread": "per_warp", "per_warp": "per_warp"}
 # upstream's "cuda" quantization kernels -> ours (Triton, or fused into the attention kernel)
-_BACKEND = {"triton": "triton", "cuda": "auto", "auto": "auto", "ext": "ext"}
-# every P·V accumulation name upstream's functions take, across them
-_ACCUM_NAMES = ("fp32", "fp32+fp32", "fp32+fp16", "fp16+fp32", "fp16")
+_BACKEND = {"auto": "auto", "cuda": "auto", "ext": "ext", "triton": "triton"}
+# FP8 P·V accumulation: "fp32" accumulates in the MMA across key tiles (as upstream's "fp32");
+# every other name upstream takes runs two-level FP32, at least as accurate as each of them
+_ACCUM = {"fp32": "fp32", **dict.fromkeys(("fp32+fp32", "fp32+fp16", "fp16+fp32", "fp16"), "fp32+fp32")}
 
 # Eager calls skip the op layer (torch.library's dispatch costs host time at small shapes); traced
 # calls always take it. ``tests/test_compile_ops_gpu.py`` measures the difference.
 ALWAYS_OPS = False
 
 
+def _pick(name: str, table: dict[str, str], value: Any, fix: str) -> str:
+    if value not in table:
+        raise AttentionInputError(f"{name} must be one of {list(table)}, got {value!r}", fix)
+    return table[value]
+
+
 def _gran(value: Any) -> str:
-    if value not in _GRANULARITY:
-        raise AttentionInputError(
-            f"qk_quant_gran must be one of {sorted(_GRANULARITY)}, got {value!r}",
-            "pass 'per_thread' or 'per_warp' (both run our finest, per-warp scales) or 'per_block'",
-        )
-    return _GRANULARITY[value]
-
-
-def _backend(value: Any) -> str:
-    if value not in _BACKEND:
-        raise AttentionInputError(
-            f"quantization_backend must be one of {sorted(_BACKEND)}, got {value!r}",
-            "pass 'triton' or 'cuda' (both run our quantization kernels), or 'ext' for the C++ extension",
-        )
-    return _BACKEND[value]
+    fix = "pass 'per_thread' or 'per_warp' (both run our finest, per-warp scales) or 'per_block'"
+    return _pick("qk_quant_gran", _GRANULARITY, value, fix)
 
 
 def _fp8_accum(value: Any) -> str:
-    """FP8 P·V accumulation: "fp32" (the MMA accumulates across key tiles, as upstream's "fp32"),
-    anything else two-level FP32 ("fp32+fp32": each tile's P·V added into an FP32 buffer), which is
-    at least as accurate as upstream's "fp32+fp16" and the FP16 ones."""
-    if value not in _ACCUM_NAMES:
-        raise AttentionInputError(
-            f"pv_accum_dtype must be one of {list(_ACCUM_NAMES)}, got {value!r}",
-            "pass 'fp32+fp32' (two-level, accurate) or 'fp32' (MMA-accumulated)",
-        )
-    return "fp32" if value == "fp32" else "fp32+fp32"
+    return _pick(
+        "pv_accum_dtype", _ACCUM, value, "pass 'fp32+fp32' (two-level, accurate) or 'fp32' (MMA-accumulated)"
+    )
 
 
 def _config(value: Any) -> Optional[str]:
@@ -92,32 +73,30 @@ def _use_ops() -> bool:
 
 def _dense(
     where: str,
+    pv: str,
+    pv_accum: str,
     q: Any,
     k: Any,
     v: Any,
-    *,
     tensor_layout: str,
     is_causal: bool,
     sm_scale: Optional[float],
     return_lse: bool,
-    qk_quant_gran: str,
     smooth_k: bool,
-    pv: str,
-    pv_accum: str,
-    quantization_backend: str,
-    config: Optional[str],
-    attn_mask: Any = None,
-    dropout_p: float = 0.0,
+    x: dict[str, Any],
 ) -> Any:
-    """Every dense public function ends here: to the kernels (masks included), or with dropout to
-    ``masked`` (exact attention, warned once)."""
-    if dropout_p:
+    """Every dense public function ends here (``x``: upstream's values of the keywords beyond its
+    signature): to the kernels (masks included), or with dropout to exact attention, warned once."""
+    gran, config, attn_mask = _gran(x["qk_quant_gran"]), _config(x["config"]), x["attn_mask"]
+    fix = "pass 'triton' or 'cuda' (both run our quantization kernels), or 'ext' for the C++ extension"
+    backend = _pick("quantization_backend", _BACKEND, x["quantization_backend"], fix)
+    if x["dropout_p"]:
         reference = ops.attention_ref if _use_ops() else ops.run_reference
-        out, lse = reference(q, k, v, attn_mask, float(dropout_p), tensor_layout, bool(is_causal), sm_scale,
-                             bool(return_lse), where)  # fmt: skip
+        out, lse = reference(q, k, v, attn_mask, float(x["dropout_p"]), tensor_layout, bool(is_causal),
+                             sm_scale, bool(return_lse), where)  # fmt: skip
         return (out, lse) if return_lse else out
-    args = (q, k, v, tensor_layout, bool(is_causal), sm_scale, qk_quant_gran, bool(smooth_k), pv, pv_accum,
-            quantization_backend, config)  # fmt: skip
+    args = (q, k, v, tensor_layout, bool(is_causal), sm_scale, gran, bool(smooth_k), pv, pv_accum, backend,
+            config)  # fmt: skip
     if _use_ops():
         return ops.attention_lse(*args, attn_mask) if return_lse else ops.attention(*args, attn_mask)
     return ops.run_dense(*args, bool(return_lse), attn_mask)
@@ -148,12 +127,7 @@ def sageattn(
     x = _extras(kwargs, qk_quant_gran="per_warp", quantization_backend="auto", pv_accum_dtype=None,
                 config=None, attn_mask=None, dropout_p=0.0)  # fmt: skip
     accum = "auto" if x["pv_accum_dtype"] is None else _fp8_accum(x["pv_accum_dtype"])
-    return _dense(
-        "sageattn", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
-        return_lse=return_lse, qk_quant_gran=_gran(x["qk_quant_gran"]), smooth_k=True, pv="auto",
-        pv_accum=accum, quantization_backend=_backend(x["quantization_backend"]), config=_config(x["config"]),
-        attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
-    )  # fmt: skip
+    return _dense("sageattn", "auto", accum, q, k, v, tensor_layout, is_causal, sm_scale, return_lse, True, x)
 
 
 def sageattn_qk_int8_pv_fp16_triton(
@@ -170,13 +144,10 @@ def sageattn_qk_int8_pv_fp16_triton(
     **kwargs: Any,
 ) -> Any:
     """INT8 Q·Kᵀ, FP16 (or BF16) P·V with FP32 accumulation. Returns out, or (out, lse)."""
-    x = _extras(kwargs, qk_quant_gran="per_warp", config=None, dropout_p=0.0)
-    return _dense(
-        "sageattn_qk_int8_pv_fp16_triton", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal,
-        sm_scale=sm_scale, return_lse=return_lse, qk_quant_gran=_gran(x["qk_quant_gran"]), smooth_k=smooth_k,
-        pv="fp16", pv_accum="fp32+fp32", quantization_backend=_backend(quantization_backend),
-        config=_config(x["config"]), attn_mask=attn_mask, dropout_p=x["dropout_p"],
-    )  # fmt: skip
+    x = _extras(kwargs, qk_quant_gran="per_warp", quantization_backend=quantization_backend, config=None,
+                attn_mask=attn_mask, dropout_p=0.0)  # fmt: skip
+    return _dense("sageattn_qk_int8_pv_fp16_triton", "fp16", "fp32+fp32", q, k, v, tensor_layout, is_causal,
+                  sm_scale, return_lse, smooth_k, x)  # fmt: skip
 
 
 def sageattn_qk_int8_pv_fp8_triton(
@@ -202,13 +173,10 @@ def sageattn_qk_int8_pv_fp8_triton(
     A GPU without FP8 matrix units gets a clear error (``sageattn_qk_int8_pv_fp8_cuda`` instead
     runs FP16 P·V there).
     """
-    x = _extras(kwargs, attn_mask=None, dropout_p=0.0)
-    return _dense(
-        "sageattn_qk_int8_pv_fp8_triton", q, k, v, tensor_layout=tensor_layout, is_causal=is_causal,
-        sm_scale=sm_scale, return_lse=return_lse, qk_quant_gran=_gran(qk_quant_gran), smooth_k=smooth_k,
-        pv="fp8", pv_accum=_fp8_accum(pv_accum_dtype), quantization_backend=_backend(quantization_backend),
-        config=_config(config), attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
-    )  # fmt: skip
+    x = _extras(kwargs, qk_quant_gran=qk_quant_gran, quantization_backend=quantization_backend, config=config,
+                attn_mask=None, dropout_p=0.0)  # fmt: skip
+    return _dense("sageattn_qk_int8_pv_fp8_triton", "fp8", _fp8_accum(pv_accum_dtype), q, k, v, tensor_layout,
+                  is_causal, sm_scale, return_lse, smooth_k, x)  # fmt: skip
 
 
 def _cuda_named(
@@ -217,16 +185,12 @@ def _cuda_named(
 ) -> Any:  # fmt: skip
     """Upstream's CUDA-kernel names on our kernels. ``smooth_v`` is accepted and has nothing to do:
     upstream smooths V only to protect FP16 accumulation, and ours always accumulates in FP32."""
-    x = _extras(kwargs, quantization_backend="auto", config=None, attn_mask=None, dropout_p=0.0)
+    x = _extras(kwargs, qk_quant_gran=qk_quant_gran, quantization_backend="auto", config=None, attn_mask=None,
+                dropout_p=0.0)  # fmt: skip
     accum = _fp8_accum(pv_accum_dtype)  # validates the name for either P·V
     if pv == "fp16":
         accum = "fp32+fp32"  # FP16 P·V always accumulates in FP32
-    return _dense(
-        where, q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
-        return_lse=return_lse, qk_quant_gran=_gran(qk_quant_gran), smooth_k=smooth_k, pv=pv, pv_accum=accum,
-        quantization_backend=_backend(x["quantization_backend"]), config=_config(x["config"]),
-        attn_mask=x["attn_mask"], dropout_p=x["dropout_p"],
-    )  # fmt: skip
+    return _dense(where, pv, accum, q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, x)
 
 
 def sageattn_qk_int8_pv_fp16_cuda(
@@ -314,8 +278,7 @@ def sageattn_varlen(
             "drop attn_mask and pass each sequence's extent in cu_seqlens_q / cu_seqlens_k",
         )
     if x["dropout_p"]:
-        reason = ops.masked.route(float(x["dropout_p"]))
-        ops.masked.warn_once(str(reason), "sageattn_varlen")
+        ops.masked.warn_dropout(float(x["dropout_p"]), "sageattn_varlen")
         return ops.masked.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
                                            bool(is_causal), sm_scale)  # fmt: skip
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(is_causal), sm_scale,

@@ -1,11 +1,8 @@
-"""Where calls with dropout go: the one place that decides, and the exact attention they get.
+"""Calls with dropout: warned once, then exact attention with torch's SDPA.
 
-Upstream SageAttention ignores ``attn_mask`` and ``dropout_p`` (its kernels have neither), so a
-caller's mask is silently dropped there. Here neither is lost: masks run in the kernels (SDPA's
-boolean and additive masks, ``validate.check_mask``); dropout makes ``route`` name why the
-kernels cannot serve the call, the caller warns once with that reason, and ``reference``
-computes the exact attention with torch's SDPA (or, when the LSE is asked for, the same maths
-written out in float32).
+Upstream SageAttention silently drops ``attn_mask`` and ``dropout_p``; here masks run in the
+kernels (``validate.check_mask``) and dropout runs ``reference`` (SDPA, or the same maths in
+float32 when the LSE is asked for).
 """
 
 from __future__ import annotations
@@ -24,16 +21,13 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def route(dropout_p: float) -> Optional[str]:
-    """None when the quantized kernels serve the call (masks included), else why it goes to SDPA."""
-    if dropout_p > 0:
-        return f"dropout_p={dropout_p} (the quantized kernels are inference-only: no dropout)"
-    return None
-
-
-def warn_once(reason: str, where: str) -> None:
-    """One RuntimeWarning per reason and function per process: the mask is honoured, not dropped,
-    but the call runs at SDPA's speed, which a user enabling SageAttention should be told."""
+def warn_dropout(dropout_p: float, where: str) -> None:
+    """One RuntimeWarning per reason and function per process for a call with dropout (the
+    quantized kernels are inference-only): it runs at SDPA's speed, which a user enabling
+    SageAttention should be told."""
+    if dropout_p <= 0:
+        return
+    reason = f"dropout_p={dropout_p} (the quantized kernels are inference-only: no dropout)"
     key = f"{where}: {reason}"
     with _lock:
         if key in _warned:
@@ -124,4 +118,4 @@ def reference_varlen(
     return out
 
 
-__all__ = ["reference", "reference_varlen", "route", "warn_once"]
+__all__ = ["reference", "reference_varlen", "warn_dropout"]
