@@ -96,11 +96,7 @@ def wsl_kind(root: Root, env: Mapping[str, str]) -> str:
 def _meminfo(root: Root) -> tuple[Optional[float], Optional[float]]:
     text = root.read("proc/meminfo")
     if text is not None:
-        vals = {}
-        for line in text.splitlines():
-            m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
-            if m:
-                vals[m.group(1)] = int(m.group(2)) / 2**20
+        vals = {k: int(v) / 2**20 for k, v in re.findall(r"^(\w+):\s+(\d+)\s*kB", text, re.M)}
         total = vals.get("MemTotal")
         avail = vals.get("MemAvailable", vals.get("MemFree"))
         return (round(total, 2) if total else None, round(avail, 2) if avail is not None else None)
@@ -118,18 +114,11 @@ def _cpu_count(root: Root) -> Optional[int]:
             return len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             return os.cpu_count()
-    text = root.read("proc/cpuinfo")
-    if text is None:
-        return None
-    n = sum(1 for line in text.splitlines() if re.match(r"processor\s*:", line))
-    return n or None
+    return len(re.findall(r"^processor\s*:", root.read("proc/cpuinfo") or "", re.M)) or None
 
 
 def _distro(root: Root) -> Optional[str]:
-    text = root.read("etc/os-release")
-    if not text:
-        return None
-    for line in text.splitlines():
+    for line in (root.read("etc/os-release") or "").splitlines():
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip().strip('"')
     return None
