@@ -1,8 +1,5 @@
-"""The doctor's check registry: ``@check(id, title)`` declares a check once, helpers say its verdict.
-
-A check is a function of ``(Facts, Profile)`` that returns ``ok/warn/fail/skip(...)`` (or None to
-stay silent); the decorator adds the id and title and registers it in import order, the order of
-the doctor's table. Checks never touch the system: everything they know comes from the probe.
+"""The doctor's check registry: ``@check(id, title)`` registers a function of ``(Facts, Profile)``
+that returns ``ok/warn/fail/skip(...)`` (None: stay silent), in import order, the table's order.
 """
 
 from __future__ import annotations
