@@ -81,14 +81,12 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
             return ok("no GPU detected; the cpu profile applies")
         return skip("no GPU arch detected (torch, KFD, rocminfo and nvidia-smi saw none)")
     best, _ = profiles.match(found)
+    use_best = f"sagebuild doctor --profile {best.name} (or --profile auto)"
     known = [(a, archs.ARCHS[a]) for a in found if a in archs.ARCHS]
     unsupported = [f"{a} ({row.family}: {row.note})" for a, row in known if row.pv is None]
     if profile.vendor == "cpu":
         if best.vendor != "cpu":
-            return warn(
-                f"GPU {', '.join(found)} present but the cpu profile is selected",
-                f"sagebuild doctor --profile {best.name} (or --profile auto)",
-            )
+            return warn(f"GPU {', '.join(found)} present but the cpu profile is selected", use_best)
         if unsupported:
             return warn(
                 f"{'; '.join(unsupported)}: the quantized kernels cannot run on it; the cpu profile applies",
@@ -112,7 +110,7 @@ def check_arch_supported(facts: Facts, profile: Profile) -> Verdict:
             f"{'gfx1100, RDNA3' if profile.vendor == 'rocm' else 'sm80, Ampere'})",
         )
     fix = (
-        f"sagebuild doctor --profile {best.name} (or --profile auto)"
+        use_best
         if best.vendor != "cpu"
         else "no bundled profile covers it; write one (see docs/profiles.md) and pass --profile FILE"
     )

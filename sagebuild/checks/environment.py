@@ -38,12 +38,9 @@ def check_shadowing(facts: Facts, profile: Profile) -> Verdict:
             )
         return ok(f"no sageattention/ or sagebuild/ package folder in {facts.cwd}")
     what = "; ".join(
-        f"./{s.name}/ shadows "
-        + (
-            f"the installed {s.name} at {s.installed_at}"
-            if s.installed_at
-            else f"the {s.name} import (not installed)"
-        )
+        f"./{s.name}/ shadows the installed {s.name} at {s.installed_at}"
+        if s.installed_at
+        else f"./{s.name}/ shadows the {s.name} import (not installed)"
         for s in sh
     )
     return fail(
