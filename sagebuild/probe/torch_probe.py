@@ -26,38 +26,37 @@ TORCH_TAG = "SAGEBUILD_PROBE_TORCH "
 
 # Runs in the target interpreter (Python >= 3.9, standard library only). Kept self-contained.
 SCRIPT = r"""
-import json, os, platform, sys
+import importlib.metadata as md, importlib.util, json, os, platform, sys
 
 def emit(tag, obj):
     sys.stdout.write(tag + json.dumps(obj, default=str) + "\n")
     sys.stdout.flush()
 
-def dists_providing(name):
-    import importlib.metadata as md
+def attempt(fn, default=None):
     try:
+        return fn()
+    except Exception:
+        return default
+
+def why(e):
+    return "%s: %s" % (type(e).__name__, e)
+
+def dists_providing(name):
+    if hasattr(md, "packages_distributions"):
         return sorted(set(md.packages_distributions().get(name, [])))
-    except AttributeError:  # Python 3.9
-        found = set()
-        for d in md.distributions():
-            top = d.read_text("top_level.txt") or ""
-            files = [str(f).split("/")[0] for f in (d.files or [])]
-            if name in top.split() or name in files:
-                found.add(d.metadata["Name"])
-        return sorted(found)
+    found = set()  # Python 3.9
+    for d in md.distributions():
+        top = d.read_text("top_level.txt") or ""
+        files = [str(f).split("/")[0] for f in (d.files or [])]
+        if name in top.split() or name in files:
+            found.add(d.metadata["Name"])
+    return sorted(found)
 
 def dist_version(name):
-    import importlib.metadata as md
-    try:
-        return md.version(name)
-    except Exception:
-        return None
+    return attempt(lambda: md.version(name))
 
 def origin(name):
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec(name)
-    except Exception:
-        return None
+    spec = attempt(lambda: importlib.util.find_spec(name))
     if spec is None:
         return None
     if spec.origin and spec.origin not in ("namespace", "built-in"):
@@ -94,7 +93,7 @@ out = {"importable": False}
 try:
     import torch
 except BaseException as e:
-    out["error"] = "%s: %s" % (type(e).__name__, e)
+    out["error"] = why(e)
 else:
     out["importable"] = True
     v = torch.version
@@ -107,7 +106,7 @@ else:
         if torch.cuda.is_available():
             out["cuda_available"], out["device_count"] = True, int(torch.cuda.device_count())
     except Exception as e:
-        out["device_error"] = "%s: %s" % (type(e).__name__, e)
+        out["device_error"] = why(e)
     devices = []
     for i in range(out["device_count"]):
         try:
@@ -118,25 +117,15 @@ else:
         except Exception as e:
             devices.append({"index": i, "name": "error: %s" % e, "raw_arch": None})
     out["devices"] = devices
-    try:
-        for line in torch._C._show_config().splitlines():
-            s = line.strip()
-            if s.startswith("HIP Runtime"):
-                out["hip_runtime"] = s.split()[-1]
-            elif s.startswith("MIOpen"):
-                out["miopen"] = s.split()[-1]
-    except Exception:
-        pass
-    try:
-        c = torch.backends.cudnn.version() if out["cuda"] else None
-        out["cudnn"] = str(c) if c else None
-    except Exception:
-        pass
-    try:
-        import importlib.metadata as md
-        out["torch_requires"] = md.requires("torch") or []
-    except Exception:
-        out["torch_requires"] = []
+    for line in attempt(lambda: torch._C._show_config(), "").splitlines():
+        s = line.strip()
+        if s.startswith("HIP Runtime"):
+            out["hip_runtime"] = s.split()[-1]
+        elif s.startswith("MIOpen"):
+            out["miopen"] = s.split()[-1]
+    if out["cuda"]:
+        out["cudnn"] = attempt(lambda: str(torch.backends.cudnn.version() or "") or None)
+    out["torch_requires"] = attempt(lambda: md.requires("torch") or [], [])
 
 tri = {"importable": False, "distributions": dists_providing("triton")}
 tri["distribution_versions"] = {d: dist_version(d) for d in tri["distributions"]}
@@ -145,7 +134,7 @@ try:
     tri["importable"] = True
     tri["version"] = getattr(triton, "__version__", None)
 except BaseException as e:
-    tri["error"] = "%s: %s" % (type(e).__name__, e)
+    tri["error"] = why(e)
 out["triton"] = tri
 emit("@TORCH@", out)
 """.replace("@PY@", PY_TAG).replace("@TORCH@", TORCH_TAG)
