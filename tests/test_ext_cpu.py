@@ -24,7 +24,7 @@ from sagebuild import ext, profiles
 from sagebuild.attention.reference import quant_int8_blocks, quant_v_fp8
 from sagebuild.build import paths
 from sagebuild.build.plan import make_plan
-from sagebuild.build.proc import looks_like_oom
+from sagebuild.build.result import looks_like_oom
 from sagebuild.build.run import compile as run_compile
 from sagebuild.fsio import sha256_file
 from sagebuild.probe.facts import Facts, PythonFacts, SystemFacts, TorchFacts

@@ -3,7 +3,7 @@
 Layers, lowest first (a module belongs to the longest prefix listed; the rest of a package
 follows its parent):
 
-0. base utilities that know no other part of sagebuild: errors, fsio, console, knobs, envkey,
+0. base utilities that know no other part of sagebuild: errors, fsio, console, knobs,
    archs, upstream_api, the version, the extension's paths and ``MAX_JOBS`` rules
    (``build.paths``, ``build.jobs``: leaves the probe and the doctor read too), and the kernel
    sources (``kernels.csrc`` holds no Python beyond its package marker);
@@ -37,7 +37,6 @@ LAYERS: dict[str, int] = {
     "sagebuild.fsio": 0,
     "sagebuild.console": 0,
     "sagebuild.knobs": 0,
-    "sagebuild.envkey": 0,
     "sagebuild.archs": 0,
     "sagebuild.upstream_api": 0,
     "sagebuild.build.paths": 0,

@@ -1,7 +1,7 @@
 """Where the built extension lives: every path of the build lifecycle, in one module.
 
-Layout under the extension directory (one per Python tag × torch version+build, because a
-compiled torch extension only loads into the torch it was built against)::
+Layout under the extension directory (one per environment: a compiled torch extension only loads
+into the torch it was built against, and two venvs must not share a build)::
 
     <ext_dir>/current -> builds/<id>     the verified build in use (a symlink, swapped atomically)
     <ext_dir>/builds/<id>/sagebuild_ext.so + build_info.json
@@ -15,6 +15,8 @@ compiled torch extension only loads into the torch it was built against)::
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import sys
@@ -33,6 +35,17 @@ def csrc_dir() -> Path:
     import sagebuild.kernels.csrc as csrc
 
     return Path(csrc.__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=1)
+def sources_hash() -> str:
+    """sha256 over the bundled extension sources (names and bytes), computed once."""
+    root = csrc_dir()
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _knob(env: Optional[Mapping[str, str]], name: str) -> Optional[str]:
@@ -56,14 +69,14 @@ def ext_dir(
     env: Optional[Mapping[str, str]] = None,
     prefix: Optional[str] = None,
 ) -> Path:
-    """The extension directory for one environment (``cp311-torch2.13.0+cpu-<key>``: the key from
-    the interpreter's ``prefix`` (default: this one's), torch and the sources, sagebuild.envkey)."""
-    from sagebuild.envkey import environment_key
-
+    """One environment's extension directory, ``cp312-torch2.13.0+cpu-3f9a1c0d2b4e``: the key hashes
+    the interpreter's ``prefix`` (default: this one's), torch's version and the bundled sources."""
     ext = _knob(env, "SAGEBUILD_EXT_DIR")
     if ext:
         return Path(ext).expanduser()
-    key = environment_key(prefix, torch_version)
+    where = os.path.realpath(prefix or sys.prefix)
+    text = "\n".join([where, torch_version, "", "", sources_hash()])  # two empty fields: keys stay as built
+    key = hashlib.sha256(text.encode()).hexdigest()[:12]
     major, minor = py_version.split(".")[:2] if py_version else sys.version_info[:2]
     return cache_root(env) / "ext" / f"cp{major}{minor}-torch{torch_version}-{key}"
 

@@ -21,8 +21,7 @@ from typing import Any, Iterator, Optional
 
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
-from sagebuild.build.proc import run_plan
-from sagebuild.build.result import CompileResult, failed, succeeded
+from sagebuild.build.result import CompileResult, finish, run_plan
 from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 from sagebuild.fsio import sha256_file
@@ -51,8 +50,8 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
     t0 = time.monotonic()
     log_path.write_text(f"[sagebuild] plan: {json.dumps(plan.to_dict(), default=str)}\n", encoding="utf-8")
     if plan.problems:
-        return failed(
-            plan, log_path, t0, "the build cannot start: " + "; ".join(plan.problems), plan.problems
+        return finish(
+            plan, log_path, t0, None, "the build cannot start: " + "; ".join(plan.problems), plan.problems
         )
     if plan.mode == "source":
         return build_source(plan, log_path, progress, t0)
@@ -94,9 +93,9 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             why = f"the build exited with status {out.rc}"
             if out.oom:  # set only when the retry with half the jobs was killed too
                 why = "the compiler was killed for memory again, after the retry with half the jobs"
-            return failed(plan, log_path, t0, why, out=out)
+            return finish(plan, log_path, t0, out, why)
         if not built.is_file():
-            return failed(plan, log_path, t0, f"the build exited 0 but produced no {built}", out=out)
+            return finish(plan, log_path, t0, out, f"the build exited 0 but produced no {built}")
 
         build_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         staging = base / f"staging-{build_id}"
@@ -108,7 +107,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             _append_log(log_path, f"[sagebuild] verification: {json.dumps(report)}\n")
             if not ok:
                 why = f"the built library failed verification: {report.get('error')}"
-                return failed(plan, log_path, t0, why, [str(report.get("error"))], out)
+                return finish(plan, log_path, t0, out, why, [str(report.get("error"))])
             info = _build_info(plan, lib, report, out.jobs, out.retried_with_half_jobs, time.monotonic() - t0)
             (staging / paths.INFO_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             final = paths.builds_dir(base) / build_id
@@ -119,7 +118,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         lib_path, sha = str(paths.current_lib(base)), info["sha256"]
-        return succeeded(plan, log_path, t0, out, lib_path, sha, build_info=info)
+        return finish(plan, log_path, t0, out, artefact=lib_path, sha256=sha, build_info=info)
 
 
 def _append_log(log_path: Path, text: str) -> None:
@@ -169,28 +168,39 @@ print("SAGEBUILD_VERIFY " + json.dumps(report))
 """
 
 
-def _printed(stdout: str, marker: str) -> Iterator[dict[str, Any]]:
-    """The JSON documents a helper script printed on lines that start with ``marker`` (tag and space)."""
-    return (json.loads(ln[len(marker) :]) for ln in stdout.splitlines() if ln.startswith(marker))
+def _run_script(
+    python: str,
+    script: str,
+    args: list[str],
+    marker: str,
+    timeout: float,
+    env: Optional[dict[str, str]] = None,
+) -> tuple[str, list[dict[str, Any]], Optional[str]]:
+    """Run one of the scripts here in ``python``: (its output and error output, the JSON documents it
+    printed on lines starting with ``marker``, why it ended badly or None)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", script, *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
+        out, err = proc.stdout, proc.stderr
+        tail = " | ".join((err or out).strip().splitlines()[-5:])
+        ended = f"exited {proc.returncode}: {tail}" if proc.returncode else None
+    except subprocess.TimeoutExpired as e:
+        out, err = (x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
+        ended = f"took more than {timeout:.0f} s"
+    reports = [json.loads(ln[len(marker) :]) for ln in out.splitlines() if ln.startswith(marker)]
+    return out + err, reports, ended
 
 
 def verify_library(
     python: str, lib: Path, with_gpu: bool, timeout: float = 180.0
 ) -> tuple[bool, dict[str, Any]]:
     """Load ``lib`` in a fresh interpreter of ``python``; check ops, kernels per key and a smoke call."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", _VERIFY_SCRIPT, str(lib), json.dumps(list(EXPECTED_OPS))],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return False, {"error": f"loading the library took more than {timeout:.0f} s"}
-    report = next(_printed(proc.stdout, "SAGEBUILD_VERIFY "), None)
-    if report is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return False, {"error": f"the verifying interpreter exited {proc.returncode}: " + " | ".join(tail)}
+    args = [str(lib), json.dumps(list(EXPECTED_OPS))]
+    _, reports, ended = _run_script(python, _VERIFY_SCRIPT, args, "SAGEBUILD_VERIFY ", timeout)
+    if not reports:
+        return False, {"error": f"the verifying interpreter {ended or 'printed no report'}"}
+    report = reports[0]
     if report.get("ok") and with_gpu and "CUDA" not in report.get("dispatch_keys", []):
         report["ok"] = False
         report["error"] = "a GPU build whose library has no CUDA/HIP kernels registered"
@@ -259,19 +269,9 @@ def run_aot(
     """Compile each (variant, arch) with Triton for the target, in a subprocess: it isolates compiler
     crashes and runs without ``TRITON_INTERPRET`` (the interpreter cannot compile ahead of time)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    try:
-        proc = subprocess.run(
-            [python or sys.executable, "-c", _AOT_SCRIPT, json.dumps(pairs)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-        )
-        out, err = proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = f"the ahead-of-time compile took more than {timeout:.0f} s"
-    _append_log(log_path, "[sagebuild] triton ahead-of-time compile\n" + out + err)
-    done = {(d["variant"], d["arch"]): d for d in _printed(out, "SAGEBUILD_AOT ")}
-    ended = "the compile process ended before this kernel: " + " | ".join(err.strip().splitlines()[-3:])
-    return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": ended}) for v, a in pairs]
+    py = python or sys.executable
+    out, reports, ended = _run_script(py, _AOT_SCRIPT, [json.dumps(pairs)], "SAGEBUILD_AOT ", timeout, env)
+    _append_log(log_path, f"[sagebuild] triton ahead-of-time compile\n{out}")
+    done = {(d["variant"], d["arch"]): d for d in reports}
+    lost = {"ok": False, "error": f"the compile process {ended or 'ended'} before this kernel"}
+    return [done.get((v, a), {"variant": v, "arch": a, **lost}) for v, a in pairs]

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sagebuild.build.proc import run_plan
-from sagebuild.build.result import CompileResult, failed, succeeded
+from sagebuild.build.result import CompileResult, finish, run_plan
 from sagebuild.fsio import sha256_file
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> 
     out = run_plan(plan, log_path, f"building {root.name}", progress)
     if out.rc != 0:
         why = "the compiler was killed for memory" if out.oom else f"setup.py build_ext exited with {out.rc}"
-        return failed(plan, log_path, t0, why, out=out)
+        return finish(plan, log_path, t0, out, why)
     fresh = sorted(p for p, sig in extension_files(root).items() if before.get(p) != sig)
     if not fresh:
         why = (
@@ -46,7 +45,7 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> 
             f"under {root}: the extensions were skipped or built elsewhere (check that setup.py found a "
             f"CUDA/ROCm torch and that the log lists compile steps)"
         )
-        return failed(plan, log_path, t0, why, [why], out)
+        return finish(plan, log_path, t0, out, why, [why])
     artefacts = [{"path": str(p), "sha256": sha256_file(p)} for p in fresh]
     path, sha = artefacts[0]["path"], artefacts[0]["sha256"]
-    return succeeded(plan, log_path, t0, out, path, sha, artefacts=artefacts)
+    return finish(plan, log_path, t0, out, artefact=path, sha256=sha, artefacts=artefacts)
