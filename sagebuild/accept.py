@@ -1,10 +1,7 @@
 """``sagebuild accept``: the four-step acceptance (doctor → compile → verify → bench) as one CI gate.
 
-The output directory gets the pip-freeze backup (taken first), the build log, the reports,
-``junit.xml`` and the lockfile. The run stops at the first failing step unless ``keep_going``;
-the exit code is the first failure's (10/20/30/40; 2/3: settings refused; 1: internal error).
-Whatever fails, the report names the step, the error and its explanation. A run is written
-beside ``--out`` and swapped in whole: the folder never mixes two runs, a full disk leaves the last.
+The exit code is the first failure's (10/20/30/40; 2/3: settings refused; 1: internal error). A run
+is written beside ``--out`` and swapped in whole: the folder never mixes two runs.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from sagebuild import fsio
 from sagebuild.errors import Exit, SagebuildError
-from sagebuild.explain import explain_for_report
+from sagebuild.explain import explain_for_report, fix_entry
 from sagebuild.report.schema import validate
 from sagebuild.report.write import BACKUP_NAME, BUILD_LOG, REPORT_FILES, environment_backup, write_report
 
@@ -90,24 +87,19 @@ class AcceptResult:
         }
 
 
-def _match(id_: str, title: str, cause: str, fix: str, line: Optional[str]) -> dict[str, Any]:
-    return {"id": id_, "title": title, "cause": cause, "fix": fix, "matched_line": line}
-
-
-def _failed(name: str, summary: str, error: str, explanation: list[dict[str, Any]]) -> StepResult:
-    return StepResult(name, "fail", int(STEP_EXIT[name]), None, summary, error, explanation)
-
-
-def _skipped(name: str, summary: str) -> StepResult:
-    return StepResult(name, "skip", 0, None, summary)
+def _step(name: str, ok: bool, summary: str, error: str = "", explanation: Any = ()) -> StepResult:
+    """A step that ran to its end: passed, or failed with its error and explanation."""
+    if ok:
+        return StepResult(name, "ok", 0, None, summary)
+    return StepResult(name, "fail", int(STEP_EXIT[name]), None, summary, error, list(explanation))
 
 
 def _failed_step(name: str, exc: BaseException) -> StepResult:
     """A step that raised: ours with its code, fix and explanation; anything else an internal error."""
     if isinstance(exc, SagebuildError):
         text = str(exc)
-        expl = [_match(f"{name}.error", f"{name} stopped", exc.message, exc.fix, None)] if exc.fix else []
-        return _failed(name, exc.message, text, expl + explain_for_report(text))
+        expl = [fix_entry(f"{name}.error", f"{name} stopped", exc.message, exc.fix)] if exc.fix else []
+        return _step(name, False, exc.message, text, expl + explain_for_report(text))
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     summary = f"{INTERNAL} in {name}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
     return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
@@ -194,9 +186,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
 
         result = run_doctor(facts, profile, why)
         checks = result.checks
-        if result.ok:
-            return StepResult("doctor", "ok", 0, None, result.counts_line())
-        return _failed("doctor", result.counts_line(), result.failure_text(), result.explanation())
+        return _step("doctor", result.ok, result.counts_line(), result.failure_text(), result.explanation())
 
     def compile_() -> StepResult:
         from sagebuild.build.plan import make_plan
@@ -207,8 +197,8 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         )
         docs["compile"] = outcome.to_dict()
         if outcome.ok:
-            return StepResult("compile", "ok", 0, None, outcome.summary())
-        return _failed("compile", outcome.summary(), outcome.failure_text(), outcome.explanation())
+            return _step("compile", True, outcome.summary())
+        return _step("compile", False, outcome.summary(), outcome.failure_text(), outcome.explanation())
 
     def verify() -> StepResult:
         from sagebuild.verify import run_verify
@@ -218,14 +208,14 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         n_ok = sum(r.ok for r in res.results)
         summary = f"{res.mode}: {n_ok}/{len(res.results)} passed on {res.device}"
         if res.ok:
-            return StepResult("verify", "ok", 0, None, summary)
+            return _step("verify", True, summary)
         error = res.failure_text()
         expl = [  # a failed check always names its problems
-            _match(f"verify.{r.variant}", f"{r.variant} failed", r.cause, r.fix, r.problems[0])
+            fix_entry(f"verify.{r.variant}", f"{r.variant} failed", r.cause, r.fix, r.problems[0])
             for r in res.results
             if not r.ok and r.cause and r.fix
         ]
-        return _failed("verify", summary, error, expl + explain_for_report(error))
+        return _step("verify", False, summary, error, expl + explain_for_report(error))
 
     def bench() -> StepResult:
         res = bench_mod.run_bench(profile, bench_cfg, progress=say)
@@ -240,10 +230,8 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         best = ", ".join(f"{r.speedup:.2f}× @ {r.seq}" for r in autos)
         label = "CPU timings (not a GPU result)" if res.timing_kind == "cpu" else "GPU"
         summary = f"{label}; SDPA backend {res.sdpa_backend['name']}; {best or 'no speed-up measured'}"
-        if res.ok:
-            return StepResult("bench", "ok", 0, None, summary)
         error = "\n".join(res.failures)
-        return _failed("bench", summary, error, explain_for_report(error))
+        return _step("bench", res.ok, summary, error, explain_for_report(error) if error else ())
 
     runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
     exit_code = 0
@@ -255,9 +243,10 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
             say(f"{name}: refused: {step.summary}")
         elif refusal is not None:
             when = "before" if STEPS.index(name) < STEPS.index(stage) else "after"
-            step = _skipped(name, f"not run: {stage}'s settings were refused {when} start")
+            step = StepResult(name, "skip", 0, None, f"not run: {stage}'s settings were refused {when} start")
         elif first_failure and not opts.keep_going:
-            step = _skipped(name, f"skipped: {first_failure} failed (--keep-going runs every step)")
+            skip = f"skipped: {first_failure} failed (--keep-going runs every step)"
+            step = StepResult(name, "skip", 0, None, skip)
         else:
             say(f"{name}: running")
             t0 = time.monotonic()

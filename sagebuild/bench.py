@@ -1,9 +1,6 @@
 """``sagebuild bench``: PyTorch SDPA against the quantized kernels, timing and accuracy, with a gate.
 
-Rows: SDPA (the baseline, with the backend it dispatched to), ``sageattn`` (auto dispatch) and
-every variant this GPU runs, as a whole call and kernel-only (K/V quantized beforehand). On a GPU
-calls are timed with device events after an L2 flush (cold, as ``triton.testing.do_bench``); on a
-CPU the golden model is timed, labelled so and not speed-gated. Accuracy bounds apply everywhere.
+On a CPU the golden model is timed, labelled so and not speed-gated; accuracy bounds apply everywhere.
 """
 
 from __future__ import annotations
@@ -19,11 +16,11 @@ if TYPE_CHECKING:
     from sagebuild.benchmem import Estimate
 
 LAYOUTS = ("HND", "NHD")
+DTYPES = ("float16", "bfloat16")
 AUTO = "sageattn"
 SDPA = "sdpa"
-# What the speed gate compares: gate metric -> the bench row's speed-up field. "cold": calls
-# with the L2 flushed before each, the GPU near its top clock; "sustained": back-to-back calls at
-# the power limit (``--sustain``), where a long job runs.
+# gate metric -> the row's speed-up field; "cold": L2 flushed before each call, "sustained": the
+# GPU at its power limit (``--sustain``), where a long job runs
 GATE_METRICS = {"cold": "speedup", "sustained": "sustained_speedup"}
 _SDPA_OPS = {  # the aten op SDPA dispatches to → backend name
     "_scaled_dot_product_cudnn_attention": "cudnn",
@@ -54,12 +51,8 @@ class BenchConfig:
     min_speedup: Optional[float] = None
 
 
-def parse_int_list(text: str | int | list[int] | tuple[int, ...], what: str) -> tuple[int, ...]:
+def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     """``"1024,4096"`` → (1024, 4096); a clear usage error for anything else."""
-    if isinstance(text, int):
-        return (text,)
-    if isinstance(text, (list, tuple)):
-        return tuple(int(x) for x in text)
     try:
         vals = tuple(int(x) for x in str(text).replace(" ", "").split(",") if x)
     except ValueError:
@@ -73,39 +66,52 @@ def parse_int_list(text: str | int | list[int] | tuple[int, ...], what: str) -> 
     return vals
 
 
+def refuse(problems: list[tuple[bool, str, str]]) -> None:
+    """Raise the first (bad, what is wrong, the fix) that is bad as a usage error (exit 2)."""
+    for bad, message, fix in problems:
+        if bad:
+            raise SagebuildError(message, fix=fix, code=Exit.USAGE)
+
+
+def input_problems(dtype: str, layout: str) -> list[tuple[bool, str, str]]:
+    """The kernels' input dtypes and layouts, for bench's and verify's options."""
+    return [
+        (
+            dtype not in DTYPES,
+            f"--dtype {dtype}: the kernels take float16 or bfloat16",
+            "pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
+        ),
+        (layout not in LAYOUTS, f"--layout {layout}: expected HND or NHD", "pass --layout HND"),
+    ]
+
+
 def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     """The profile's bench defaults with the command line's overrides (None = keep the default)."""
     b = profile.bench
     defaults = {f: getattr(b, f) for f in ("batch", "heads", "head_dim", "dtype", "causal", "warmup", "reps")}
     cfg = BenchConfig(seq=tuple(b.seq), **defaults)
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    problems = [  # (what is wrong, the fix)
-        (
-            cfg.dtype not in ("float16", "bfloat16"),
-            f"--dtype {cfg.dtype}: the kernels take float16 or bfloat16",
-            "pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
-        ),
-        (cfg.layout not in LAYOUTS, f"--layout {cfg.layout}: expected HND or NHD", "pass --layout HND"),
-        (
-            min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
-            or min(cfg.warmup, cfg.sustain_s) < 0,
-            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
-            "e.g. --batch 1 --heads 16 --head-dim 64",
-        ),
-        (
-            cfg.gate_on not in GATE_METRICS,
-            f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
-            "pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
-        ),
-        (
-            cfg.gate_on == "sustained" and cfg.sustain_s <= 0,
-            "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
-            "add --sustain 1 (seconds of back-to-back calls per provider and round)",
-        ),
-    ]
-    for bad, message, fix in problems:
-        if bad:
-            raise SagebuildError(message, fix=fix, code=Exit.USAGE)
+    refuse(
+        [
+            *input_problems(cfg.dtype, cfg.layout),
+            (
+                min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
+                or min(cfg.warmup, cfg.sustain_s) < 0,
+                "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
+                "e.g. --batch 1 --heads 16 --head-dim 64",
+            ),
+            (
+                cfg.gate_on not in GATE_METRICS,
+                f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
+                "pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
+            ),
+            (
+                cfg.gate_on == "sustained" and cfg.sustain_s <= 0,
+                "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
+                "add --sustain 1 (seconds of back-to-back calls per provider and round)",
+            ),
+        ]
+    )
     return cfg
 
 
@@ -120,10 +126,9 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 
 @dataclass
 class Timing:
-    """Cold per-call times (an L2 flush before each call hides the host: they time the device)
-    and, on GPUs, medians over rounds of the per-call time of warm back-to-back calls (the slower
-    of host and device, what a loop of small calls sees) and of ``--sustain`` seconds of them (the
-    GPU at its power limit, what a long job sees)."""
+    """Cold per-call times (the device's: an L2 flush before each call hides the host) and, on
+    GPUs, per-round medians of warm back-to-back calls (what a loop of small calls sees) and of
+    ``--sustain`` seconds of them (the GPU at its power limit)."""
 
     median_ms: float
     p20_ms: float
@@ -134,15 +139,8 @@ class Timing:
 
     @classmethod
     def from_samples(cls, ms: list[float]) -> Timing:
-        s = sorted(ms)
-
-        def q(p: float) -> float:  # linear interpolation between the closest ranks
-            pos = p * (len(s) - 1)
-            lo = int(pos)
-            hi = min(lo + 1, len(s) - 1)
-            return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-        return cls(statistics.median(s), q(0.2), q(0.8), len(s))
+        q = statistics.quantiles(ms, n=5, method="inclusive") if len(ms) > 1 else ms * 4
+        return cls(statistics.median(ms), q[0], q[3], len(ms))
 
 
 def _cpu_samples(fn: Callable[[], Any], n: int) -> list[float]:
@@ -188,7 +186,7 @@ B2B_MIN_CALLS = 10
 
 def _gpu_sustained(fn: Callable[[], Any], seconds: float, per_call_ms: float, device: Any) -> float:
     """Time per call (ms) over the second half of ``seconds`` of back-to-back calls (the first
-    half brings the GPU to the clocks its power limit allows for this kernel)."""
+    half brings the GPU to the clocks its power limit allows)."""
     half = max(B2B_MIN_CALLS, int(seconds * 1e3 / max(per_call_ms, 1e-3) / 2))
     for _ in range(half):
         fn()
@@ -201,9 +199,8 @@ def rounds_used(reps: int, rounds: int) -> int:
 
 
 def _round_order(n: int, r: int) -> list[int]:
-    """The order round r times n functions in: a Williams design (0, 1, n-1, 2, n-2, ... shifted
-    by r, mirrored every other n rounds), so each function follows a different one from round to
-    round; a GPU at its power limit runs a kernel at the clock its predecessor's burst left."""
+    """Round r's order of n functions, a Williams design (0, 1, n-1, 2, n-2, ... shifted by r,
+    mirrored every other n rounds): a GPU runs a kernel at the clock its predecessor left."""
     seq, lo, hi = [0], 1, n - 1
     while len(seq) < n:
         seq.append(lo)
@@ -224,11 +221,9 @@ def time_interleaved(
     device: Any = None,
     sustain_s: float = 0.0,
 ) -> list[Timing | Exception]:
-    """``Timing`` of each function, or the exception that stopped it: ``warmup`` calls each, then
-    ``reps`` timed calls split into up to ``rounds`` rounds that each time every function (in
-    ``_round_order``), so the machine's drift hits all alike. On a CUDA/HIP ``device``: cold
-    device times, and per round a back-to-back burst and, with ``sustain_s``, ``_gpu_sustained``;
-    elsewhere CPU wall clock."""
+    """``Timing`` of each function, or the exception that stopped it: ``reps`` timed calls split
+    into rounds that each time every function, so the machine's drift hits all alike. On a CUDA/HIP
+    ``device`` cold device times plus per-round bursts; elsewhere CPU wall clock."""
     gpu = device is not None and getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
@@ -275,9 +270,8 @@ def time_interleaved(
 
 
 def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> float:
-    """The tuning scripts' timing of fn on the current GPU (median ms): do_bench of the whole call
-    (the host's time shows where it exceeds the device's), or with ``graph`` of its CUDA-graph
-    replay (``graphed.capture``): device time only, what small calls need to tell configs apart."""
+    """The tuning scripts' timing on the current GPU (median ms) of the whole call, or with ``graph``
+    of its CUDA-graph replay: device time only, what small calls need to tell configs apart."""
     from triton.testing import do_bench
 
     if not graph:
@@ -294,8 +288,8 @@ def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> 
 
 
 def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
-    """The backend SDPA's default dispatch picked for these inputs: SDPA is a composite op, so a
-    ``TorchDispatchMode`` recording one call sees the op it resolved to (math: plain matmuls)."""
+    """The backend SDPA's dispatch picked for these inputs: a ``TorchDispatchMode`` recording one
+    call sees the op the composite resolved to (math: plain matmuls)."""
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -381,10 +375,9 @@ def gate(
     regression: float = 0.85,
     shape_of: Callable[[int], str] = str,
 ) -> list[str]:
-    """Every threshold a row misses: accuracy bounds always; on a GPU (``speed_gate``) sageattn's
-    ``metric`` speed-up below ``regression`` × the ``expected`` one for ``shape_of(seq)`` (none:
-    not gated; fills ``expected_speedup``/``vs_expected``) or below ``min_speedup`` when that is
-    > 0. Each message starts with the provider and names ``seq=N`` (the JUnit cases key on that)."""
+    """Every threshold a row misses: accuracy always; with ``speed_gate`` sageattn's ``metric``
+    speed-up below ``regression`` × the ``expected`` one for ``shape_of(seq)``, or below a positive
+    ``min_speedup``. Messages start with the provider and name ``seq=N`` (JUnit keys on that)."""
     out = []
     what = "speed-up" if metric == "cold" else f"{metric} speed-up"
     for r in rows:
@@ -493,7 +486,7 @@ def run_bench(
     fits: Optional[Estimate] = None,
 ) -> BenchResult:
     """Benchmark every provider at every length of ``cfg`` and apply the profile's gate; ``fits``:
-    the caller's ``benchmem.check_fits(cfg, device)``, so its CPU rate measurement is not made twice."""
+    the caller's ``benchmem.check_fits(cfg, device)`` (its CPU rate measurement is not repeated)."""
     import torch
     import torch.nn.functional as F
 

@@ -1,8 +1,6 @@
 """How much memory and time a bench will take, worked out from its shape before anything is allocated.
 
-:func:`check_fits` resolves the device and refuses (exit 3) a run whose largest length will not
-fit it or host RAM; on the CPU it also estimates the duration, so a long run shows an ETA
-(:class:`Eta`). The byte model follows ``sagebuild.bench.run_bench`` (:func:`bytes_needed`).
+The byte model (:func:`bytes_needed`) follows ``sagebuild.bench.run_bench``.
 """
 
 from __future__ import annotations
@@ -53,8 +51,7 @@ def _gib(n: float) -> str:
 
 
 def resolve_device(device: str = "auto") -> Any:
-    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` → a torch device this machine has; a GPU that is
-    not there is an environment error (exit 3), not a failed speed gate."""
+    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` → a torch device; a GPU that is not there is exit 3."""
     import torch
 
     try:
@@ -192,8 +189,8 @@ def check_shape_fits(shape: tuple[int, ...], device: str = "auto") -> Estimate:
 
 
 class Eta:
-    """Wraps a progress callback: on a long CPU run each message gains the elapsed time and an ETA,
-    from the estimate until one length has finished, then from the pace (work grows as seq²)."""
+    """A progress callback that on a long CPU run adds the elapsed time and an ETA: from the estimate
+    until one length has finished, then from the pace (work grows as seq²)."""
 
     def __init__(self, cfg: Any, est: Estimate, say: Callable[[str], None]) -> None:
         self._say = say

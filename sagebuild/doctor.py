@@ -1,7 +1,6 @@
-"""The doctor as a service: probe a machine, check it against a profile, and say where it stands.
+"""The doctor as a service: probe a machine and check it against a profile; nothing here prints.
 
-``sagebuild doctor`` prints a :class:`DoctorResult`; ``sagebuild accept`` runs the same
-:func:`run_doctor` as its first step. Nothing here prints.
+``sagebuild doctor`` prints a :class:`DoctorResult`; ``sagebuild accept`` runs the same :func:`run_doctor`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any, Optional
 from sagebuild import checks, probe, profiles
 from sagebuild.checks import Check
 from sagebuild.errors import SagebuildError
-from sagebuild.explain import explain_for_report
+from sagebuild.explain import explain_for_report, fix_entry
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
 
@@ -29,13 +28,11 @@ class DoctorResult:
     checks: list[Check]
 
     @property
-    def verdict(self) -> str:
-        """``ok``, ``warn`` or ``fail``."""
+    def verdict(self) -> str:  # ok | warn | fail
         return checks.overall(self.checks)
 
     @property
-    def ok(self) -> bool:
-        """No check failed (warnings pass)."""
+    def ok(self) -> bool:  # warnings pass
         return self.verdict != "fail"
 
     @property
@@ -43,8 +40,7 @@ class DoctorResult:
         return checks.counts(self.checks)
 
     @property
-    def summary(self) -> str:
-        """The closing sentence: where the machine stands and what to do next."""
+    def summary(self) -> str:  # the closing sentence: where the machine stands, what to do next
         return checks.verdict(self.facts, self.profile, self.why, self.checks)
 
     @property
@@ -63,11 +59,7 @@ class DoctorResult:
 
     def explanation(self) -> list[dict[str, Any]]:
         """The failed checks' fixes as report explanations, then what ``explain`` finds in them."""
-        fixes = [
-            {"id": f"doctor.{c.id}", "title": c.title, "cause": c.detail, "fix": c.fix, "matched_line": None}
-            for c in self.failures
-            if c.fix
-        ]
+        fixes = [fix_entry(f"doctor.{c.id}", c.title, c.detail, c.fix) for c in self.failures if c.fix]
         return fixes + explain_for_report(self.failure_text()) if self.failures else fixes
 
     def to_dict(self) -> dict[str, Any]:

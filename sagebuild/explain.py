@@ -1,8 +1,6 @@
 """Match a build or run log against the known-failure database and say cause and fix.
 
-The signatures live in ``sagebuild/data/failures.yaml``; the steps explain their own failures
-with :func:`explain`, and ``docs/troubleshooting.md`` is rendered from the same entries, so the
-CLI, the reports and the docs never disagree.
+``sagebuild/data/failures.yaml`` feeds the CLI, the steps' reports and docs/troubleshooting.md alike.
 """
 
 from __future__ import annotations
@@ -124,13 +122,10 @@ def load_database() -> tuple[Failure, ...]:
     return parse_database(yaml.safe_load(text))
 
 
-# Bounds on what is searched: a log is streamed, never read whole. Its last TAIL_BYTES are kept
-# (the failure is at the end of a build log), each line cut at MAX_LINE characters (a minified
-# blob or /dev/zero is one endless "line"), and a stream that never ends (a FIFO, /dev/zero) is
-# read for at most MAX_READ bytes. Matching then costs time linear in at most TAIL_BYTES.
-TAIL_BYTES = 2 * 1024 * 1024
-MAX_LINE = 4096
-MAX_READ = 256 * 1024 * 1024
+# A log is streamed, never read whole, so matching is linear in at most TAIL_BYTES.
+TAIL_BYTES = 2 * 1024 * 1024  # the failure is at the end of a build log
+MAX_LINE = 4096  # a minified blob or /dev/zero is one endless "line"
+MAX_READ = 256 * 1024 * 1024  # a stream that never ends (a FIFO, /dev/zero)
 _CHUNK = 1024 * 1024
 
 
@@ -158,11 +153,8 @@ def read_log(
     max_line: int = MAX_LINE,
     max_read: int = MAX_READ,
 ) -> LogText:
-    """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters.
-
-    ``size``: the length of a regular (seekable) file; reading then starts ``tail_bytes`` before
-    its end instead of at the start.
-    """
+    """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters;
+    with ``size`` (a regular file's) reading starts ``tail_bytes`` before its end."""
     skipped = 0
     if size is not None and size > tail_bytes:
         stream.seek(size - tail_bytes)
@@ -240,8 +232,7 @@ def explain(text: str) -> list[Match]:
 
 
 def read_log_file(path: Path) -> LogText:
-    """:func:`read_log` on a path: regular files are read from their tail, anything else (a FIFO,
-    a character device) is streamed under the read cap; clear errors (exit 2) otherwise."""
+    """:func:`read_log` on a path (a FIFO or device is streamed under the read cap); exit 2 if unreadable."""
     hint = "pass an existing log file, or '-' to read stdin"
     try:
         st = path.stat()
@@ -295,9 +286,13 @@ def troubleshooting_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def fix_entry(id_: str, title: str, cause: str, fix: str, line: Optional[str] = None) -> dict[str, Any]:
+    """A report explanation that a step wrote itself (no log line matched)."""
+    return {"id": id_, "title": title, "cause": cause, "fix": fix, "matched_line": line}
+
+
 def explain_for_report(text: str) -> list[dict[str, Any]]:
-    """``explain`` as plain dicts for compile/verify/accept reports; never raises, so that an
-    explanation can never hide the failure it explains."""
+    """``explain`` as plain dicts for the reports; never raises, so it cannot hide the failure it explains."""
     try:
         return [m.to_dict() for m in explain(text)]
     except Exception as e:  # noqa: BLE001 - a broken database must not mask the real failure

@@ -1,7 +1,6 @@
 """The frozen lockfile: what a working environment was, byte-for-byte reproducible, and drift checks.
 
-A lock holds only what determines behaviour: the distributions, the torch build, the GPU archs and
-the built artefact as its build recorded it. No timestamps, durations, job counts or paths, and no
+A lock holds only what determines behaviour: no timestamps, durations, job counts or paths, and no
 tool looked up on today's PATH (activating a venv must not drift the lock).
 """
 
@@ -36,8 +35,7 @@ def torch_index_url(version: str | None) -> str | None:
     return None
 
 
-# What of the build record determines the artefact's behaviour. Not: when it was built, how long
-# it took, how many jobs, the interpreter's path, ninja (it schedules, it does not compile).
+# what of the build record determines the artefact's behaviour (not ninja: it only schedules)
 _ARTEFACT_KEYS = ("archs", "arch_env", "dispatch_keys", "ops", "torch", "vendor")
 _TORCH_ABI_KEYS = ("version", "cuda", "hip", "git")
 _BEHAVIOUR_COMPILERS = ("c++", "nvcc", "hipcc")
@@ -57,8 +55,8 @@ def _compilers(doc: Mapping[str, Any] | None) -> dict[str, str | None]:
 
 
 def _artefacts(build_info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
-    """The built extension as its build recorded it, the hash re-read from ``library`` on disk when
-    it is there (a library changed after its build must drift), else the recorded hash."""
+    """The built extension as recorded, its hash re-read from ``library`` when there (a library
+    changed after its build must drift)."""
     if not build_info:
         return []
     info = dict(build_info)
@@ -73,9 +71,7 @@ def snapshot(
     distributions: Mapping[str, Mapping[str, Any]] | None = None,
     library: Path | None = None,
 ) -> dict[str, Any]:
-    """The lock document. ``facts`` is ``probe.collect().to_dict()``; ``library`` is the built library
-    ``build_info`` describes (its hash is read from the file); ``distributions`` defaults to this
-    interpreter's."""
+    """The lock document of ``probe.collect().to_dict()`` facts and the build ``build_info`` records."""
     facts = dict(facts or {})
     py = facts.get("python") or {}
     system = facts.get("system") or {}
@@ -246,13 +242,8 @@ def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any], pref
 
 
 def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
-    """Every drift, each reported once, grouped by kind in a fixed order.
-
-    A fact recorded in two places is reported where it says most: a torch upgrade is one
-    ``torch version`` line (not also ``package torch`` and the index URL it implies), a Triton
-    upgrade one ``triton version`` line. Only what the lock records today is compared, so a lock
-    written by an older sagebuild (with build times in it) does not drift on those.
-    """
+    """Every drift once, grouped by kind: a torch or Triton upgrade is one ``version`` line (not also
+    its package and index URL). Only what a lock records today is compared (older locks had times)."""
     drifts: list[Drift] = []
     for kind in ("python", "platform", "torch", "triton", "gpu"):
         drifts += _flat(kind, locked.get(kind) or {}, current.get(kind) or {})
@@ -296,8 +287,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
 
 
 def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
-    """Snapshot of ``python``'s environment now (default: this interpreter's): its probe facts,
-    distributions and extension build, all read from that interpreter, never from sagebuild's."""
+    """Snapshot of ``python``'s environment now (default: this one's), all read from that interpreter."""
     if facts is None:
         from sagebuild.probe import collect
 

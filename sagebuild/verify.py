@@ -1,8 +1,7 @@
 """``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
 
-Per variant: output shape, dtype and device as the input's, finite, and within the profile's
-accuracy bounds of the float32 exact reference. Without a GPU the golden model runs instead, and
-the result says so. A failure names its likely cause and the fix.
+Per variant: the input's shape, dtype and device, finite, and within the profile's accuracy bounds
+of the float32 reference; without a GPU the golden model runs. A failure names cause and fix.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from sagebuild.bench import input_problems, refuse
 from sagebuild.benchmem import resolve_device
-from sagebuild.errors import Exit, SagebuildError
+from sagebuild.errors import SagebuildError
 
 DEFAULT_SHAPE = (1, 8, 512, 64)  # the seed's smoke test: batch 1, 8 heads, 512 tokens, head dim 64
-DTYPES = ("float16", "bfloat16")
 AUTO = "sageattn"  # the auto-dispatch entry point, checked beside the explicit variants on a GPU
 GOLDEN_NOTE = (
     "CPU only: ran the golden model (plain torch, the kernels' exact quantization and "
@@ -68,8 +67,7 @@ _ARCH_MISSING = {"hip-invalid-device-function", "no-kernel-image", "kernel-not-c
 
 
 def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
-    """Likely cause and fix for a run-time error text, from the failure database
-    (``sagebuild.explain``), with the fix made exact where this step knows more (the arch)."""
+    """Likely cause and fix of a run-time error from the failure database, made exact with the arch."""
     if "float32" in text.lower():  # our own input validation: fp32 is the seed's NaN trap
         return ("the kernels take float16/bfloat16 inputs only", NAN_FIX)
     from sagebuild.explain import explain
@@ -141,17 +139,9 @@ def run_verify(
     seed: int = 0,
     causal: bool = False,
     layout: str = "HND",
-    variants: Optional[list[str]] = None,
 ) -> VerifyResult:
     """Run the smoke test for every variant on ``device`` (``auto``: the GPU if torch sees one)."""
-    if dtype not in DTYPES:
-        raise SagebuildError(
-            f"--dtype {dtype}: the kernels take float16 or bfloat16 inputs only", fix=NAN_FIX, code=Exit.USAGE
-        )
-    if layout not in ("HND", "NHD"):
-        raise SagebuildError(
-            f"--layout {layout}: expected HND or NHD", fix="pass --layout HND", code=Exit.USAGE
-        )
+    refuse(input_problems(dtype, layout))
     import torch
 
     from sagebuild.attention import reference
@@ -165,9 +155,7 @@ def run_verify(
     aliases: dict[str, str] = {}  # an entry point checked against another variant's bounds
     if dev.type == "cpu":
         mode, note = "golden", GOLDEN_NOTE
-        entries = {
-            n: functools.partial(reference.golden_attention, variant=n) for n in variants or profile.kernels
-        }
+        entries = {n: functools.partial(reference.golden_attention, variant=n) for n in profile.kernels}
         expect_dtype = None  # the golden model returns float32 by design
     else:
         mode = "gpu"
@@ -187,9 +175,7 @@ def run_verify(
             f"GPU {torch.cuda.get_device_name(dev)} ({arch}); variants on this arch: {', '.join(avail)}; "
             f"sageattn dispatches to {auto_variant}"
         )
-        entries = {
-            n: getattr(attention, f"sageattn_{n}_triton") for n in (variants or profile.kernels) if n in avail
-        }
+        entries = {n: getattr(attention, f"sageattn_{n}_triton") for n in profile.kernels if n in avail}
         entries[AUTO] = attention.sageattn
         aliases[AUTO] = auto_variant
         expect_dtype = q.dtype
@@ -229,8 +215,8 @@ EXT_CHECK = "ext:quant_ops"
 
 
 def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck | None:
-    """The built C++ extension's quantization ops against the reference quantization (None: not
-    built): on a CPU-only machine this proves the compiled ``.so`` follows the INT8/FP8 contract."""
+    """The built extension's quantization ops against the reference (None: not built): on a CPU-only
+    machine this proves the compiled ``.so`` follows the INT8/FP8 contract."""
     import torch
 
     from sagebuild import ext
@@ -261,8 +247,7 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
         vq_ref, vs_ref = reference.quant_v_fp8(vh.float(), torch.float8_e4m3fn)
         if not torch.allclose(vs.float().reshape(vs_ref.shape), vs_ref, rtol=1e-4, atol=1e-9):
             vc.problems.append("FP8 V scales differ from the reference")
-        # Same codes, or (rarely: a quotient that lands within an ulp of a rounding boundary)
-        # the adjacent code: the contract's "one rounding step", as for INT8.
+        # the same codes, or rarely (a quotient within an ulp of a rounding boundary) the adjacent one
         got, want = vq.float().reshape(vq_ref.shape), vq_ref.float()
         ulp = torch.exp2(torch.floor(torch.log2(want.abs().clamp_min(2.0**-6))) - 3)
         vdiff = (got - want).abs()
@@ -287,9 +272,8 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
 def verify_plan(
     profile: Any, shape: tuple[int, int, int, int] = DEFAULT_SHAPE, causal: bool = False
 ) -> dict[str, Any]:
-    """What ``sagebuild verify`` would check on each of the profile's archs, without a GPU
-    (``--dry-run``): per arch the variants it runs with their launch config, FP8 format, matrix
-    instructions and accuracy bound, and the variant ``sageattn`` picks at this shape and why."""
+    """``verify --dry-run``: per profile arch, without a GPU, the variants it runs (launch config,
+    FP8 format, matrix instructions, accuracy bound) and the one ``sageattn`` picks and why."""
     from sagebuild import archs
     from sagebuild.attention import plan as launch
     from sagebuild.kernels.triton import configs
@@ -329,8 +313,7 @@ def verify_plan(
 
 
 def plan_text(plan: dict[str, Any]) -> str:
-    """``verify_plan`` as lines for the terminal: per arch the default and its reason, then a line
-    per variant."""
+    """``verify_plan`` as lines for the terminal."""
     b, h, n, d = plan["shape"]
     lines = [
         f"sagebuild verify — plan (dry run) for profile {plan['profile']}: {b}×{h}×{n}×{d}"

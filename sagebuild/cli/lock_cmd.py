@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, emit_json, exit_with, handle_errors
+from sagebuild.cli.common import JsonOpt, handle_errors, respond
 from sagebuild.cli.common import out as out_
 from sagebuild.errors import Exit
 
@@ -37,43 +37,34 @@ def lock(
         except Exception:  # noqa: BLE001 - a locked custom profile that is gone is itself drift
             prof = None
         drifts = lk.diff(locked, lk.current(prof, facts))
-        if json_out:
-            emit_json(
-                {
-                    "command": "lock",
-                    "check": str(check),
-                    "drift": [d.to_dict() for d in drifts],
-                    "ok": not drifts,
-                }
-            )
-        elif drifts:
+
+        def show_drift() -> None:
+            if not drifts:
+                out_.print(
+                    f"[green]no drift[/]: the environment matches {escape(str(check))}", highlight=False
+                )
+                return
             out_.print(f"[bold red]{len(drifts)} drift(s)[/] from {escape(str(check))}:", highlight=False)
             for d in drifts:
                 out_.print(f"  - {d}", highlight=False, markup=False)
-        else:
-            out_.print(f"[green]no drift[/]: the environment matches {escape(str(check))}", highlight=False)
-        exit_with(Exit.LOCK_DRIFT if drifts else Exit.OK)
-        return
+
+        doc = {
+            "command": "lock",
+            "check": str(check),
+            "drift": [d.to_dict() for d in drifts],
+            "ok": not drifts,
+        }
+        return respond(json_out, doc, show_drift, Exit.LOCK_DRIFT if drifts else Exit.OK)
     prof, why = profiles.resolve(profile or "auto", archs)
-    doc = lk.current(prof, facts)
-    path, req = lk.write(doc, out)
-    if json_out:
-        emit_json(
-            {
-                "command": "lock",
-                "lockfile": str(path),
-                "requirements": str(req),
-                "profile": prof.name,
-                "distributions": len(doc["distributions"]),
-            }
-        )
-    else:
-        out_.print(
-            f"wrote {path} ({len(doc['distributions'])} distributions, profile {prof.name}: {why})"
-            f"\nwrote {req} (pip install -r {req} reinstalls the same versions)",
-            markup=False,
-            highlight=False,
-        )
+    lock_doc = lk.current(prof, facts)
+    path, req = lk.write(lock_doc, out)
+    n = len(lock_doc["distributions"])
+    doc = {"command": "lock", "lockfile": str(path), "requirements": str(req), "profile": prof.name}
+    said = (
+        f"wrote {path} ({n} distributions, profile {prof.name}: {why})"
+        f"\nwrote {req} (pip install -r {req} reinstalls the same versions)"
+    )
+    respond(json_out, {**doc, "distributions": n}, lambda: out_.print(said, markup=False, highlight=False))
 
 
 def register(app: typer.Typer) -> None:
