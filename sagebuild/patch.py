@@ -168,7 +168,7 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
 
     device = torch.device(device_type, index) if index >= 0 else torch.device(device_type)
     try:
-        from sagebuild.attention import dispatch, validate
+        from sagebuild.attention import dispatch, plan
     except Exception as err:  # a broken install must not break the user's model
         return f"attention kernels not importable ({type(err).__name__})"
     try:
@@ -180,8 +180,8 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
 
     def head_dim_ok(d: int) -> bool:
         try:
-            validate.check_head_dim(d)
-        except validate.AttentionInputError:
+            plan.check_head_dim(d)
+        except plan.AttentionInputError:
             return False
         return True
 

@@ -22,7 +22,6 @@ from sagebuild.attention.validate import (
     AttentionInputError,
     check_dense,
     check_mask,
-    check_sm_scale,
     check_varlen,
     unit_stride,
 )
@@ -30,9 +29,18 @@ from sagebuild.kernels.triton import launcher, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
 
+@functools.cache
+def _cached_ext_ops(device_type: str, index: Optional[int]) -> Any:
+    """The C++ extension's quantization ops, looked up once per device and process (the lookup
+    touches the file system; a rebuilt extension is picked up by the next process)."""
+    from sagebuild import ext
+
+    return ext.get_quant_ops(torch.device(device_type, index))
+
+
 def _ext_ops(device: torch.device) -> Any:
-    """The C++ extension's quantization ops, asked for by name (``quantization_backend="ext"``);
-    "auto" takes Triton's path, which pre-processes K and V in half the extension's time."""
+    """The extension's ops, asked for by name (``quantization_backend="ext"``): "auto" takes
+    Triton's path, which pre-processes K and V in half the extension's time."""
     ops = _cached_ext_ops(device.type, device.index)
     if ops is None:
         raise AttentionInputError(
@@ -42,26 +50,13 @@ def _ext_ops(device: torch.device) -> Any:
     return ops
 
 
-@functools.cache
-def _cached_ext_ops(device_type: str, index: Optional[int]) -> Any:
-    """Looked up once per device and process: the lookup touches the file system, and an
-    attention call at a small shape lasts only microseconds. A rebuilt extension is picked
-    up by the next process."""
-    from sagebuild import ext
-
-    return ext.get_quant_ops(torch.device(device_type, index))
-
-
 def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
 
 
 def _quantize_kv_with_ext(ops: Any, plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor) -> QuantizedKV:
-    """K (and V) pre-processed by the C++ extension in the contract's layout.
-
-    Q is not quantized here: the attention kernel quantizes its Q tile in registers, which
-    saves a launch and a pass over Q whichever backend prepares K and V.
-    """
+    """K (and V) pre-processed by the C++ extension in the contract's layout (Q is quantized in
+    the attention kernel's registers, whichever backend prepares K and V)."""
     kp, vp = _pad(k, plan.head_dim_pad), _pad(v, plan.head_dim_pad)
     km = ops.k_mean(kp) if plan.smooth_k else None
     kq, ks = ops.quant_per_block_int8(kp, km, plan.k_blk, 1.0)
@@ -96,35 +91,45 @@ class _Call(NamedTuple):
     ops: Any  # the C++ extension's quantization ops, or None (Triton's)
 
 
-# Replays by plan key and aliasing of q/k/v (``replay``): a repeated call issues its recorded
+# Replays by plan key and aliasing of the inputs (``replay``): a repeated call issues its recorded
 # launches on new buffers, nothing else; None marks a signature whose call cannot be replayed.
 _REPLAYS: dict[tuple, Optional[replay.Replay]] = {}
-# Calls by signature: a repeated call skips validation and planning, and its launches skip
-# Triton's argument binder (``launcher.launch``). Bounded like the launcher.
-_PLANS: dict[tuple, _Call] = {}
-_VARLEN_PLANS: dict[tuple, LaunchPlan] = {}
+# Plans by signature (a dense call's _Call, a varlen call's LaunchPlan): a repeated call skips
+# validation and planning, and its launches skip Triton's argument binder. Bounded like the launcher.
+_PLANS: dict[tuple, Any] = {}
 
 
 def clear_caches() -> None:
     """Forget plans, replays and per-key constexprs, and re-read the knobs (``knobs.refresh``):
     for tests and tuning scripts that change a knob or a module-level table at run time."""
     _PLANS.clear()
-    _VARLEN_PLANS.clear()
     _REPLAYS.clear()
     launcher.forget_constexprs()
     knobs.refresh()
 
 
-def _put(cache: dict, key: tuple, value: Any) -> None:
+def _put(cache: dict, key: Optional[tuple], value: Any) -> None:
+    if key is None:
+        return
     if len(cache) >= launcher.MAX_ENTRIES:
         cache.clear()
     cache[key] = value
 
 
-def _record(rkey: tuple, inputs: tuple, execute: Callable[[], Any]) -> Any:
-    """Run a signature's second call under a ``replay.Recorder`` and keep its replay (None: the
-    signature is never replayed). Recording costs ~0.3 ms of host time once, so only a second
-    call records: one-off shapes (prefills of varying length) never pay it."""
+def _replay_key(key: Optional[tuple], inputs: tuple) -> Optional[tuple]:
+    """The plan key and the aliasing among the inputs (part of what a replay reads)."""
+    if key is None:
+        return None
+    ptrs = [t.data_ptr() for t in inputs]
+    return (key, tuple(ptrs.index(p) for p in ptrs))
+
+
+def _run(rkey: Optional[tuple], inputs: tuple, execute: Callable[[], Any]) -> Any:
+    """Execute a planned call, under a ``replay.Recorder`` when ``rkey`` is given and not yet
+    recorded. Callers pass it from a signature's second call: recording costs ~0.3 ms of host
+    time once, so one-off shapes (prefills of varying length) never pay it."""
+    if rkey is None or rkey in _REPLAYS or _capturing(inputs[0]):
+        return execute()
     with replay.Recorder() as rec:
         result = execute()
     _put(_REPLAYS, rkey, rec.build(inputs, result))
@@ -188,7 +193,7 @@ def plan_dense(
         config=config,
         return_lse=return_lse,
         smooth_k=smooth_k,
-        sm_scale=check_sm_scale(sm_scale, d),
+        sm_scale=sm_scale,
         mask=mask,
         mask_rows=rows,
     )
@@ -259,13 +264,11 @@ def attend(
             attn_mask = attn_mask.view(torch.uint8)
         inputs = (q, k, v, attn_mask)
     key = _plan_key(q, k, v, *flags)
-    rkey = None
-    if key is not None:  # a replayed signature first: one key hash, nothing else decided again
-        rkey = (key, q.data_ptr() == k.data_ptr(), q.data_ptr() == v.data_ptr(), k.data_ptr() == v.data_ptr())
-        rep = _REPLAYS.get(rkey)
-        if rep is not None:
-            return rep(*inputs)
-    call = _PLANS.get(key) if key is not None else None
+    rkey = _replay_key(key, inputs)
+    rep = _REPLAYS.get(rkey)  # a replayed signature first: one key hash, nothing else decided again
+    if rep is not None:
+        return rep(*inputs)
+    call = _PLANS.get(key)
     if call is None:
         plan = plan_dense(
             q, k, v, tensor_layout=tensor_layout, is_causal=is_causal, sm_scale=sm_scale,
@@ -274,11 +277,9 @@ def attend(
         )  # fmt: skip
         ops = _ext_ops(q.device) if plan.quantization == "extension" else None
         call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
-        if key is not None:
-            _put(_PLANS, key, call)
-    elif rkey not in _REPLAYS and not _capturing(q):
-        return _record(rkey, inputs, lambda: _execute(call, key, q, k, v, attn_mask))
-    return _execute(call, key, q, k, v, attn_mask)
+        _put(_PLANS, key, call)
+        rkey = None  # the signature's first call
+    return _run(rkey, inputs, lambda: _execute(call, key, q, k, v, attn_mask))
 
 
 def _execute(
@@ -405,10 +406,9 @@ def attend_varlen(
     No host synchronisation: device-resident ``cu_seqlens`` are not read on the host (the
     kernels clamp every sequence to the packed tensor); the plan is cached per signature and a
     repeated signature replays its launches, like dense calls."""
-    key = None
+    key = _plan_key(q, k, v, is_causal, sm_scale, smooth_k, qk_quant_gran, pv, config, "varlen")
     try:
-        key = (
-            _plan_key(q, k, v, is_causal, sm_scale, smooth_k, qk_quant_gran, pv, config, "varlen"),
+        key += (
             cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device, cu_seqlens_q.data_ptr() & 15,
             cu_seqlens_k.shape, cu_seqlens_k.dtype, cu_seqlens_k.device, cu_seqlens_k.data_ptr() & 15,
             int(max_seqlen_q), int(max_seqlen_k),
@@ -416,25 +416,19 @@ def attend_varlen(
         hash(key)
     except (AttributeError, TypeError, ValueError):
         key = None
-    if key is not None and key[0] is None:
-        key = None
     inputs = (q, k, v, cu_seqlens_q, cu_seqlens_k)
-    rkey = None
-    if key is not None:  # the aliasing among the five inputs is part of what a replay reads
-        ptrs = [t.data_ptr() for t in inputs]
-        rkey = (key, tuple(ptrs.index(p) for p in ptrs))
-        rep = _REPLAYS.get(rkey)
-        if rep is not None:
-            if cu_seqlens_q.device.type == "cpu" or cu_seqlens_k.device.type == "cpu":
-                check_varlen(*inputs, max_seqlen_q, max_seqlen_k)  # host lengths are always checked
-            return rep(*inputs)
+    rkey = _replay_key(key, inputs)
+    rep = _REPLAYS.get(rkey)
+    if rep is not None:
+        if cu_seqlens_q.device.type == "cpu" or cu_seqlens_k.device.type == "cpu":
+            check_varlen(*inputs, max_seqlen_q, max_seqlen_k)  # host lengths are always checked
+        return rep(*inputs)
     checked = check_varlen(*inputs, max_seqlen_q, max_seqlen_k)  # copies only what must be copied
-    plan = _VARLEN_PLANS.get(key) if key is not None else None
+    plan = _PLANS.get(key)
     if plan is None:
-        d = q.shape[-1]
         plan = make_plan(
             dispatch.device_arch(q.device),
-            head_dim=d,
+            head_dim=q.shape[-1],
             n_k=int(max_seqlen_k),
             pv=pv,
             causal=bool(is_causal),
@@ -442,17 +436,13 @@ def attend_varlen(
             qk_quant_gran=qk_quant_gran,
             config=config,
             smooth_k=smooth_k,
-            sm_scale=check_sm_scale(sm_scale, d),
+            sm_scale=sm_scale,
         )
-        if key is not None:
-            _put(_VARLEN_PLANS, key, plan)
-    elif (
-        rkey not in _REPLAYS
-        and all(a is b for a, b in zip(checked, inputs))  # a copy made here would not be replayed
-        and not _capturing(q)
-    ):
-        return _record(rkey, inputs, lambda: _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k))
-    return _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k)
+        _put(_PLANS, key, plan)
+        rkey = None  # the signature's first call
+    if any(a is not b for a, b in zip(checked, inputs)):
+        rkey = None  # a copy made here would not be replayed
+    return _run(rkey, inputs, lambda: _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k))
 
 
 def _execute_varlen(

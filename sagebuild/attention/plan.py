@@ -187,6 +187,34 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     return pv or archs.pv_path(arch), accum
 
 
+def check_head_dim(d: int) -> None:
+    """Head dims 1 to the largest native one are served (the native ones as they are, others padded)."""
+    if configs.padded_head_dim(d) is None or d < 1:
+        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
+        raise AttentionInputError(
+            f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
+            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
+
+
+def check_sm_scale(sm_scale: Any, head_dim: int) -> float:
+    """The softmax scale: 1/sqrt(head_dim) by default, else a positive finite number."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    try:
+        value = float(sm_scale)
+    except (TypeError, ValueError):
+        fix = "pass a float or None"
+        raise AttentionInputError(f"sm_scale must be a number, got {sm_scale!r}", fix) from None
+    if not math.isfinite(value) or value <= 0:
+        raise AttentionInputError(
+            f"sm_scale must be positive and finite, got {sm_scale!r}",
+            "pass a positive float, or None for 1/sqrt(head_dim)",
+        )
+    return value
+
+
 def _check_choice(name: str, value: Any, allowed: tuple, fix: str) -> None:
     if value not in allowed:
         raise AttentionInputError(f"{name} must be one of {allowed}, got {value!r}", fix)
@@ -227,13 +255,8 @@ def make_plan(
             "packed (varlen) sequences take no attn_mask",
             "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
         )
+    check_head_dim(head_dim)
     dp = configs.padded_head_dim(head_dim)
-    if dp is None or head_dim < 1:
-        raise AttentionInputError(
-            f"head dim {head_dim} is not supported: the kernels take head dims 1 to "
-            f"{configs.NATIVE_HEAD_DIMS[-1]}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
     row = _arch_row(arch)
     family = family_of(arch)
     if pv == "auto":
@@ -247,18 +270,6 @@ def make_plan(
             "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
         )  # fmt: skip
     fp8_dtype = fp8_dtype_name(arch) if fp8 else None
-    if sm_scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    else:
-        try:
-            scale = float(sm_scale)
-        except (TypeError, ValueError):
-            scale = math.nan
-        if not math.isfinite(scale) or scale <= 0:
-            raise AttentionInputError(
-                f"sm_scale must be positive and finite, got {sm_scale!r}",
-                "pass a positive float, or None for 1/sqrt(head_dim)",
-            )
     varlen = layout == "varlen"
     quantization = "extension" if backend == "ext" else "triton"
     ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
@@ -310,7 +321,7 @@ def make_plan(
         row_sum_parts=parts if cfg.block_n % parts == 0 else 1,
         return_lse=bool(return_lse),
         smooth_k=bool(smooth_k),
-        sm_scale=scale,
+        sm_scale=check_sm_scale(sm_scale, head_dim),
         table_version=configs.CONFIG_TABLE_VERSION,
         mask=mask,
         mask_rows=mask != "none" and bool(mask_rows),

@@ -6,18 +6,14 @@ dimension is not contiguous (the kernels need unit stride along the head dim).
 
 from __future__ import annotations
 
-import math
 import os
-from typing import Optional
 
 import torch
 
 from sagebuild.attention.errors import AttentionInputError
-from sagebuild.kernels.triton.configs import NATIVE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LAYOUTS = ("HND", "NHD")
-MAX_HEAD_DIM = NATIVE_HEAD_DIMS[-1]
 
 
 def interpreter_enabled() -> bool:
@@ -29,8 +25,9 @@ def _fail(message: str, fix: str) -> AttentionInputError:
     return AttentionInputError(message, fix)
 
 
-def check_tensors(named: dict[str, torch.Tensor]) -> None:
-    """dtype and device rules shared by the dense and varlen entry points."""
+def check_tensors(named: dict[str, torch.Tensor], rank: int, rank_rule: str, fix: str) -> None:
+    """dtype, device, rank and head dim rules shared by the dense and varlen entry points
+    (``rank_rule`` completes "q must ..." in the error for a wrong rank)."""
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
             raise _fail(
@@ -71,33 +68,12 @@ def check_tensors(named: dict[str, torch.Tensor]) -> None:
             f"unsupported device type {device.type!r}; the kernels run on CUDA and ROCm GPUs",
             "move q, k and v to a CUDA/ROCm device",
         )
-
-
-def check_head_dim(d: int) -> None:
-    """Head dims up to MAX_HEAD_DIM are served (NATIVE_HEAD_DIMS natively, others padded)."""
-    if d > MAX_HEAD_DIM or d < 1:
-        native = ", ".join(str(n) for n in NATIVE_HEAD_DIMS)
-        raise _fail(
-            f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
-            f"any head dim from 1 to {MAX_HEAD_DIM}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
-
-
-def check_sm_scale(sm_scale: Optional[float], head_dim: int) -> float:
-    """The softmax scale: 1/sqrt(head_dim) by default, else a positive finite number."""
-    if sm_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    try:
-        value = float(sm_scale)
-    except (TypeError, ValueError):
-        raise _fail(f"sm_scale must be a number, got {sm_scale!r}", "pass a float or None") from None
-    if not math.isfinite(value) or value <= 0:
-        raise _fail(
-            f"sm_scale must be positive and finite, got {sm_scale!r}",
-            "pass a positive float, or None for 1/sqrt(head_dim)",
-        )
-    return value
+    for name, t in named.items():
+        if t.dim() != rank:
+            raise _fail(f"{name} must {rank_rule}, got shape {tuple(t.shape)}", fix)
+    dims = [t.shape[-1] for t in named.values()]
+    if len(set(dims)) != 1:
+        raise _fail("head dims differ: q {}, k {}, v {}".format(*dims), "q, k and v must share the head dim")
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
@@ -109,28 +85,23 @@ def check_dense(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tensor_layout: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated logical [B, H, N, D] views of q, k, v (NHD inputs become transposed views)."""
-    check_tensors({"q": q, "k": k, "v": v})
     if tensor_layout not in LAYOUTS:
         raise _fail(
             f"tensor_layout must be 'HND' (batch, heads, seq, dim) or 'NHD' (batch, seq, heads, dim), "
             f"got {tensor_layout!r}",
             "pass tensor_layout='HND' or 'NHD'",
         )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise _fail(
-                f"{name} must have 4 dims ({'B, H, N, D' if tensor_layout == 'HND' else 'B, N, H, D'} "
-                f"for tensor_layout={tensor_layout!r}), got shape {tuple(t.shape)}",
-                "reshape to 4 dims, or use sageattn_varlen for packed sequences",
-            )
+    dims = "B, H, N, D" if tensor_layout == "HND" else "B, N, H, D"
+    rule = f"have 4 dims ({dims} for tensor_layout={tensor_layout!r})"
+    check_tensors(
+        {"q": q, "k": k, "v": v}, 4, rule, "reshape to 4 dims, or use sageattn_varlen for packed sequences"
+    )
     if tensor_layout == "NHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = q.shape, k.shape, v.shape
+    (bq, hq, nq, _), (bk, hk, nk, _), (bv, hv, nv, _) = q.shape, k.shape, v.shape
     lay = tensor_layout
     if not (bq == bk == bv):
         raise _fail(f"batch sizes differ: q {bq}, k {bk}, v {bv}", "pass q, k, v with the same batch size")
-    if not (dq == dk == dv):
-        raise _fail(f"head dims differ: q {dq}, k {dk}, v {dv}", "q, k and v must share the head dim")
     if nk != nv:
         raise _fail(
             f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={lay!r}",
@@ -142,7 +113,6 @@ def check_dense(
             f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)} (as B, H, N, D)",
             "pass at least one batch entry, one query and one key",
         )
-    check_head_dim(dq)
     return unit_stride(q), unit_stride(k), unit_stride(v)
 
 
@@ -216,26 +186,14 @@ def check_varlen(
 
     The lengths' values are checked when they are on the CPU; on a GPU they are not read here
     (no host synchronisation per call) and the kernels clamp them."""
-    check_tensors({"q": q, "k": k, "v": v})
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 3:
-            raise _fail(
-                f"{name} must be packed as (total_tokens, heads, dim) for sageattn_varlen, "
-                f"got shape {tuple(t.shape)}",
-                "concatenate the sequences along dim 0",
-            )
+    rule = "be packed as (total_tokens, heads, dim) for sageattn_varlen"
+    check_tensors({"q": q, "k": k, "v": v}, 3, rule, "concatenate the sequences along dim 0")
     if k.shape[0] != v.shape[0]:
         raise _fail(
             f"k and v hold different token counts ({k.shape[0]} vs {v.shape[0]})",
             "k and v must be packed from the same sequences",
         )
-    if not (q.shape[2] == k.shape[2] == v.shape[2]):
-        raise _fail(
-            f"head dims differ: q {q.shape[2]}, k {k.shape[2]}, v {v.shape[2]}",
-            "q, k and v must share the head dim",
-        )
     _check_heads(q.shape[1], k.shape[1], v.shape[1], "")
-    check_head_dim(q.shape[2])
     cus = []
     for name, cu, total, max_len in (
         ("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
