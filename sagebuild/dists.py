@@ -67,6 +67,30 @@ def is_this_interpreter(python: Optional[str]) -> bool:
         return False
 
 
+def run_json(python: str, script: str, *args: str, what: str, timeout: float = _TIMEOUT_S) -> Any:
+    """Run a standard-library ``script`` in the interpreter ``python`` and parse the JSON document it
+    prints; a clear error (exit 3) when the interpreter cannot run it."""
+    fix = "pass --python the path of a working Python interpreter (python -c 'import sys' must run)"
+    try:
+        proc = subprocess.run(
+            [python, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SagebuildError(f"cannot {what} of {python}: {e}", fix=fix, code=Exit.ENVIRONMENT) from None
+    except ValueError:
+        pass
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    raise SagebuildError(
+        f"cannot {what} of {python} (exit {proc.returncode}): {last}", fix=fix, code=Exit.ENVIRONMENT
+    )
+
+
 def installed_distributions(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> dict[str, Any]:
     """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins), sorted
     by name: its version and, for packages not installed from an index, how they were installed
@@ -77,24 +101,4 @@ def installed_distributions(python: Optional[str] = None, timeout: float = _TIME
         exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
         return ns["collect"]()
     assert python is not None
-    fix = "pass --python the path of a working Python interpreter (python -c 'import sys' must run)"
-    try:
-        proc = subprocess.run(
-            [python, "-c", _SCRIPT], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SagebuildError(
-            f"cannot list the distributions of {python}: {e}", fix=fix, code=Exit.ENVIRONMENT
-        ) from None
-    try:
-        doc = json.loads(proc.stdout)
-        if proc.returncode != 0 or not isinstance(doc, dict):
-            raise ValueError
-    except ValueError:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        raise SagebuildError(
-            f"cannot list the distributions of {python} (exit {proc.returncode}): {last}",
-            fix=fix,
-            code=Exit.ENVIRONMENT,
-        ) from None
-    return doc
+    return run_json(python, _SCRIPT, what="list the distributions", timeout=timeout)

@@ -1,9 +1,6 @@
-"""Writing files safely: atomic replaces, the usual file mode, and one clear error per failed write.
-
-A write goes to a temporary file beside the destination (same filesystem), fsynced, then renamed
-over it: a reader never sees a half-written report or lock. New files get ``0666 & ~umask`` (what
-``open()`` gives, not ``mkstemp``'s 0600). An ``OSError`` becomes a ``SagebuildError`` that says
-what could not be written, where, and what to do (exit 2), never a traceback.
+"""Writing files safely: a temporary file beside the destination, fsynced, then renamed over it (a
+reader never sees a half-written report or lock), and each failed write one ``SagebuildError`` that
+says what could not be written, where, and what to do (exit 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -30,13 +27,6 @@ _WHY = {
     errno.EEXIST: ("something else already exists there", "pass another path, or remove it"),
     errno.ENAMETOOLONG: ("the name is too long", "pass a shorter path"),
 }
-
-
-def default_file_mode() -> int:
-    """The mode ``open(path, "w")`` gives a new file: 0666 less the umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def write_error(path: Path | str, exc: OSError, what: str = "write") -> SagebuildError:
@@ -85,7 +75,9 @@ def _replace_atomically(path: Path, fill: Callable[[str], None]) -> Path:
     os.close(fd)
     try:
         fill(tmp)
-        os.chmod(tmp, default_file_mode())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # what open() gives a new file, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)

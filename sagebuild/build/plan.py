@@ -62,10 +62,8 @@ class BuildPlan:
 
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
-        lines = [f"{cd}{env} {shlex.join(self.command)}".strip()]
-        for variant, arch in self.aot:
-            lines.append(f"sagebuild.attention.aot.compile_variant({variant!r}, {arch!r})")
-        return lines
+        aot = [f"sagebuild.attention.aot.compile_variant({v!r}, {a!r})" for v, a in self.aot]
+        return [f"{cd}{env} {shlex.join(self.command)}".strip(), *aot]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -187,12 +185,7 @@ def plan_archs(
             ("the devices' compute capability (torch)", torch_archs),
             ("nvidia-smi", facts.nvidia_smi_archs),
         ]
-    found, source = [], ""
-    for src, names in candidates:
-        found = _dedup(names, vendor)
-        if found:
-            source = src
-            break
+    found, source = next(((f, src) for src, names in candidates if (f := _dedup(names, vendor))), ([], ""))
 
     if vendor == "rocm" and override:
         shown = archs.decode_hsa_override(override)
@@ -226,14 +219,7 @@ def plan_archs(
 
 def arch_env_value(vendor: str, names: list[str]) -> str:
     """The value of ``PYTORCH_ROCM_ARCH`` (``gfx1201;gfx1100``) or ``TORCH_CUDA_ARCH_LIST`` (``9.0;8.9``)."""
-    if vendor == "cuda":
-        out = []
-        for n in names:
-            arch = archs.ARCHS.get(n)
-            entry = arch.cuda_arch_list_entry if arch else f"{n[2:-1]}.{n[-1]}"
-            out.append(entry or n)
-        return ";".join(out)
-    return ";".join(names)
+    return ";".join(f"{n[2:-1]}.{n[-1]}" if vendor == "cuda" else n for n in names)
 
 
 # ---- the plan ---------------------------------------------------------------------------------

@@ -216,13 +216,9 @@ def _tool_version(cmd: list[str]) -> Optional[str]:
 
 
 def compiler_versions(vendor: str) -> dict[str, Optional[str]]:
-    cxx = os.environ.get("CXX", "c++")
-    out = {"c++": _tool_version([cxx, "--version"]), "ninja": _tool_version(["ninja", "--version"])}
-    if vendor == "cuda":
-        out["nvcc"] = _tool_version(["nvcc", "--version"])
-    if vendor == "rocm":
-        out["hipcc"] = _tool_version(["hipcc", "--version"])
-    return out
+    gpu = {"cuda": "nvcc", "rocm": "hipcc"}.get(vendor)
+    tools = {"c++": os.environ.get("CXX", "c++"), "ninja": "ninja", **({gpu: gpu} if gpu else {})}
+    return {name: _tool_version([exe, "--version"]) for name, exe in tools.items()}
 
 
 def _build_info(

@@ -1,8 +1,5 @@
-"""Compiling as a service: plan the build for a machine and profile, run it, and describe the outcome.
-
-``sagebuild compile`` and the compile step of ``sagebuild accept`` both run a plan through
-:func:`run_build`. Nothing here prints.
-"""
+"""Compiling as a service (``sagebuild compile``, ``accept``'s compile step): plan the build for a
+machine and profile, run it, and describe the outcome. Nothing here prints."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ from sagebuild import probe, profiles
 from sagebuild.build import run
 from sagebuild.build.plan import BuildPlan, make_plan
 from sagebuild.build.result import CompileResult
-from sagebuild.errors import SagebuildError
 from sagebuild.explain import explain_for_report, read_log_file
 
 
@@ -62,10 +58,6 @@ def plan_for_machine(
 ) -> tuple[BuildPlan, str]:
     """Probe the machine (or the image under ``root``), pick the profile, make the plan; returns
     the plan and why the profile was chosen."""
-    if source is not None and not source.is_dir():
-        raise SagebuildError(
-            f"--source {source}: not a directory", fix="pass the directory holding the extension's setup.py"
-        )
     facts = probe.collect(root=root)
     profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
     return make_plan(profile, facts, jobs=jobs, arch=arch, source=source), why

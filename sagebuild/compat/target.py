@@ -6,14 +6,12 @@ script: its own sys.path, site-packages and metadata, nothing imported but the s
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from typing import Any, Optional
 
 from sagebuild.compat.contents import DIST_NAME, MARKER_FILE, PACKAGE
-from sagebuild.errors import SagebuildError
+from sagebuild.dists import run_json
 
 # Runs in the target interpreter (any Python >= 3.8): prints one JSON document.
 _PROBE = r"""
@@ -54,35 +52,14 @@ print(json.dumps(doc))
 """
 
 
-def probe(python: Optional[str] = None) -> dict[str, Any]:
-    """The raw facts from the interpreter (``python`` or this one)."""
-    exe = python or sys.executable
-    try:
-        proc = subprocess.run(
-            [exe, "-c", _PROBE, DIST_NAME, PACKAGE, MARKER_FILE],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SagebuildError(
-            f"could not run the interpreter {exe}: {exc}", "pass --python with a working Python executable"
-        ) from None
-    if proc.returncode != 0:
-        raise SagebuildError(
-            f"{exe} failed while reading its site-packages: {proc.stderr.strip()[-400:]}",
-            "pass --python with a working Python executable",
-        )
-    return json.loads(proc.stdout)
-
-
 def status(python: Optional[str] = None) -> dict[str, Any]:
     """Which ``sageattention`` the interpreter would import, from which distribution, and whose.
 
     ``whose``: "sagebuild" (our distribution provides the module), "upstream" (another
     distribution's), "unpackaged" (a module on sys.path no distribution claims: a source folder, a
     path hack), or None when nothing would be imported."""
-    facts = probe(python)
+    exe = python or sys.executable
+    facts = run_json(exe, _PROBE, DIST_NAME, PACKAGE, MARKER_FILE, what="read the site-packages", timeout=60)
     origin = facts["origin"]
     provider = None
     module_dir = origin and (os.path.dirname(origin) if origin.endswith(".py") else origin)
