@@ -1,13 +1,10 @@
 """Safe plug-and-play: route ``torch.nn.functional.scaled_dot_product_attention`` to our kernels.
 
-The wrapper keeps SDPA's exact signature and uses the quantized kernels only where it can do so
-faithfully; every other call goes to the original SDPA unchanged, its reason counted in
-:func:`patch_stats`. Scope it with ``patch_sdpa`` (context manager or decorator) or set it for the
-process with :func:`enable` / :func:`disable`. Only the module attribute is replaced, for every
-thread; nesting is counted and the outermost exit restores. Under ``torch.compile`` a call passing
-:func:`decide`'s static checks becomes the custom op ``sagebuild::patched_sdpa``, which takes the
-device-dependent decision at run time; ``torch.jit`` traces and calls needing gradients go to the
-original. docs/plug-and-play.md has the details.
+The wrapper keeps SDPA's signature and uses the quantized kernels only where they are faithful;
+every other call goes to the original SDPA, its reason counted (:func:`patch_stats`). Scoped by
+``patch_sdpa`` (nesting counted, the outermost exit restores) or process-wide by :func:`enable`.
+Under ``torch.compile`` a call passing :func:`decide`'s static checks becomes the custom op
+``sagebuild::patched_sdpa``, which decides the rest at run time. docs/plug-and-play.md has details.
 """
 
 from __future__ import annotations
@@ -18,16 +15,13 @@ import math
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _ACCEL_DTYPES = ("float16", "bfloat16")
-
-
-# ---- what a device can take, and the pure decision "accelerate or pass through" ----
 
 
 @dataclass(frozen=True)
@@ -62,11 +56,8 @@ def decide(
     gpu_device_types: tuple[str, ...] = ("cuda",),
     grad_enabled: bool = False,
 ) -> DeviceSupport | str:
-    """The device support to accelerate with, or the reason (a short sentence) to pass through.
-
-    A pure function of the arguments' metadata (shape, dtype, device, flags) and of what
-    ``support_for(device)`` says, so it can be tested with meta tensors and a fake device table.
-    """
+    """The device support to accelerate with, or the reason (a short sentence) to pass through: a
+    pure function of the arguments' metadata and ``support_for(device)`` (testable on meta tensors)."""
     import torch
 
     tensors = (query, key, value)
@@ -127,9 +118,8 @@ def decide(
 
 
 def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None:
-    """Why an ``attn_mask`` stays with SDPA, or None for a key-padding mask: bool or q's dtype,
-    broadcastable to [B, H, N_q, N_k], the same for every query row (it costs at most the unmasked
-    call, so the unmasked crossover holds; a mask varying along queries is unmeasured against SDPA)."""
+    """Why an ``attn_mask`` stays with SDPA, or None for a key-padding mask (bool or q's dtype, the
+    same for every query row: it costs at most the unmasked call, so the unmasked crossover holds)."""
     import torch
 
     if type(mask) is not torch.Tensor:
@@ -148,9 +138,6 @@ def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None
     if mask.dim() >= 2 and mask.shape[-2] > 1 and mask.stride(-2) != 0:
         return "attn_mask varies along queries (key-padding masks only)"
     return None
-
-
-# ---- the real backend: the attention dispatch and sageattn (tests swap ``_backend`` for a fake) ----
 
 
 def _dispatch_support(device: Any) -> DeviceSupport | str:
@@ -210,16 +197,13 @@ def _dispatch_kernel(
 
 
 @dataclass
-class _Backend:
+class _Backend:  # tests swap ``_backend`` for a fake
     support_for: SupportFn
     kernel: Callable[..., Any]
     gpu_device_types: tuple[str, ...] = ("cuda",)
 
 
 _backend = _Backend(support_for=_dispatch_support, kernel=_dispatch_kernel)
-
-
-# ---- statistics ----
 
 
 @dataclass(frozen=True)
@@ -284,8 +268,6 @@ def reset_stats() -> None:
         _accelerated_by.clear()
 
 
-# ---- the wrapper ----
-
 _original: Callable[..., Any] | None = None
 
 
@@ -299,9 +281,7 @@ def _call_original(*args: Any) -> Any:
         original = torch.nn.functional.scaled_dot_product_attention
         if original is scaled_dot_product_attention:
             raise RuntimeError("sagebuild.patch: the original scaled_dot_product_attention was lost")
-    kwargs: dict[str, Any] = {}
-    if scale is not None:
-        kwargs["scale"] = scale
+    kwargs: dict[str, Any] = {} if scale is None else {"scale": scale}
     if enable_gqa:
         kwargs["enable_gqa"] = enable_gqa
     return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
@@ -341,24 +321,12 @@ def _define_op() -> None:
         "bool enable_gqa) -> Tensor"
     )
 
-    @torch.library.custom_op("sagebuild::patched_sdpa", mutates_args=(), schema=schema)
-    def patched_sdpa(
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attn_mask: torch.Tensor | None,
-        is_causal: bool,
-        scale: float | None,
-        enable_gqa: bool,
-    ) -> torch.Tensor:
+    def run(query, key, value, attn_mask, is_causal, scale, enable_gqa):  # type: ignore[no-untyped-def]
         out = _eager_sdpa((query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa))
         return out.contiguous()  # the fake's layout; a fresh tensor, never an input
 
-    @patched_sdpa.register_fake
-    def _(query, key, value, attn_mask, is_causal, scale, enable_gqa):  # type: ignore[no-untyped-def]
-        return query.new_empty((*query.shape[:-1], value.shape[-1]))
-
-    _op = patched_sdpa
+    _op = torch.library.custom_op("sagebuild::patched_sdpa", run, mutates_args=(), schema=schema)
+    _op.register_fake(lambda query, key, value, *_: query.new_empty((*query.shape[:-1], value.shape[-1])))
 
 
 def scaled_dot_product_attention(
@@ -409,8 +377,6 @@ def _eager_sdpa(args: tuple) -> Any:
     _count(verdict)
     return out if out.dtype == query.dtype else out.to(query.dtype)
 
-
-# ---- installing and restoring ----
 
 _state_lock = threading.RLock()
 _depth = 0
@@ -476,22 +442,16 @@ def disable() -> None:
     _update(enabled=False)
 
 
-class _SdpaPatch(contextlib.ContextDecorator):
-    """One ``with patch_sdpa():`` scope; reusable and re-entrant (the depth is process-wide)."""
-
-    def __enter__(self) -> _SdpaPatch:
-        _update(+1)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+@contextlib.contextmanager
+def _scope() -> Iterator[None]:
+    _update(+1)
+    try:
+        yield
+    finally:
         _update(-1)
 
 
 def patch_sdpa(func: F | None = None) -> Any:
-    """Context manager and decorator that routes SDPA through the safe wrapper.
-
-    ``with patch_sdpa(): ...``, ``@patch_sdpa()`` and bare ``@patch_sdpa`` all work; the
-    original function is restored when the outermost scope exits, also on exceptions.
-    """
-    scope = _SdpaPatch()
-    return scope(func) if func is not None else scope
+    """Context manager and decorator routing SDPA through the safe wrapper (``with patch_sdpa():``,
+    ``@patch_sdpa()``, bare ``@patch_sdpa``); the outermost exit restores, also on exceptions."""
+    return _scope()(func) if func is not None else _scope()
