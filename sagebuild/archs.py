@@ -1,9 +1,5 @@
-"""The one home of GPU architecture facts: names, families, decoding and kernel dispatch.
-
-Everything that needs to know what an arch is (the probe, the profiles, the build's arch
-lists, the attention dispatch, the ahead-of-time compile checks) reads this table. Adding a
-GPU means adding one row here.
-"""
+"""The one home of GPU architecture facts (names, families, decoding, kernel dispatch): the probe,
+profiles, build, attention dispatch and AOT checks all read this table; a new GPU is one row here."""
 
 from __future__ import annotations
 
@@ -124,9 +120,8 @@ def cuda_arch(major: int, minor: int) -> str:
 
 
 def of_device_properties(props: Any, hip: bool) -> str:
-    """``torch.cuda.get_device_properties(i)`` → canonical name: ROCm's ``gcnArchName``
-    (``gfx942:sramecc+:xnack-`` → ``gfx942``), CUDA's compute capability (9.0 → ``sm90``);
-    "" when a ROCm build does not report one."""
+    """``torch.cuda.get_device_properties(i)`` → canonical name (ROCm's ``gcnArchName``, CUDA's
+    compute capability); "" when a ROCm build does not report one."""
     if hip:
         raw = getattr(props, "gcnArchName", "")
         return normalize(raw) if raw else ""

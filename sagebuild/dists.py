@@ -1,8 +1,5 @@
-"""The distributions installed in an environment: this interpreter's, or another one's (``--python``).
-
-A neutral home used by the lockfile and by the report's environment backup, so neither reaches into
-the other. Another interpreter is read in a subprocess (standard library only, under a timeout).
-"""
+"""The distributions installed in an environment, this interpreter's or another one's (``--python``,
+read in a subprocess): one home for the lockfile and the report's environment backup."""
 
 from __future__ import annotations
 
@@ -92,10 +89,8 @@ def run_json(python: str, script: str, *args: str, what: str, timeout: float = _
 
 
 def installed_distributions(python: Optional[str] = None, timeout: float = _TIMEOUT_S) -> dict[str, Any]:
-    """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins), sorted
-    by name: its version and, for packages not installed from an index, how they were installed
-    (editable / url): a pip ``name==version`` line could not reinstall those.
-    """
+    """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins) by name:
+    its version and, when not from an index, how it was installed (editable / url)."""
     if is_this_interpreter(python):
         ns: dict[str, Any] = {}
         exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant

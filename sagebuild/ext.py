@@ -1,9 +1,6 @@
-"""Runtime loader of the bundled C++/CUDA/HIP extension (``sagebuild compile`` builds it).
-
-Loading never breaks ``import sagebuild`` or an attention call: a missing build means "use
-Triton's quantization"; a broken one keeps its reason for ``unavailable_reason()``, explained
-the xformers way ("built for torch X with CUDA Y, you have Z").
-"""
+"""Runtime loader of the bundled C++/CUDA/HIP extension. Loading never breaks an attention call: a
+missing build means Triton's quantization; a broken one keeps its reason for ``unavailable_reason()``
+("built for torch X with CUDA Y, you have Z")."""
 
 from __future__ import annotations
 

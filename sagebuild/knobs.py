@@ -1,11 +1,7 @@
-"""Every ``SAGEBUILD_*`` environment variable, registered once: name, type, default, meaning.
-
-Code reads a knob through ``get(name)``, never ``os.environ`` directly, and docs/knobs.md is
-generated from this table (``python -m sagebuild.knobs > docs/knobs.md``; a test compares them).
-The knobs that change an attention call's plan are read once per process and cached (a call's
-plan key includes ``plan_values()``, which must cost nothing); ``refresh()`` re-reads them
-(tests, tuning scripts). The others are read live.
-"""
+"""Every ``SAGEBUILD_*`` environment variable, registered once; code reads them through ``raw`` and
+``switch``, and docs/knobs.md is generated from the table (``python -m sagebuild.knobs``; a test
+compares). Plan knobs are cached per process (a call's plan key holds ``plan_values()``, which must
+cost nothing); ``refresh()`` re-reads them."""
 
 from __future__ import annotations
 
@@ -122,9 +118,8 @@ def refresh() -> None:
 
 
 def raw(name: str) -> Optional[str]:
-    """The knob's value as set (stripped; None or "" when unset). Plan knobs come from the
-    per-process cache (``refresh``); the others are read live (they are never on a hot path, and
-    a running process may be re-pointed at another cache or extension folder)."""
+    """The knob's value as set (stripped; None or "" when unset). Plan knobs come from the per-process
+    cache; the others are read live (a process may be re-pointed at another cache folder)."""
     knob = _BY_NAME.get(name)
     if knob is None:
         raise UnknownKnobError(name)

@@ -1,9 +1,5 @@
-"""YAML profiles: the one schema, loading with clear errors, and matching a probed machine.
-
-A profile names one hardware/software family: vendor, GPU archs, the version ranges that are
-known to work, build settings, the kernel variants to build and verify, bench defaults and
-pass thresholds. Bundled ones live in ``profiles/*.yaml`` (package ``sagebuild.profiles_data``).
-"""
+"""YAML profiles (one hardware/software family each; bundled ones in ``profiles/*.yaml``): the one
+schema, loading with clear errors, and matching a probed machine."""
 
 from __future__ import annotations
 

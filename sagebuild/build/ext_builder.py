@@ -1,10 +1,7 @@
-"""The build subprocess: ``python -m sagebuild.build.ext_builder SPEC.json``.
-
-Runs in a fresh interpreter (the same ``sys.executable`` as sagebuild) so that a compiler
-crash, an OOM kill or a half-initialised torch never takes the caller down. It compiles the
-sources listed in the spec with ``torch.utils.cpp_extension.load`` (ninja, ``MAX_JOBS`` and the
-arch variables come from the environment; on a ROCm torch the ``.cu`` files are hipified) and
-leaves ``<build_directory>/<name>.so``. Exit status 0 means the library was built and loaded.
+"""The build subprocess, ``python -m sagebuild.build.ext_builder SPEC.json``: a fresh interpreter, so a
+compiler crash, an OOM kill or a half-initialised torch never takes the caller down. It compiles the
+spec's sources with ``torch.utils.cpp_extension.load`` (``MAX_JOBS`` and the arch variables from the
+environment; hipified on ROCm); exit status 0 means ``<build_directory>/<name>.so`` built and loaded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The ``MAX_JOBS`` rules, in one place: what a valid value is and when a value overfills memory.
-
-The doctor's ``max-jobs`` check and the build plan both read them, so ``doctor`` and
-``compile`` say the same thing about the same value.
-"""
+"""The ``MAX_JOBS`` rules (a valid value; when a value overfills memory), in one place so that
+``doctor``'s ``max-jobs`` check and ``compile``'s plan say the same thing about the same value."""
 
 from __future__ import annotations
 
@@ -31,9 +28,7 @@ def jobs_that_fit(avail_gb: float, per_job_gb: float) -> int:
 
 def overfill(jobs: int, avail_gb: Optional[float], per_job_gb: float, what: str) -> Optional[tuple[str, str]]:
     """(problem, fix) when ``jobs`` compile jobs need more memory than is free; None when they fit.
-
-    ``what`` names where the count came from (``MAX_JOBS=16``, ``--jobs 16``).
-    """
+    ``what`` names where the count came from (``MAX_JOBS=16``, ``--jobs 16``)."""
     if avail_gb is None or jobs * per_job_gb <= avail_gb:
         return None
     problem = (

@@ -1,9 +1,5 @@
-"""The build plan: how many jobs, which archs, which env, which commands, where the output goes.
-
-Planning reads only facts (``sagebuild.probe`` output) and the profile, so a plan can be made for
-a system image (``--root``) and tested with fake machines. Nothing is built here;
-``sagebuild.build.run.compile`` executes a plan.
-"""
+"""The build plan: jobs, archs, env, commands, output paths. It reads only probed facts and the
+profile, so a plan can be made for a system image (``--root``) and tested with fake machines."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Execute a build plan: compile in a subprocess, verify the artefact in a fresh interpreter, record its
-hash and build metadata, swap it into place atomically, then compile the Triton kernels ahead of time.
-
-A failed build never touches ``<ext_dir>/current``: the library is copied from ninja's tree into a staging
-directory, verified there, renamed into ``builds/`` and pointed at by a symlink replaced with one ``rename``.
-"""
+"""Execute a build plan: compile in a subprocess, verify the library in a fresh interpreter (in a staging
+directory), record its hash and metadata, swap ``<ext_dir>/current`` to it with one ``rename`` (a failed
+build never touches it), then compile the Triton kernels ahead of time."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``sagebuild compile --source DIR``: ``python setup.py build_ext --inplace`` in an external tree with the
-plan's ``MAX_JOBS`` and arch variables, logging and OOM retry, then a check that extension files (``*.so`` /
-``*.pyd``) appeared or changed: a ``setup.py`` that skips its extensions (no CUDA/ROCm torch found, say)
-exits 0 and leaves nothing to import.
-"""
+"""``sagebuild compile --source DIR``: ``setup.py build_ext --inplace`` in an external tree, then a check
+that extension files appeared or changed (a ``setup.py`` that skips its extensions exits 0 too)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The files of our ``sageattention`` distribution, and its RECORD.
-
-The version is upstream's API version with our own as the local label, ``2.2.0+sagebuild.0.1.0``:
-``packaging`` compares it as 2.2.0 (diffusers' ``>= 2.1.1`` gate passes), and anyone reading it
-sees whose it is.
-"""
+"""The files of our ``sageattention`` distribution and its RECORD. Its version, ``2.2.0+sagebuild.0.1.0``,
+compares as upstream's 2.2.0 (diffusers' ``>= 2.1.1`` gate passes) and says whose it is."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Install, remove and restore the ``sageattention`` distribution in an interpreter's site-packages.
 
-Writes are atomic: the files are written into a staging folder inside site-packages, then the
-package folder and the ``.dist-info`` are renamed into place (renames within one file system).
-An upstream install is never replaced without ``force``, and then its files (as its RECORD lists
-them) are copied into a backup folder first, which ``remove(restore=True)`` copies back.
+Writes are atomic (staged inside site-packages, then renamed into place). An upstream install is
+replaced only with ``force``, after its RECORD's files are backed up; ``remove(restore=True)`` puts
+them back.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What an interpreter would import as ``sageattention``, and which distributions it has.
-
-Read by running that interpreter (the one running sagebuild, or ``--python``) on a stdlib-only
-script: its own sys.path, site-packages and metadata, nothing imported but the standard library.
-"""
+"""What an interpreter (this one, or ``--python``) would import as ``sageattention``, and which
+distributions it has: read by running a standard-library script in it."""
 
 from __future__ import annotations
 
