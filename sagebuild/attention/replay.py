@@ -1,20 +1,15 @@
 """Re-issuing a repeated attention call's launches without re-running its Python.
 
-At small shapes the host path decides the call, most of it deciding again what the plan already
-fixed (views, argument lists, constexprs). A call whose plan is cached is run once under a
-recorder: every Triton launch (through ``launcher.launch``) and every tensor those
-launches touch is classified as one of the call's inputs (q, k, v, a mask) or a buffer allocated during
-the call. Later calls with the same plan key (and the same aliasing between q, k and v) allocate
-the same buffers and issue the same launches with the new tensors, nothing else. On a GPU, where
-every launch is bound to its compiled kernel, tensors go to the launcher as device pointers
-(ints) and the buffers only launches use share one allocation.
+A call whose plan is cached runs once under a ``Recorder``: every Triton launch
+(``launcher.launch``) and every tensor it touches is classified as an input (q, k, v, a mask) or
+a buffer the call allocated. Later calls with the same plan key and input aliasing allocate the
+same buffers and issue the same launches, nothing else; on a GPU tensors go as device pointers
+and the buffers only launches use share one allocation.
 
-Replayable only if the recorded call did nothing on tensors but allocate and take views (a
-``TorchDispatchMode`` watches every aten op outside the launches): any other op (a copy, the
-extension's custom ops, a reduction) would be skipped by a replay, so such calls never get one.
-Decisions in the recorded path must depend only on what the plan key fixes (shapes, strides,
-dtypes, devices, flags, the environment knobs), never on tensor values; module-level tuning
-knobs changed at run time need ``api.clear_caches()``.
+Replayable only if the call did nothing on tensors but allocate and take views (a
+``TorchDispatchMode`` watches): a replay would skip any other op. Decisions in the recorded path
+must depend only on what the plan key fixes, never on tensor values; module-level knobs changed
+at run time need ``api.clear_caches()``.
 """
 
 from __future__ import annotations
@@ -49,11 +44,8 @@ def _view_spec(t: torch.Tensor) -> tuple:
 
 
 class Replay:
-    """A recorded call: buffers to allocate, launches to issue, outputs to return.
-
-    Tensors are looked up in one list per call: the inputs (q, k, v and any mask), then the views
-    of the call's buffers by view id (``n_inputs + id``), so that filling a launch's arguments is
-    one index per tensor."""
+    """A recorded call: buffers to allocate, launches to issue, outputs to return. Tensors are
+    indexed in one list per call: the inputs, then the buffers' views (``n_inputs + view id``)."""
 
     def __init__(
         self, device: torch.device, groups: list, launches: list, outputs: Any, views: int, n_inputs: int
