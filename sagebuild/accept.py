@@ -112,7 +112,6 @@ def _staging_dir(out: Path) -> Path:
         raise SagebuildError(
             f"--out {out}: it exists and is not a directory",
             fix="pass a directory for the run's files (a new or existing one)",
-            code=Exit.USAGE,
         )
     parent = fsio.check_writable_dir(out.parent if str(out.parent) else Path("."), "write the run beside")
     try:

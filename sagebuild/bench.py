@@ -5,6 +5,7 @@ On a CPU the golden model is timed, labelled so and not speed-gated; accuracy bo
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -61,7 +62,6 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
         raise SagebuildError(
             f"--{what} {text!r}: expected positive integers separated by commas",
             fix=f"e.g. --{what} 1024,4096,16384",
-            code=Exit.USAGE,
         )
     return vals
 
@@ -70,7 +70,7 @@ def refuse(problems: list[tuple[bool, str, str]]) -> None:
     """Raise the first (bad, what is wrong, the fix) that is bad as a usage error (exit 2)."""
     for bad, message, fix in problems:
         if bad:
-            raise SagebuildError(message, fix=fix, code=Exit.USAGE)
+            raise SagebuildError(message, fix=fix)
 
 
 def input_problems(dtype: str, layout: str) -> list[tuple[bool, str, str]]:
@@ -515,6 +515,13 @@ def run_bench(
             return lambda: t(F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)), None
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
 
+    def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
+        def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
+            call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)
+            return call, launch_plan(q, k, v, layout, causal, variant=variant) if gpu else None
+
+        return make
+
     # (name, kind, make(q, k, v) -> (callable, launch-plan record or None), accuracy bounds)
     providers: list[tuple[str, str, Callable[..., tuple[Callable[[], Any], Any]], Any]] = [
         (SDPA, "baseline", sdpa, None)
@@ -527,14 +534,6 @@ def run_bench(
 
         arch = dispatch.device_arch(dev)
         auto_variant = dispatch.variant_for_device(dev)
-
-        def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
-            def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
-                call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)
-                return call, launch_plan(q, k, v, layout, causal, variant=variant)
-
-            return make
-
         providers.append((AUTO, "whole_call", whole_call(attention.sageattn), bounds_of(auto_variant)))
         # every variant this GPU runs, so the note can say which one won (issue 38)
         for var in dispatch.available_variants(dev):
@@ -562,13 +561,8 @@ def run_bench(
         )
     else:
         for var in profile.kernels:
-            golden = lambda q, k, v, var=var: (
-                lambda: reference.golden_attention(
-                    q, k, v, variant=var, tensor_layout=layout, is_causal=causal
-                ),
-                None,
-            )
-            providers.append((f"golden:{var}", "whole_call", golden, bounds_of(var)))
+            golden = functools.partial(reference.golden_attention, variant=var)
+            providers.append((f"golden:{var}", "whole_call", whole_call(golden), bounds_of(var)))
         arch = device_name = None
         method = f"CPU wall clock (perf_counter) per call; {rounds}" + (
             "; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else ""

@@ -66,7 +66,6 @@ def resolve_device(device: str = "auto") -> Any:
         raise SagebuildError(
             f"--device {device}: sagebuild runs on cpu or cuda (ROCm GPUs are cuda devices in torch)",
             fix="pass auto, cpu, cuda or cuda:N",
-            code=Exit.USAGE,
         )
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:

@@ -1,7 +1,6 @@
 """Where output goes, for every layer: reports and tables on stdout, diagnostics on stderr.
 
-So ``sagebuild doctor > d.txt`` captures the answer while progress and errors stay on the terminal;
-with ``--json`` the JSON document is the only thing on stdout. Nothing here imports torch.
+So ``sagebuild doctor > d.txt`` captures the answer while progress and errors stay on the terminal.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ err = _console(stderr=True)  # progress, warnings, errors
 
 
 def interactive(json_out: bool = False) -> bool:
-    """True on a TTY outside CI (``CI`` is set by GitHub Actions, GitLab and most other runners):
-    spinners and live status lines are only drawn there."""
+    """True on a TTY outside CI (``CI`` is set by most runners): only there are spinners drawn."""
     return not json_out and err.is_terminal and not os.environ.get("CI")
 
 
@@ -47,8 +45,8 @@ def status(title: str, json_out: bool = False) -> Iterator[Optional[Callable[[st
 
 @contextlib.contextmanager
 def steps(title: str, json_out: bool = False) -> Iterator[Callable[[str], None]]:
-    """Yields ``say(message)`` that always reports progress: a spinner on a terminal, else one
-    flushed stderr line per message with the elapsed time (CI kills jobs silent for 10 minutes)."""
+    """Yields ``say(message)``: a spinner on a terminal, else a flushed stderr line per message with
+    the elapsed time (CI kills jobs silent for 10 minutes)."""
     if interactive(json_out):
         with err.status(title) as st:
             yield lambda msg: st.update(f"{title}: {msg}")

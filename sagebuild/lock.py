@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sagebuild import dists
-from sagebuild.errors import Exit, SagebuildError
+from sagebuild.errors import SagebuildError
 from sagebuild.fsio import sha256_file, write_text_atomic
 
 LOCK_KIND = "sagebuild-lock"
@@ -158,7 +158,6 @@ def _bad(path: Path, what: str) -> SagebuildError:
     return SagebuildError(
         f"{path} is not a usable sagebuild lockfile: {what}",
         fix="pass a file written by `sagebuild lock --out FILE`, or write a new one with `sagebuild lock`",
-        code=Exit.USAGE,
     )
 
 
@@ -188,7 +187,6 @@ def load(path: Path | str) -> dict[str, Any]:
         raise SagebuildError(
             f"{path} is lockfile version {ver}; this sagebuild reads up to version {LOCK_VERSION}",
             fix="upgrade sagebuild (pip install -U sagebuild) to check this lockfile",
-            code=Exit.USAGE,
         )
     for key in ("python", "platform", "torch", "triton", "gpu", "compilers", "distributions", "artefacts"):
         typ = list if key == "artefacts" else dict

@@ -1,8 +1,6 @@
-"""The ``sagebuild`` typer application.
+"""The ``sagebuild`` typer application, composed of one ``register(app)`` module per command.
 
-Each command lives in its own module exposing ``register(app)``; this file only composes
-them. Command modules import torch inside their functions, never at module level, so
-``sagebuild --help`` stays fast.
+Command modules import torch inside their functions only, so ``sagebuild --help`` stays fast.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Shared CLI plumbing: option types, the consoles, JSON output, error → exit-code mapping.
+"""Shared CLI plumbing: option types, JSON output, error → exit-code mapping. Imports no torch.
 
-Reports and tables go to ``out`` (stdout), diagnostics to ``console`` (stderr); with ``--json``
-the JSON document is the only thing on stdout, errors included. Nothing here imports torch.
+With ``--json`` the JSON document is the only thing on stdout, errors included.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ PythonOpt = Annotated[
     ),
 ]
 
-# Build and bench options shared by `compile`/`bench` and `accept` (one declaration each).
+# options shared by compile/bench and accept
 JobsOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -189,7 +188,7 @@ def emit_json(doc: dict[str, Any]) -> None:
 
 def as_user_error(exc: BaseException) -> SagebuildError:
     """Any exception as the error the user sees: ours as is, a file-system or memory failure as a
-    clear line (exit 2 / 3), anything else as an internal error (exit 1)."""
+    clear line (exit 2 / 3), else an internal error (exit 1)."""
     from sagebuild.fsio import write_error
 
     if isinstance(exc, SagebuildError):
@@ -234,8 +233,8 @@ _PASSTHROUGH = _passthrough()
 
 
 def handle_errors(fn: F) -> F:
-    """Turn any error into a message, its fix and the mapped exit code: no traceback (``--debug``
-    shows one for internal errors). With ``--json`` a JSON document carries the error too."""
+    """Any error as its message, fix and exit code, with no traceback (``--debug`` shows an internal
+    error's); with ``--json`` a JSON document carries it too."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -1,8 +1,7 @@
 """``sagebuild explain FILE|-``: name the known failure in a build or run log and print the fix.
 
-The log is streamed within ``sagebuild.explain``'s bounds; what was left out is said on stderr and
-as ``truncated`` in ``--json``. Exit 0 whether or not something matched (in ``cmd 2>&1 | sagebuild
-explain -`` the pipeline's own status decides; ``--json`` carries ``matched``), 2 when unreadable.
+Exit 0 whether or not something matched (in ``cmd 2>&1 | sagebuild explain -`` the pipeline's own
+status decides; ``--json`` carries ``matched``), 2 when unreadable.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""JUnit XML: every doctor check, accept step, verified variant and bench gate as one test case.
-
-CI systems (GitHub test reporters, GitLab's ``reports: junit``) show these natively.
-"""
+"""JUnit XML (CI systems show it natively): every accept step, doctor check, verified variant
+and bench row as one test case."""
 
 from __future__ import annotations
 

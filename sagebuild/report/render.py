@@ -1,7 +1,5 @@
-"""The report as Markdown (a CI job summary) and as one self-contained HTML page.
-
-Both are views of the same ``report.json`` document; neither adds facts of its own.
-"""
+"""The report as Markdown (a CI job summary) and as one self-contained HTML page: views of
+``report.json`` that add no facts of their own."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ def _gate_metric(bench: dict[str, Any] | None) -> str:
 
 
 def speedup_series(bench: dict[str, Any] | None) -> dict[str, list[tuple[int, float]]]:
-    """Provider → [(seq, speed-up)] for every non-baseline row that has one: the speed-up the
-    gate compared (``bench.GATE_METRICS``), so that the chart's gate line fits its points."""
+    """Provider → [(seq, speed-up)]: the speed-up the gate compared, so the chart's gate line fits."""
     from sagebuild.bench import GATE_METRICS
 
     key = GATE_METRICS[_gate_metric(bench)]
@@ -125,8 +122,8 @@ def _steps_table(report: dict[str, Any], icons: bool = True) -> tuple[list[str],
 
 
 def _verify_table(verify: dict[str, Any], icons: bool = True) -> tuple[list[str], list[list[str]]]:
-    """The verify results; ``icons``: emoji marks (Markdown) or plain words (HTML: stock Chromium
-    on Debian has no colour-emoji font and draws an empty box)."""
+    """The verify results; ``icons``: emoji (Markdown) or words (HTML: Debian's stock Chromium has
+    no colour-emoji font)."""
     head = ["variant", "result", "cos (min)", "rel L1 (max)", "problems / fix"]
     rows = []
     for r in verify["results"]:
@@ -220,8 +217,7 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def gate_summary(g: dict[str, Any]) -> str:
-    """The bench gate in words: the regression gate against the profile's recorded speed-ups
-    (or why there is none) and the explicit SDPA-relative gate when set."""
+    """The bench gate in words: the regression gate (or why there is none) and the explicit one."""
     parts = []
     exp = g.get("expectation") or {}
     if exp.get("note"):

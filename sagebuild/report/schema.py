@@ -1,9 +1,6 @@
-"""The report's JSON Schema and a small validator for the subset of JSON Schema it uses.
-
-No ``jsonschema`` dependency: the validator understands type (with null unions), const, enum,
-required, properties, additionalProperties, items, minimum, oneOf and local ``$ref`` — enough
-to check every report before it is written, and in the tests.
-"""
+"""The report's JSON Schema and a validator of the subset it uses (no ``jsonschema`` dependency):
+type (with null unions), const, enum, required, properties, additionalProperties, items, minimum,
+oneOf and local ``$ref``."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ _TYPES: dict[str, Any] = {
 
 
 def load_schema() -> dict[str, Any]:
-    """The bundled ``report.schema.json``, with its ``plan`` definition generated from the
-    ``LaunchPlan`` dataclass (``plan.record_schema``): the record's shape has one home."""
+    """The bundled ``report.schema.json``, its ``plan`` definition generated from ``LaunchPlan``."""
     from sagebuild.attention.plan import record_schema
 
     schema = json.loads(

@@ -1,8 +1,5 @@
-"""A hand-written inline SVG line chart: speed-up over SDPA against sequence length.
-
-No plotting library: the report must be one self-contained file that renders anywhere.
-The x axis is log2(sequence length); a dashed line marks 1.0× and, when set, the gate.
-"""
+"""An inline SVG chart of speed-up over SDPA against log2(sequence length); no plotting library,
+so the report stays one self-contained file."""
 
 from __future__ import annotations
 

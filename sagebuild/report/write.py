@@ -1,8 +1,5 @@
-"""Write one run's output directory: report.json/.md/.html, junit.xml, the build log, the env backup.
-
-Every file is written atomically; the JSON is validated against the bundled schema first so a
-report that CI consumes is never malformed.
-"""
+"""Write one run's output directory atomically: report.json/.md/.html, junit.xml, the build log,
+the environment backup."""
 
 from __future__ import annotations
 
@@ -23,10 +20,8 @@ REPORT_FILES = {"json": "report.json", "markdown": "report.md", "html": "report.
 
 
 def environment_backup(out_dir: Path, python: str | None = None, timeout: float = 120.0) -> Path:
-    """``python -m pip freeze`` of the target interpreter, saved before anything is built or changed.
-
-    Falls back to the installed-distribution list when that interpreter has no pip (uv venvs).
-    """
+    """``pip freeze`` of the target interpreter before anything changes (without pip, as in uv
+    venvs, its installed distributions)."""
     python = python or sys.executable
     header = f"# pip freeze of {python}, taken by sagebuild before building or changing anything\n"
     try:
@@ -47,7 +42,7 @@ def environment_backup(out_dir: Path, python: str | None = None, timeout: float 
 
 
 def write_report(report: dict[str, Any], out_dir: Path, build_log: Path | None = None) -> dict[str, Path]:
-    """Validate and write the report files (and copy the build log) into ``out_dir``; returns the paths."""
+    """Validate (CI must never get a malformed report) and write the report files into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
