@@ -79,7 +79,7 @@ def _try_load() -> bool:
             _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
             return False
         try:
-            if not _schema_exists():  # already loaded in this process (e.g. from a build tree)
+            if not hasattr(torch.ops.sagebuild, "k_mean"):  # not loaded in this process yet (a build tree?)
                 torch.ops.load_library(str(real))
             _register_fakes()
         except Exception as e:  # any loader failure is reported through unavailable_reason()
@@ -87,16 +87,6 @@ def _try_load() -> bool:
             return False
         _loaded_from = real
         return True
-
-
-def _schema_exists() -> bool:
-    import torch
-
-    try:
-        torch._C._get_schema("sagebuild::k_mean", "")
-    except RuntimeError:
-        return False
-    return True
 
 
 def _register_fakes() -> None:

@@ -129,14 +129,15 @@ def raw(name: str) -> Optional[str]:
     return value.strip() if value is not None else None
 
 
+_SWITCH = {
+    **dict.fromkeys(("1", "on", "true", "yes"), True),
+    **dict.fromkeys(("0", "off", "false", "no"), False),
+}
+
+
 def switch(name: str) -> Optional[bool]:
     """A switch knob: True (1/on/true/yes), False (0/off/false/no) or None (unset or other)."""
-    value = (raw(name) or "").lower()
-    if value in ("1", "on", "true", "yes"):
-        return True
-    if value in ("0", "off", "false", "no"):
-        return False
-    return None
+    return _SWITCH.get((raw(name) or "").lower())
 
 
 def plan_values() -> tuple:
