@@ -35,19 +35,13 @@ def write_error(path: Path | str, exc: OSError, what: str = "write") -> Sagebuil
     return SagebuildError(f"cannot {what} {path}: {why}", fix=fix, code=Exit.USAGE)
 
 
-def ensure_dir(path: Path | str, what: str = "create directory") -> Path:
+def ensure_dir(path: Path | str) -> Path:
     """``mkdir -p`` with a clear error for a path that is a file, on /proc, read-only, ..."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise SagebuildError(
-            f"cannot {what} {path}: it exists and is not a directory",
-            fix="pass a directory path (a new or existing directory)",
-            code=Exit.USAGE,
-        )
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise write_error(path, e, what) from None
+    except OSError as e:  # a file in the way: EEXIST
+        raise write_error(path, e, "create directory") from None
     return path
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from sagebuild.build.paths import cache_root
 from sagebuild.compat import contents
 from sagebuild.compat.target import status
 from sagebuild.errors import SagebuildError
@@ -26,8 +27,6 @@ BACKUP_MANIFEST = "sagebuild-backup.json"
 
 
 def backup_root() -> Path:
-    from sagebuild.build.paths import cache_root
-
     return cache_root() / "compat-backups"
 
 
