@@ -53,9 +53,10 @@ ROW_CASES = [
 _PTX_MMA_S8 = "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32"
 _SCRIPT = """
 import json, sys
+from dataclasses import asdict
 from sagebuild.attention.aot import compile_variant
 cases = json.loads(sys.argv[1])
-print(json.dumps([compile_variant(v, a, d, n_k=n, accum=acc).to_dict() for a, v, d, n, acc in cases]))
+print(json.dumps([asdict(compile_variant(v, a, d, n_k=n, accum=acc)) for a, v, d, n, acc in cases]))
 """
 
 pytestmark = pytest.mark.slow

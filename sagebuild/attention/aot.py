@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
 from sagebuild import archs
@@ -28,9 +28,6 @@ class AotResult:
     instruction: Optional[str]
     seconds: float
     error: Optional[str] = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _fp8_type(row: archs.Arch) -> str:
@@ -117,20 +114,13 @@ def _source(
     return src, plan.config
 
 
-def compile_attention(
-    variant: str,
-    row: archs.Arch,
-    head_dim: int,
-    causal: bool,
-    n_k: int = 0,
-    accum: str = "fp32+fp32",
-    config: Optional[str] = None,
-):
-    """The attention kernel compiled for ``row`` without a GPU (``_source``), and its config."""
+def compile_attention(variant: str, row: archs.Arch, *args: Any):
+    """The attention kernel compiled for ``row`` without a GPU, and its config (``_source``'s
+    arguments)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
-    src, cfg = _source(variant, row, head_dim, causal, n_k, accum, config)
+    src, cfg = _source(variant, row, *args)
     return triton.compile(src, target=GPUTarget(*row.triton_target), options=cfg.launch_options()), cfg
 
 
@@ -148,10 +138,8 @@ def compile_variant(
     n_k: int = 0,
     accum: str = "fp32+fp32",
 ) -> AotResult:
-    """Compile one variant for one arch and look for its INT8 (and FP8) matrix instructions.
-
-    The config is the table's row for ``n_k`` keys (0: the rows for any length) and the FP8
-    accumulation ``accum`` ("fp32+fp32" or "fp32", as ``pv_accum_dtype``)."""
+    """Compile one variant for one arch and look for its INT8 (and FP8) matrix instructions, with the
+    config table's row for ``n_k`` keys (0: any length) and FP8 accumulation ``accum``."""
     t0 = time.perf_counter()
     name = archs.normalize(arch)
 

@@ -216,13 +216,6 @@ def _on_input_device(fn: Any) -> Any:
     return wrapper
 
 
-# pv values beyond the kernels' own "fp16" / "fp8": "auto" is what ``sageattn`` runs on the device
-# for the head dim and key count (``plan.make_plan`` decides it once per call signature);
-# "prefer_fp8" is FP8 P·V where the arch has FP8 matrix units, else FP16 P·V (more accurate), for
-# upstream's explicit ``*_fp8_cuda`` names.
-PV_VALUES = ("auto", "fp16", "fp8", "prefer_fp8")
-
-
 @_on_input_device
 def attend(
     q: torch.Tensor,
@@ -240,14 +233,12 @@ def attend(
     return_lse: bool,
     attn_mask: Optional[torch.Tensor] = None,
 ) -> Any:
-    """The dense call (what the ops run, and the public functions eagerly): plan (cached per
-    signature), quantize K/V, launch attention. Returns out, or (out, lse [B, H, N_q] float32).
-    ``pv``: one of ``PV_VALUES``; ``pv_accum``: "auto" (the plan's) or a name; ``attn_mask``:
-    SDPA's boolean or additive mask, broadcastable to [B, H, N_q, N_k] (``validate.check_mask``)."""
+    """The dense call (what the ops run, and the public functions eagerly). Returns out, or (out,
+    lse [B, H, N_q] float32). ``pv``: "auto", "fp16", "fp8" (``plan.make_plan``) or "prefer_fp8"
+    (upstream's ``*_fp8_cuda`` names: FP8 P·V where the arch has FP8 matrix units, else FP16);
+    ``pv_accum``: "auto" (the plan's) or a name; ``attn_mask``: SDPA's (``validate.check_mask``)."""
     if not isinstance(q, torch.Tensor):
         raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
-    if pv not in PV_VALUES:
-        raise AttentionInputError(f"pv must be one of {PV_VALUES}, got {pv!r}", "pass pv='auto'")
     if pv == "prefer_fp8":
         pv = "fp8" if VARIANTS["fp8"] in dispatch.available_variants(q.device) else "fp16"
     accum = None if pv_accum == "auto" else pv_accum
@@ -442,25 +433,14 @@ def attend_varlen(
         rkey = None  # the signature's first call
     if any(a is not b for a, b in zip(checked, inputs)):
         rkey = None  # a copy made here would not be replayed
-    return _run(rkey, inputs, lambda: _execute_varlen(plan, key, *checked, max_seqlen_q, max_seqlen_k))
+    q, k, v, cuq, cuk = checked
+    nq, nk = int(max_seqlen_q), int(max_seqlen_k)
 
+    def execute() -> torch.Tensor:  # a packed plan has neither PDL nor V key order
+        vw = layout.packed(_int32_rows(plan, v, 0), cuk, nk)
+        kv = _quantize_views(plan, layout.packed(k, cuk, nk), vw, key)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        attention_forward(layout.packed(q, cuq, nq), kv, layout.packed(out, cuq, nq), plan, launch_key=key)
+        return out
 
-def _execute_varlen(
-    plan: LaunchPlan,
-    key: Optional[tuple],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cuq: torch.Tensor,
-    cuk: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-) -> torch.Tensor:
-    """One packed call's quantization and attention launches under its plan (inputs checked)."""
-    v = _int32_rows(plan, v, 0)
-    qv = layout.packed(q, cuq, int(max_seqlen_q))
-    kvw, vvw = layout.packed(k, cuk, int(max_seqlen_k)), layout.packed(v, cuk, int(max_seqlen_k))
-    kv = _quantize_views(plan, kvw, vvw, key)  # a packed plan has neither PDL nor V key order
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    attention_forward(qv, kv, layout.packed(out, cuq, int(max_seqlen_q)), plan, launch_key=key)
-    return out
+    return _run(rkey, inputs, execute)

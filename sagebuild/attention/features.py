@@ -26,15 +26,6 @@ PDL_MAX_KEYS = 2048
 # columns of every eight, so eight parts keep a tile's row sum inside the thread.
 ROW_SUM_PARTS = 8
 
-FEATURES = ("tma", "pdl", "wgmma_pipe", "v_key_order", "row_sum_parts")
-KNOB = {
-    "tma": "SAGEBUILD_TMA",
-    "pdl": "SAGEBUILD_PDL",
-    "wgmma_pipe": "SAGEBUILD_WGMMA_PIPE",
-    "v_key_order": "SAGEBUILD_V_KEY_ORDER",
-    "row_sum_parts": "SAGEBUILD_ROW_SUM_PARTS",
-}
-
 
 class FamilyFeatures(NamedTuple):
     """Modes of every feature on one family (see the module docstring)."""
@@ -47,6 +38,8 @@ class FamilyFeatures(NamedTuple):
     why: str
 
 
+FEATURES = FamilyFeatures._fields[:-1]
+KNOB = {feature: f"SAGEBUILD_{feature.upper()}" for feature in FEATURES}
 _NONE = FamilyFeatures("never", "never", "never", "never", "never", "portable kernel only")
 
 TABLE: dict[str, FamilyFeatures] = {

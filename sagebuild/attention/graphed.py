@@ -1,11 +1,9 @@
 """An attention call captured once in a CUDA graph and replayed for inputs of one fixed signature.
 
-At small shapes Python is most of a call (docs/performance.md: SDPA's whole call is 17 µs, ours
-~120 µs of host time for ~40 µs of GPU work). Replaying a captured graph costs one launch from
-the host, whatever the number of kernels inside. The price: shapes, dtypes, strides, device and
-keywords are frozen at capture, inputs are copied into the graph's own buffers (or written there
-by the caller: ``.q``, ``.k``, ``.v``), and the returned output is the graph's buffer, overwritten
-by the next replay — ``.clone()`` it to keep it.
+Replaying a graph costs one host launch, where small shapes are otherwise host-bound. The price:
+shapes, dtypes, strides, device and keywords are frozen at capture, inputs are copied into the
+graph's buffers (or written there by the caller: ``.q``, ``.k``, ``.v``), and the output is the
+graph's buffer, overwritten by the next replay (``.clone()`` it to keep it).
 """
 
 from __future__ import annotations
@@ -22,10 +20,8 @@ def _signature(t: torch.Tensor) -> tuple:
 
 
 def capture(fn: Callable[[], Any], device: torch.device, warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """fn's launches captured in a CUDA graph on ``device``: ``warmup`` calls (at least one) on a
-    side stream first, as capture requires, then the capture. Returns (graph, fn's result, whose
-    buffers the graph's replays overwrite). The device is made current: kernels launch on the
-    current device and a graph captures only its stream."""
+    """(graph, fn's result) for fn captured on ``device`` (made current: kernels launch on the
+    current device) after ``warmup`` calls (at least one) on a side stream, as capture requires."""
     with torch.cuda.device(device):
         side = torch.cuda.Stream(device=device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -68,8 +64,7 @@ class GraphedAttention:
         self.q, self.k, self.v = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
                                   for t in (q, k, v))  # fmt: skip
         self._sig = tuple(_signature(t) for t in (q, k, v))
-        for mine, t in ((self.q, q), (self.k, k), (self.v, v)):
-            mine.copy_(t)
+        self._copy_in(q, k, v)
         # on the inputs' GPU: the kernels launch there (``api._on_input_device``)
         self.graph, self.out = capture(lambda: self.fn(self.q, self.k, self.v, **kwargs), q.device, warmup)
 
@@ -83,11 +78,13 @@ class GraphedAttention:
                     f"device) {want}, got {got}",
                     "capture another GraphedAttention for this shape, or call sageattn directly",
                 )
-        for mine, t in ((self.q, q), (self.k, k), (self.v, v)):
+        self._copy_in(q, k, v)
+        return self.replay()
+
+    def _copy_in(self, *inputs: torch.Tensor) -> None:
+        for mine, t in zip((self.q, self.k, self.v), inputs):
             if t.data_ptr() != mine.data_ptr():
                 mine.copy_(t)
-        self.graph.replay()
-        return self.out
 
     def replay(self) -> Any:
         """Replay on whatever the caller wrote into ``.q``, ``.k``, ``.v`` (no copies at all)."""

@@ -49,21 +49,11 @@ def _lse_like(q: torch.Tensor, tensor_layout: str, return_lse: bool = True) -> t
     return torch.empty((b, h, n), dtype=torch.float32, device=q.device)
 
 
-def run_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    attn_mask: Optional[torch.Tensor],
-    dropout_p: float,
-    tensor_layout: str,
-    is_causal: bool,
-    sm_scale: Optional[float],
-    return_lse: bool,
-    where: str,
-) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """A call with dropout: warned once, then exact attention (``masked.reference``)."""
-    masked.warn_dropout(dropout_p, where)
-    return masked.reference(q, k, v, attn_mask, dropout_p, tensor_layout, is_causal, sm_scale, return_lse)
+def run_reference(*args: Any) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """A call with dropout on ``attention_ref``'s arguments: warned once, then exact attention
+    (``masked.reference`` on all but the last, ``where``: the public function's name)."""
+    masked.warn_dropout(args[4], args[-1])
+    return masked.reference(*args[:-1])
 
 
 def _reference_op(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,59 +21,57 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _fail(message: str, fix: str) -> AttentionInputError:
-    return AttentionInputError(message, fix)
-
-
 def check_tensors(named: dict[str, torch.Tensor], rank: int, rank_rule: str, fix: str) -> None:
     """dtype, device, rank and head dim rules shared by the dense and varlen entry points
     (``rank_rule`` completes "q must ..." in the error for a wrong rank)."""
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
-            raise _fail(
+            raise AttentionInputError(
                 f"{name} must be a torch.Tensor, got {type(t).__name__}", "pass torch tensors on the GPU"
             )
     dtypes = {t.dtype for t in named.values()}
     for name, t in named.items():
         if t.dtype == torch.float32:
-            raise _fail(
+            raise AttentionInputError(
                 f"{name} is float32; the quantized kernels take float16 or bfloat16 only "
                 "(float32 inputs are the known NaN trap of plugging SageAttention into fp32 models)",
                 "cast q, k and v with .half() or .bfloat16(), or call torch's SDPA for float32",
             )
         if t.dtype not in SUPPORTED_DTYPES:
-            raise _fail(
+            raise AttentionInputError(
                 f"{name} has dtype {t.dtype}; supported: float16, bfloat16",
                 "cast q, k and v to torch.float16 or torch.bfloat16",
             )
     if len(dtypes) != 1:
-        raise _fail(
+        raise AttentionInputError(
             f"q, k and v must share one dtype, got {sorted(str(d) for d in dtypes)}",
             "cast them to the same dtype",
         )
     devices = {t.device for t in named.values()}
     if len(devices) != 1:
-        raise _fail(
+        raise AttentionInputError(
             f"q, k and v must be on one device, got {sorted(str(d) for d in devices)}",
             "move them to the same GPU with .to(device)",
         )
     device = next(iter(devices))
     if device.type == "cpu" and not interpreter_enabled():
-        raise _fail(
+        raise AttentionInputError(
             "the quantized attention kernels run on a GPU; the inputs are on the CPU",
             "move q, k and v to the GPU (.cuda()), or use torch's SDPA on the CPU",
         )
     if device.type not in ("cuda", "cpu"):
-        raise _fail(
+        raise AttentionInputError(
             f"unsupported device type {device.type!r}; the kernels run on CUDA and ROCm GPUs",
             "move q, k and v to a CUDA/ROCm device",
         )
     for name, t in named.items():
         if t.dim() != rank:
-            raise _fail(f"{name} must {rank_rule}, got shape {tuple(t.shape)}", fix)
+            raise AttentionInputError(f"{name} must {rank_rule}, got shape {tuple(t.shape)}", fix)
     dims = [t.shape[-1] for t in named.values()]
     if len(set(dims)) != 1:
-        raise _fail("head dims differ: q {}, k {}, v {}".format(*dims), "q, k and v must share the head dim")
+        raise AttentionInputError(
+            "head dims differ: q {}, k {}, v {}".format(*dims), "q, k and v must share the head dim"
+        )
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
@@ -86,7 +84,7 @@ def check_dense(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated logical [B, H, N, D] views of q, k, v (NHD inputs become transposed views)."""
     if tensor_layout not in LAYOUTS:
-        raise _fail(
+        raise AttentionInputError(
             f"tensor_layout must be 'HND' (batch, heads, seq, dim) or 'NHD' (batch, seq, heads, dim), "
             f"got {tensor_layout!r}",
             "pass tensor_layout='HND' or 'NHD'",
@@ -101,15 +99,17 @@ def check_dense(
     (bq, hq, nq, _), (bk, hk, nk, _), (bv, hv, nv, _) = q.shape, k.shape, v.shape
     lay = tensor_layout
     if not (bq == bk == bv):
-        raise _fail(f"batch sizes differ: q {bq}, k {bk}, v {bv}", "pass q, k, v with the same batch size")
+        raise AttentionInputError(
+            f"batch sizes differ: q {bq}, k {bk}, v {bv}", "pass q, k, v with the same batch size"
+        )
     if nk != nv:
-        raise _fail(
+        raise AttentionInputError(
             f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={lay!r}",
             "check tensor_layout: 'HND' is (batch, heads, seq, dim), 'NHD' is (batch, seq, heads, dim)",
         )
     _check_heads(hq, hk, hv, lay)
     if nq == 0 or nk == 0 or bq == 0:
-        raise _fail(
+        raise AttentionInputError(
             f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)} (as B, H, N, D)",
             "pass at least one batch entry, one query and one key",
         )
@@ -132,12 +132,12 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
     scaled scores, the mask broadcasts to [B, H, N_q, N_k]."""
     if not isinstance(mask, torch.Tensor) or mask.dtype not in MASK_DTYPES:
         kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise _fail(
+        raise AttentionInputError(
             f"attn_mask must be a boolean or float16/bfloat16/float32 tensor, got {kind}",
             "pass a boolean mask (True attends) or an additive float mask, as for torch's SDPA",
         )
     if mask.device != q.device:
-        raise _fail(
+        raise AttentionInputError(
             f"attn_mask is on {mask.device}, q on {q.device}",
             "move the mask to q's device with .to(q.device)",
         )
@@ -147,7 +147,7 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
     except RuntimeError:
         view = None
     if view is None:
-        raise _fail(
+        raise AttentionInputError(
             f"attn_mask of shape {tuple(mask.shape)} does not broadcast to [B, H, N_q, N_k] = "
             f"{[b, h, nq, nk]}",
             "pass a mask broadcastable to (batch, heads, queries, keys), e.g. [B, 1, 1, N_k] for key padding",
@@ -162,11 +162,11 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
 
 def _check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
     if hk != hv:
-        raise _fail(
+        raise AttentionInputError(
             f"k and v have different head counts ({hk} vs {hv})", "k and v must have the same number of heads"
         )
     if hk == 0 or hq % hk:
-        raise _fail(
+        raise AttentionInputError(
             f"q has {hq} heads and k/v {hk}: q's heads must be a multiple of k's (GQA/MQA)"
             + (f" — is tensor_layout={layout!r} right?" if layout else ""),
             "use as many KV heads as query heads, or a divisor of them",
@@ -189,7 +189,7 @@ def check_varlen(
     rule = "be packed as (total_tokens, heads, dim) for sageattn_varlen"
     check_tensors({"q": q, "k": k, "v": v}, 3, rule, "concatenate the sequences along dim 0")
     if k.shape[0] != v.shape[0]:
-        raise _fail(
+        raise AttentionInputError(
             f"k and v hold different token counts ({k.shape[0]} vs {v.shape[0]})",
             "k and v must be packed from the same sequences",
         )
@@ -200,12 +200,12 @@ def check_varlen(
         ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k),
     ):
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
-            raise _fail(
+            raise AttentionInputError(
                 f"{name} must be a 1-D tensor of batch+1 cumulative lengths starting at 0",
                 "build it with torch.cumsum over the sequence lengths, prepended with 0",
             )
         if cu.dtype not in (torch.int32, torch.int64):
-            raise _fail(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
+            raise AttentionInputError(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
         if cu.device.type != "cpu":
             # reading device values here would synchronise every call: the kernels clamp each
             # sequence to the packed tensor instead, so bad values cannot reach other memory
@@ -216,19 +216,19 @@ def check_varlen(
         host = cu.detach().to(torch.int64)
         lens = host[1:] - host[:-1]
         if int(host[0]) != 0 or bool((lens < 0).any()) or int(host[-1]) != total:
-            raise _fail(
+            raise AttentionInputError(
                 f"{name} must start at 0, never decrease and end at the token count {total}, "
                 f"got {host.tolist()[:8]}{'...' if host.numel() > 8 else ''}",
                 "pass the cumulative sequence lengths of the packed tensor",
             )
         if int(max_len) < int(lens.max()):
-            raise _fail(
+            raise AttentionInputError(
                 f"max_seqlen for {name} is {max_len} but a sequence has {int(lens.max())} tokens",
                 "pass the longest sequence length",
             )
         cus.append(cu.to(device=q.device, dtype=torch.int32))
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        raise _fail(
+        raise AttentionInputError(
             "cu_seqlens_q and cu_seqlens_k describe different batch sizes",
             "pass one entry per sequence in both",
         )
