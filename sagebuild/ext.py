@@ -5,9 +5,8 @@ missing build means Triton's quantization; a broken one keeps its reason for ``u
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sagebuild.build import paths
 from sagebuild.fsio import sha256_file
@@ -18,15 +17,6 @@ _loaded_from: Optional[Path] = None
 _error: Optional[str] = None
 _error_for: Optional[Path] = None  # the library the error belongs to (a rebuild clears it)
 _fakes_registered = False
-
-
-@dataclass(frozen=True)
-class QuantOps:
-    """The extension's quantization ops."""
-
-    k_mean: Callable[..., Any]
-    quant_per_block_int8: Callable[..., Any]
-    quant_v_fp8_per_channel: Callable[..., Any]
 
 
 def build_info() -> Optional[dict[str, Any]]:
@@ -154,15 +144,15 @@ def unavailable_reason(device: Any) -> Optional[str]:
     return None
 
 
-def get_quant_ops(device: Any) -> Optional[QuantOps]:
-    """The extension's quantization ops for ``device``; None when not built, broken or not for it."""
+def get_quant_ops(device: Any) -> Any:
+    """The extension's ops for ``device`` (``torch.ops.sagebuild``: k_mean, quant_per_block_int8,
+    quant_v_fp8_per_channel); None when not built, broken or not for it."""
     try:
         if unavailable_reason(device) is not None:
             return None
         import torch
 
-        ns = torch.ops.sagebuild
-        return QuantOps(ns.k_mean, ns.quant_per_block_int8, ns.quant_v_fp8_per_channel)
+        return torch.ops.sagebuild
     except Exception as e:  # never let the optional extension break an attention call
         global _error
         _error = _error or f"{type(e).__name__}: {e}"

@@ -44,6 +44,12 @@ class RunOutcome:
     oom: bool = False  # killed for memory again, after the retry
     lines: list[str] = field(default_factory=list)  # the last lines of the final attempt
 
+    def failure(self, command: str) -> str:
+        """Why the command (as errors name it) failed, in one sentence."""
+        if self.oom:
+            return "the compiler was killed for memory again, after the retry with half the jobs"
+        return f"{command} exited with status {self.rc}"
+
 
 def looks_like_oom(rc: int, text: str) -> bool:
     """True when the build died of memory rather than of a compile error."""

@@ -87,10 +87,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
             built.unlink()  # a stale library must not pass for this build's output
         out = run_plan(plan, log_path, "compiling the sagebuild extension", progress)
         if out.rc != 0:
-            why = f"the build exited with status {out.rc}"
-            if out.oom:  # set only when the retry with half the jobs was killed too
-                why = "the compiler was killed for memory again, after the retry with half the jobs"
-            return finish(plan, log_path, t0, out, why)
+            return finish(plan, log_path, t0, out, out.failure("the build"))
         if not built.is_file():
             return finish(plan, log_path, t0, out, f"the build exited 0 but produced no {built}")
 

@@ -33,8 +33,7 @@ def build_source(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> 
     before = extension_files(root)
     out = run_plan(plan, log_path, f"building {root.name}", progress)
     if out.rc != 0:
-        why = "the compiler was killed for memory" if out.oom else f"setup.py build_ext exited with {out.rc}"
-        return finish(plan, log_path, t0, out, why)
+        return finish(plan, log_path, t0, out, out.failure("setup.py build_ext"))
     fresh = sorted(p for p, sig in extension_files(root).items() if before.get(p) != sig)
     if not fresh:
         why = (
