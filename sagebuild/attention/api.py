@@ -1,10 +1,6 @@
-"""The attention runtime: plan a call (``plan.make_plan``), quantize K/V, launch attention.
-
-Each call: validate (views, no copies) → a ``LaunchPlan`` (cached per call signature) → one
-launch quantizing K (and V for FP8 P·V) with their statistics, or the C++ extension's ops when
-asked for → one attention launch that also quantizes Q in registers. A signature's repeated
-calls replay their recorded launches (``replay``). The public functions with upstream's names
-live in ``functions`` and call ``attend`` / ``attend_varlen``.
+"""The attention runtime: validate, plan (``plan.make_plan``, cached per call signature),
+quantize K (and V for FP8 P·V) in one launch, or by the C++ extension's ops, then one attention
+launch that also quantizes Q. A signature's repeated calls replay their launches (``replay``).
 """
 
 from __future__ import annotations
@@ -52,31 +48,6 @@ def _ext_ops(device: torch.device) -> Any:
 
 def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
-
-
-def _quantize_kv_with_ext(ops: Any, plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor) -> QuantizedKV:
-    """K (and V) pre-processed by the C++ extension in the contract's layout (Q is quantized in
-    the attention kernel's registers, whichever backend prepares K and V)."""
-    kp, vp = _pad(k, plan.head_dim_pad), _pad(v, plan.head_dim_pad)
-    km = ops.k_mean(kp) if plan.smooth_k else None
-    kq, ks = ops.quant_per_block_int8(kp, km, plan.k_blk, 1.0)
-    vq = vs = None
-    fp8 = _fp8_torch_dtype(plan)
-    if fp8 is not None:
-        vq, vs = ops.quant_v_fp8_per_channel(vp, fp8 == torch.float8_e4m3fnuz)
-        # The kernel wants V channel-major (see layout.empty_like_view); the op returns it so
-        # (tokens contiguous). Only an older build's token-major output pays for a copy here.
-        if vq.stride(-2) != 1:
-            vq = vq.transpose(-1, -2).contiguous().transpose(-1, -2)
-    km_flat = km.reshape(km.shape[0], km.shape[1], -1).float().contiguous() if km is not None else None
-    return QuantizedKV(
-        layout.dense(kq),
-        ks,
-        plan.k_blk,
-        km_flat,
-        layout.dense(vq) if vq is not None else layout.dense(v),
-        vs,
-    )
 
 
 _INT32 = 2**31
@@ -141,9 +112,8 @@ def _capturing(q: torch.Tensor) -> bool:
 
 
 def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
-    """A key fixing every input property the plan and the kernels' specialisation depend on
-    (shape, strides, dtype, device, 16-byte alignment, the plan knobs); None when the inputs are
-    not tensors or a flag is unhashable (such calls take the full path, which reports bad input)."""
+    """A key fixing every input property the plan and the kernels' specialisation depend on; None
+    when the inputs are not tensors or a flag is unhashable (the full path reports bad input)."""
     try:
         key = (
             q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
@@ -312,12 +282,24 @@ def _fp8_torch_dtype(plan: LaunchPlan) -> Optional[torch.dtype]:
 def quantize_kv(
     plan: LaunchPlan, k: torch.Tensor, v: torch.Tensor, *, ops: Any = None, key: Optional[tuple] = None
 ) -> QuantizedKV:
-    """K/V ([B, H, N, D] views) as the plan's attention kernel reads them: quantized by the
-    extension's ``ops`` (``plan.quantization == "extension"``) or our Triton launches.
-    ``key``: the launcher key (``_plan_key``), None for Triton's binder."""
-    if plan.quantization == "extension":
-        return _quantize_kv_with_ext(ops, plan, k, v)
-    return _quantize_views(plan, layout.dense(k), layout.dense(v), key)
+    """K/V ([B, H, N, D] views) as the plan's attention kernel reads them: quantized by our Triton
+    launches (``key``: the launcher key, None for Triton's binder) or by the C++ extension's ``ops``
+    (``plan.quantization == "extension"``). Q is quantized in the attention kernel either way."""
+    if plan.quantization != "extension":
+        return _quantize_views(plan, layout.dense(k), layout.dense(v), key)
+    kp = _pad(k, plan.head_dim_pad)
+    km = ops.k_mean(kp) if plan.smooth_k else None
+    kq, ks = ops.quant_per_block_int8(kp, km, plan.k_blk, 1.0)
+    vq, vs = v, None
+    fp8 = _fp8_torch_dtype(plan)
+    if fp8 is not None:
+        vq, vs = ops.quant_v_fp8_per_channel(_pad(v, plan.head_dim_pad), fp8 == torch.float8_e4m3fnuz)
+        # The kernel wants V channel-major (see layout.empty_like_view); the op returns it so.
+        # Only an older build's token-major output pays for a copy here.
+        if vq.stride(-2) != 1:
+            vq = vq.transpose(-1, -2).contiguous().transpose(-1, -2)
+    km_flat = km.reshape(km.shape[0], km.shape[1], -1).float().contiguous() if km is not None else None
+    return QuantizedKV(layout.dense(kq), ks, plan.k_blk, km_flat, layout.dense(vq), vs)
 
 
 def _quantize_views(
@@ -332,17 +314,11 @@ def _quantize_views(
 
 
 def kernel_only(plan: LaunchPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Callable[[], Any]:
-    """A callable running only the plan's attention launch on K/V quantized here, once (the
-    launch ``sagebuild bench`` times as ``kernel_only``; Q's quantization stays inside it).
-    ``q``, ``k``, ``v`` are [B, H, N, D] (HND) tensors. PDL is dropped: without the quantization
-    launch before it there is nothing to overlap."""
+    """A callable running only the plan's attention launch (``sagebuild bench``'s ``kernel_only``)
+    on HND tensors, K/V quantized here once; without PDL (no quantization launch to overlap)."""
     plan = replace(plan, pdl=False)
-    kv = quantize_kv(
-        plan,
-        unit_stride(k),
-        unit_stride(v),
-        ops=_ext_ops(q.device) if plan.quantization == "extension" else None,
-    )
+    ops = _ext_ops(q.device) if plan.quantization == "extension" else None
+    kv = quantize_kv(plan, unit_stride(k), unit_stride(v), ops=ops)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if plan.return_lse else None
     qv, ov = layout.dense(unit_stride(q)), layout.dense(out)
@@ -392,11 +368,9 @@ def attend_varlen(
     pv: str,
     config: Optional[str],
 ) -> torch.Tensor:
-    """The varlen call (what the op runs, and ``sageattn_varlen`` eagerly).
-
-    No host synchronisation: device-resident ``cu_seqlens`` are not read on the host (the
-    kernels clamp every sequence to the packed tensor); the plan is cached per signature and a
-    repeated signature replays its launches, like dense calls."""
+    """The varlen call (what the op runs, and ``sageattn_varlen`` eagerly), cached and replayed like
+    dense calls. Device-resident ``cu_seqlens`` are never read on the host (no synchronisation):
+    the kernels clamp every sequence to the packed tensor."""
     key = _plan_key(q, k, v, is_causal, sm_scale, smooth_k, qk_quant_gran, pv, config, "varlen")
     try:
         key += (

@@ -1,16 +1,9 @@
 """Which kernel features each arch family gets: one table, one rule for environment overrides.
 
-A feature's mode on a family:
-
-* ``never``: the family cannot run it (a knob does not turn it on);
-* ``on``: on by default;
-* ``config``: as the launch config's table row says (``LaunchConfig.tma`` / ``.pipe``);
-* ``short``: on for calls of at most ``PDL_MAX_KEYS`` keys;
-* ``opt_in``: off unless its knob turns it on (tests, tuning).
-
-The rule: a knob set to 1/on turns a feature on wherever its mode is not ``never``; 0/off turns it
-off; unset leaves the mode's default. ``docs/kernels.md`` shows this table; docs/performance.md
-has what each feature measured.
+Modes: ``never`` (a knob does not turn it on), ``on``, ``config`` (as the launch config's row
+says: ``LaunchConfig.tma`` / ``.pipe``), ``short`` (calls of at most ``PDL_MAX_KEYS`` keys),
+``opt_in`` (off unless its knob turns it on). A knob set to 1/on turns a feature on wherever its
+mode is not ``never``, 0/off turns it off. docs/kernels.md shows the table.
 """
 
 from __future__ import annotations

@@ -165,13 +165,11 @@ def sageattn_qk_int8_pv_fp8_triton(
     config: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """INT8 Q·Kᵀ, FP8 E4M3 P·V (sagebuild's own name; upstream has none). Returns out, or (out, lse).
+    """INT8 Q·Kᵀ, FP8 E4M3 P·V (sagebuild's own name). Returns out, or (out, lse).
 
-    ``pv_accum_dtype``: "fp32+fp32" (default) adds each key tile's P·V, from a fresh MMA
-    accumulator, into an FP32 buffer; "fp32" lets the FP8 MMA accumulate across all key tiles
-    (fewer instructions; long sequences lose some accuracy: docs/kernels.md has the bounds).
-    A GPU without FP8 matrix units gets a clear error (``sageattn_qk_int8_pv_fp8_cuda`` instead
-    runs FP16 P·V there).
+    ``pv_accum_dtype``: "fp32+fp32" adds each key tile's P·V into an FP32 buffer; "fp32" lets the
+    FP8 MMA accumulate across key tiles (faster, less accurate at length: docs/kernels.md). A GPU
+    without FP8 matrix units is a clear error (``sageattn_qk_int8_pv_fp8_cuda`` runs FP16 there).
     """
     x = _extras(kwargs, qk_quant_gran=qk_quant_gran, quantization_backend=quantization_backend, config=config,
                 attn_mask=None, dropout_p=0.0)  # fmt: skip
@@ -267,9 +265,8 @@ def sageattn_varlen(
 ) -> torch.Tensor:
     """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence).
 
-    sagebuild's keywords: ``qk_quant_gran``, ``pv`` ("auto": the device's default variant,
-    "fp16", "fp8"), ``config``. ``dropout_p > 0`` runs SDPA per sequence (warned once); a mask
-    has no meaning here (pass the sequences' lengths instead) and is refused.
+    sagebuild's keywords: ``qk_quant_gran``, ``pv`` ("auto", "fp16", "fp8"), ``config``.
+    ``dropout_p > 0`` runs SDPA per sequence (warned once); an ``attn_mask`` is refused.
     """
     x = _extras(kwargs, qk_quant_gran="per_warp", pv="auto", config=None, attn_mask=None, dropout_p=0.0)
     if x["attn_mask"] is not None:

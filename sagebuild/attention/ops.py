@@ -1,13 +1,9 @@
 """The attention calls as ``torch.library`` custom ops, so ``torch.compile`` traces them whole.
 
-Dynamo cannot trace our host code (plan keys hash pointers, launches go through Triton's
-launcher); as custom ops with fake (meta) implementations each call is one graph node, and
-``mode="reduce-overhead"`` captures the kernels' launches in its CUDA graphs. Decisions that need
-the device (``pv="auto"``) are taken inside the ops, at run time.
-
-Ops (namespace ``sagebuild``): ``attention`` (dense, mask optional, returns out),
-``attention_lse`` (dense, returns (out, lse [B, H_q, N_q] float32)), ``attention_ref`` (dropout:
-exact attention, warned) and ``attention_varlen`` (packed sequences, returns out).
+Dynamo cannot trace our host code (plan keys hash pointers); as custom ops with fake
+implementations each call is one graph node, and device-dependent decisions are taken inside, at
+run time. Ops: ``attention`` (dense), ``attention_lse`` (dense, with the LSE), ``attention_ref``
+(dropout: exact attention) and ``attention_varlen`` (packed sequences).
 """
 
 from __future__ import annotations
@@ -30,7 +26,6 @@ _DENSE = (
 
 
 def _op(name: str, schema: str, run: Callable[..., Any], fake: Callable[..., Any]) -> Any:
-    # the schema spelled out: the ops take the public functions' arguments as they are
     op = torch.library.custom_op(f"sagebuild::{name}", run, mutates_args=(), schema=schema)
     op.register_fake(fake)
     return op
