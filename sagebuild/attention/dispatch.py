@@ -17,9 +17,7 @@ family = plan.family_of  # the arch family that keys the launch-config and featu
 
 def device_arch(device: torch.device | str | int) -> str:
     """Canonical arch name of a device (``sm90``, ``gfx1201``), or ``interpreter`` for the CPU interpreter."""
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
-    if isinstance(device, int):
-        dev = torch.device("cuda", device)
+    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if dev.type == "cpu":
         if interpreter_enabled():
             return INTERPRETER

@@ -6,11 +6,8 @@ import torch
 
 
 def accuracy(out: torch.Tensor, ref: torch.Tensor) -> dict:
-    """cos (cosine similarity), rel_l1 (Σ|o−r| / Σ|r|), rmse, max_abs, finite, nan_count, inf_count.
-
-    Computed in float64 over the whole tensor; non-finite entries of ``out`` are counted and
-    excluded from the error numbers (``finite`` says whether there were any).
-    """
+    """cos, rel_l1 (Σ|o−r| / Σ|r|), rmse, max_abs, finite, nan_count, inf_count, in float64;
+    non-finite entries of ``out`` are counted and excluded from the error numbers."""
     o = out.detach().to(torch.float64).flatten()
     r = ref.detach().to(torch.float64).flatten().to(o.device)
     if o.shape != r.shape:

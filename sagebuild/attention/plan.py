@@ -1,10 +1,7 @@
 """The launch plan: everything an attention call runs, decided once, in one place.
 
-``make_plan`` takes scalars only (arch, head dim, key count, flags), so the same function plans a
-GPU call, an ahead-of-time compile for an arch that is not present, a benchmark's kernel-only
-launch and a report record. The plan yields the kernel's constexprs (``constexprs``), its report
-record (``record``) and that record's JSON schema (``record_schema``, used by the report schema).
-No torch import here: reports and CPU planning must not need it.
+``make_plan`` takes scalars only, so it plans a GPU call, an ahead-of-time compile for an absent
+arch, a benchmark's launch and a report record alike. No torch import: reports must not need it.
 """
 
 from __future__ import annotations
@@ -238,11 +235,9 @@ def make_plan(
     mask: str = "none",
     mask_rows: bool = False,
 ) -> LaunchPlan:
-    """Decide a call: variant, launch config, quantization and every kernel feature.
-
-    ``n_k``: keys per sequence (the longest for varlen; 0: unknown). ``pv``: "fp16", "fp8" or
-    "auto" (``default_pv``; then ``pv_accum`` None takes its accumulation too). Bad values raise
-    ``AttentionInputError`` with the fix."""
+    """Decide a call: variant, launch config, quantization and every kernel feature (bad values
+    raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown).
+    ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
     _check_choice(
         "qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"
     )

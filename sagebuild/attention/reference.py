@@ -1,8 +1,6 @@
-"""Reference attention in plain torch (runs on the CPU): exact, and a golden model of the kernels.
-
-``golden_attention`` reproduces the kernels' arithmetic step by step — the same INT8 blocks and
-rounding, the same K smoothing, the same FP8 casts, the same online softmax over key tiles — so
-a kernel and the golden model differ only by accumulation order and exp2's last bits.
+"""Reference attention in plain torch (runs on the CPU): exact, and a golden model of the kernels
+(``golden_attention``: the same INT8 blocks, K smoothing, FP8 casts and online softmax, so the two
+differ only by accumulation order and exp2's last bits).
 """
 
 from __future__ import annotations
@@ -114,12 +112,8 @@ def golden_attention(
     config: LaunchConfig = DEFAULT_CONFIG,
     fp8_dtype: torch.dtype = torch.float8_e4m3fn,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' arithmetic in plain torch (float32 result in the input's layout).
-
-    ``config`` sets Q's block rows (``config.q_blk(qk_quant_gran)``) and the key tile of the
-    online softmax (``config.block_n``), which decides where P is rounded to FP16/FP8, and K's
-    scale block (``config.k_blk``).
-    """
+    """The kernels' arithmetic in plain torch (float32 result in the input's layout). ``config``
+    sets Q's and K's scale blocks and the key tile of the online softmax (where P is rounded)."""
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
     qh, kh, vh = (_to_hnd(t, tensor_layout) for t in (q, k, v))

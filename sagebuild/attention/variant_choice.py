@@ -1,8 +1,5 @@
-"""Which P·V variant ``sageattn`` picked against which one a benchmark found fastest.
-
-The dispatch table (``sagebuild.archs``, the ``pv`` column) is decided without every GPU at hand
-(RDNA4's from the ISA alone); ``sagebuild bench`` times every variant the GPU runs, and
-this line tells a user whether the table's choice won on their card, in words they can report.
+"""Which P·V variant ``sageattn`` picked against which one a benchmark found fastest: the
+dispatch table is decided without every GPU at hand, so ``sagebuild bench`` says whether it won.
 """
 
 from __future__ import annotations
