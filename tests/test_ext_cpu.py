@@ -486,7 +486,7 @@ def test_attention_with_the_extensions_quantization_matches_tritons(
     tri = fn(q, k, v, quantization_backend="triton")
     api.clear_caches()
     # the ops this process loaded (a later build in this session would be refused, rightly)
-    monkeypatch.setattr(api, "_cached_ext_ops", lambda device_type, index: ops)
+    monkeypatch.setitem(api._EXT_OPS, q.device, ops)
     first = fn(q, k, v, quantization_backend="ext")
     again = fn(q, k, v, quantization_backend="ext")
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())

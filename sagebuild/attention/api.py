@@ -24,26 +24,23 @@ from sagebuild.attention.validate import (
 from sagebuild.kernels.triton import launcher, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 
-
-@functools.cache
-def _cached_ext_ops(device_type: str, index: Optional[int]) -> Any:
-    """The C++ extension's quantization ops, looked up once per device and process (the lookup
-    touches the file system; a rebuilt extension is picked up by the next process)."""
-    from sagebuild import ext
-
-    return ext.get_quant_ops(torch.device(device_type, index))
+_EXT_OPS: dict[torch.device, Any] = {}
 
 
 def _ext_ops(device: torch.device) -> Any:
-    """The extension's ops, asked for by name (``quantization_backend="ext"``): "auto" takes
-    Triton's path, which pre-processes K and V in half the extension's time."""
-    ops = _cached_ext_ops(device.type, device.index)
-    if ops is None:
+    """The C++ extension's quantization ops, asked for by name (``quantization_backend="ext"``:
+    "auto" takes Triton's path, twice as fast). Looked up once per device and process (the lookup
+    touches the file system; a rebuilt extension is picked up by the next process)."""
+    if device not in _EXT_OPS:
+        from sagebuild import ext
+
+        _EXT_OPS[device] = ext.get_quant_ops(device)
+    if _EXT_OPS[device] is None:
         raise AttentionInputError(
             "quantization_backend='ext' but the C++ extension is not built for this device",
             "run `sagebuild compile`, or pass quantization_backend='triton'",
         )
-    return ops
+    return _EXT_OPS[device]
 
 
 def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
