@@ -8,7 +8,7 @@ run time. Ops: ``attention`` (dense), ``attention_lse`` (dense, with the LSE), `
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -44,15 +44,11 @@ def _lse_like(q: torch.Tensor, tensor_layout: str, return_lse: bool = True) -> t
     return torch.empty((b, h, n), dtype=torch.float32, device=q.device)
 
 
-def run_reference(*args: Any) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def run_reference(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A call with dropout on ``attention_ref``'s arguments: warned once, then exact attention
     (``masked.reference`` on all but the last, ``where``: the public function's name)."""
     masked.warn_dropout(args[4], args[-1])
-    return masked.reference(*args[:-1])
-
-
-def _reference_op(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = run_reference(*args)
+    out, lse = masked.reference(*args[:-1])
     return out, (lse if lse is not None else _lse_like(out, "", False))
 
 
@@ -69,7 +65,7 @@ attention_ref = _op(
     "attention_ref",
     "(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, str tensor_layout, bool is_causal, "
     "float? sm_scale, bool return_lse, str where) -> (Tensor, Tensor)",
-    _reference_op,
+    run_reference,
     lambda q, k, v, m, p, tensor_layout, c, s, return_lse, w: (
         _out_like(q),
         _lse_like(q, tensor_layout, return_lse),
