@@ -19,7 +19,7 @@ import pytest
 import torch
 from kernel_inputs import fp64_attention as _ref
 
-from sagebuild.attention import functions, masked
+from sagebuild.attention import functions, ops
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.validate import AttentionInputError
 
@@ -173,7 +173,7 @@ def test_masks_run_in_the_kernels_unwarned_and_are_honoured():
 
 
 def test_dropout_goes_to_sdpa_with_a_warning(monkeypatch):
-    monkeypatch.setattr(masked, "_warned", set())
+    monkeypatch.setattr(ops, "_warned", set())
     q = _rand(1, 2, 32, 64)
     with pytest.warns(RuntimeWarning, match="dropout_p=0.5"):
         out = functions.sageattn(q, q, q, dropout_p=0.5)
@@ -360,7 +360,7 @@ class _Block(torch.nn.Module):
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compile_fullgraph_matches_eager(backend, monkeypatch):
-    monkeypatch.setattr(masked, "_warned", set())
+    monkeypatch.setattr(ops, "_warned", set())
     x = _rand(1, 32, 6 * 64)
     mask = torch.ones(32, 32, dtype=torch.bool, device=DEV).tril()
     with warnings.catch_warnings():

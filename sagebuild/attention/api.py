@@ -131,38 +131,26 @@ def plan_dense(
     *,
     tensor_layout: str = "HND",
     is_causal: bool = False,
-    sm_scale: Optional[float] = None,
-    qk_quant_gran: str = "per_warp",
-    smooth_k: bool = True,
-    return_lse: bool = False,
-    pv: str = "auto",
-    pv_accum: Optional[str] = None,
     quantization_backend: str = "auto",
-    config: Any = None,
     attn_mask: Optional[torch.Tensor] = None,
+    **choices: Any,
 ) -> LaunchPlan:
-    """Validate dense inputs (clear errors for every user mistake) and plan their call."""
+    """Validate dense inputs (clear errors for every user mistake) and plan their call; ``choices``:
+    ``make_plan``'s pv, pv_accum, qk_quant_gran, config, return_lse, smooth_k and sm_scale."""
     qv, kv, _ = check_dense(q, k, v, tensor_layout)
-    d = qv.shape[-1]
     mask, rows = "none", False
     if attn_mask is not None:
         _, mask, rows = check_mask(attn_mask, qv, kv.shape[2])
     return make_plan(
         dispatch.device_arch(qv.device),
-        head_dim=d,
+        head_dim=qv.shape[-1],
         n_k=kv.shape[2],
-        pv=pv,
-        pv_accum=pv_accum,
         causal=bool(is_causal),
         layout=tensor_layout,
-        qk_quant_gran=qk_quant_gran,
         backend=quantization_backend,
-        config=config,
-        return_lse=return_lse,
-        smooth_k=smooth_k,
-        sm_scale=sm_scale,
         mask=mask,
         mask_rows=rows,
+        **choices,
     )
 
 

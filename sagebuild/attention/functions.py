@@ -4,7 +4,7 @@ Same names, positional order, defaults and trailing ``**kwargs`` as upstream's
 ``sageattention/core.py``, so code written for upstream runs unchanged. Every value upstream
 accepts maps to our nearest kernel of equal or better accuracy (docs/kernels.md, "Upstream API
 mapping"; the tables below are its code). A non-None ``attn_mask`` runs in the kernels and
-``dropout_p > 0`` runs exact attention, warned once (``masked``): neither is dropped as upstream
+``dropout_p > 0`` runs exact attention, warned once (``ops.run_reference``): neither is dropped as upstream
 does. sagebuild's own keywords ride along in ``**kwargs``: ``qk_quant_gran``, ``config``,
 ``quantization_backend="ext"``, varlen's ``pv`` and ``sageattn``'s ``pv_accum_dtype``. The
 ``_cuda`` names run our Triton kernels on every GPU. Under ``torch.compile`` every call is one
@@ -275,8 +275,7 @@ def sageattn_varlen(
             "drop attn_mask and pass each sequence's extent in cu_seqlens_q / cu_seqlens_k",
         )
     if x["dropout_p"]:
-        ops.masked.warn_dropout(float(x["dropout_p"]), "sageattn_varlen")
-        return ops.masked.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
+        return ops.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
                                            bool(is_causal), sm_scale)  # fmt: skip
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(is_causal), sm_scale,
             bool(smooth_k), _gran(x["qk_quant_gran"]), x["pv"], _config(x["config"]))  # fmt: skip
