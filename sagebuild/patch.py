@@ -165,13 +165,6 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
         first = str(err).split(";")[0].strip()
         return f"arch not supported: {first[:120]}"
 
-    def head_dim_ok(d: int) -> bool:
-        try:
-            plan.check_head_dim(d)
-        except plan.AttentionInputError:
-            return False
-        return True
-
     family = dispatch.family(arch)
 
     def min_len(d: int, causal: bool, batch_heads: int) -> int | None:
@@ -184,7 +177,7 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
             _warn_once(configs.SDPA_CROSSOVER_ENV_VAR, f"{err}; using the measured lengths")
             return configs.sdpa_crossover(family, dp, causal, use_env=False, batch_heads=batch_heads)
 
-    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=head_dim_ok, min_len=min_len)
+    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=plan.head_dim_ok, min_len=min_len)
 
 
 def _dispatch_kernel(

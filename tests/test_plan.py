@@ -14,8 +14,7 @@ from test_report import sample_report
 
 from sagebuild import archs, knobs, profiles
 from sagebuild.attention import features, plan
-from sagebuild.attention.errors import AttentionInputError
-from sagebuild.attention.plan import INTERPRETER, LaunchPlan, make_plan, record_schema
+from sagebuild.attention.plan import INTERPRETER, AttentionInputError, LaunchPlan, make_plan, record_schema
 from sagebuild.kernels.triton import configs
 from sagebuild.report.schema import load_schema, validate
 

@@ -185,7 +185,7 @@ def test_varlen_replays_still_check_host_lengths():
     """cu_seqlens on the host are checked on every call, replayed or not (on a GPU they stay on
     the device unread and the kernels clamp them)."""
     from sagebuild.attention import sageattn_varlen
-    from sagebuild.attention.errors import AttentionInputError
+    from sagebuild.attention.plan import AttentionInputError
 
     if GPU:
         pytest.skip("host cu_seqlens with GPU tensors are converted (a copy), so never replayed")

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 
 from sagebuild.attention import ops
+from sagebuild.attention.plan import check_choice
 from sagebuild.attention.validate import AttentionInputError
 from sagebuild.upstream_api import UPSTREAM_NAMES
 
@@ -36,8 +37,7 @@ ALWAYS_OPS = False
 
 
 def _pick(name: str, table: dict[str, str], value: Any, fix: str) -> str:
-    if value not in table:
-        raise AttentionInputError(f"{name} must be one of {list(table)}, got {value!r}", fix)
+    check_choice(name, value, table, fix)
     return table[value]
 
 

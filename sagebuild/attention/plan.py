@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from sagebuild import archs
 from sagebuild.attention import features
-from sagebuild.attention.errors import AttentionInputError
+from sagebuild.errors import SagebuildError
 from sagebuild.kernels.triton import configs
 from sagebuild.kernels.triton.configs import LaunchConfig
 
@@ -24,6 +24,10 @@ PV_ACCUM = ("fp32+fp32", "fp32")
 LAYOUTS = ("HND", "NHD", "varlen")
 MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
 LOG2E = 1.4426950408889634
+
+
+class AttentionInputError(SagebuildError, ValueError):
+    """The inputs of an attention call cannot be served as given (defined here, torch-free)."""
 
 
 @dataclass(frozen=True)
@@ -184,9 +188,13 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     return pv or archs.pv_path(arch), accum
 
 
-def check_head_dim(d: int) -> None:
+def head_dim_ok(d: int) -> bool:
     """Head dims 1 to the largest native one are served (the native ones as they are, others padded)."""
-    if configs.padded_head_dim(d) is None or d < 1:
+    return d >= 1 and configs.padded_head_dim(d) is not None
+
+
+def check_head_dim(d: int) -> None:
+    if not head_dim_ok(d):
         native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
         raise AttentionInputError(
             f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
@@ -212,9 +220,9 @@ def check_sm_scale(sm_scale: Any, head_dim: int) -> float:
     return value
 
 
-def _check_choice(name: str, value: Any, allowed: tuple, fix: str) -> None:
+def check_choice(name: str, value: Any, allowed: Iterable[str], fix: str) -> None:
     if value not in allowed:
-        raise AttentionInputError(f"{name} must be one of {allowed}, got {value!r}", fix)
+        raise AttentionInputError(f"{name} must be one of {list(allowed)}, got {value!r}", fix)
 
 
 def make_plan(
@@ -238,13 +246,13 @@ def make_plan(
     """Decide a call: variant, launch config, quantization and every kernel feature (bad values
     raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown).
     ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
-    _check_choice(
+    check_choice(
         "qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"
     )
-    _check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
-    _check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
-    _check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
-    _check_choice("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None")
+    check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
+    check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
+    check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
+    check_choice("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None")
     if mask != "none" and layout == "varlen":
         raise AttentionInputError(
             "packed (varlen) sequences take no attn_mask",
@@ -260,7 +268,7 @@ def make_plan(
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
     if fp8:
-        _check_choice(
+        check_choice(
             "pv_accum_dtype", accum, PV_ACCUM,
             "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
         )  # fmt: skip

@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from sagebuild.attention.errors import AttentionInputError
+from sagebuild.attention.plan import AttentionInputError
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LAYOUTS = ("HND", "NHD")
