@@ -233,19 +233,15 @@ def _execute(
 ) -> Any:
     """One call's quantization and attention launches under its plan."""
     plan = call.plan
-    b, n, d = q.shape[0], q.shape[1 if call.nhd else 2], q.shape[-1]
-    h = q.shape[2 if call.nhd else 1]
     if call.nhd:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if call.copies:
         q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
+    b, h, n, d = q.shape
     v = _int32_rows(plan, v, 2)
     kv = quantize_kv(plan, k, v, ops=call.ops, key=key)
-    if call.nhd:
-        out = torch.empty((b, n, h, d), dtype=q.dtype, device=q.device)
-        out_hnd = out.transpose(1, 2)
-    else:
-        out = out_hnd = torch.empty((b, h, n, d), dtype=q.dtype, device=q.device)
+    out = torch.empty((b, n, h, d) if call.nhd else (b, h, n, d), dtype=q.dtype, device=q.device)
+    out_hnd = out.transpose(1, 2) if call.nhd else out
     lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device) if plan.return_lse else None
     mask = check_mask(attn_mask, q, k.shape[2])[0] if plan.mask != "none" else None
     attention_forward(layout.dense(q), kv, layout.dense(out_hnd), plan, lse=lse, mask=mask, launch_key=key)
