@@ -103,7 +103,7 @@ def _dense(
 
 
 def _extras(kwargs: dict[str, Any], **defaults: Any) -> dict[str, Any]:
-    """sagebuild's own keywords out of ``**kwargs`` (with defaults); everything else stays ignored."""
+    """sagebuild's own keywords out of ``**kwargs`` (a fresh dict, with defaults); others are ignored."""
     if not kwargs:  # the usual call: no per-call dict to build (small calls are host-bound)
         return defaults
     return {name: kwargs.get(name, default) for name, default in defaults.items()}
@@ -144,8 +144,8 @@ def sageattn_qk_int8_pv_fp16_triton(
     **kwargs: Any,
 ) -> Any:
     """INT8 Q·Kᵀ, FP16 (or BF16) P·V with FP32 accumulation. Returns out, or (out, lse)."""
-    x = _extras(kwargs, qk_quant_gran="per_warp", quantization_backend=quantization_backend, config=None,
-                attn_mask=attn_mask, dropout_p=0.0)  # fmt: skip
+    x = _extras(kwargs, qk_quant_gran="per_warp", config=None, dropout_p=0.0)
+    x.update(quantization_backend=quantization_backend, attn_mask=attn_mask)
     return _dense("sageattn_qk_int8_pv_fp16_triton", "fp16", "fp32+fp32", q, k, v, tensor_layout, is_causal,
                   sm_scale, return_lse, smooth_k, x)  # fmt: skip
 
@@ -171,8 +171,8 @@ def sageattn_qk_int8_pv_fp8_triton(
     FP8 MMA accumulate across key tiles (faster, less accurate at length: docs/kernels.md). A GPU
     without FP8 matrix units is a clear error (``sageattn_qk_int8_pv_fp8_cuda`` runs FP16 there).
     """
-    x = _extras(kwargs, qk_quant_gran=qk_quant_gran, quantization_backend=quantization_backend, config=config,
-                attn_mask=None, dropout_p=0.0)  # fmt: skip
+    x = _extras(kwargs, attn_mask=None, dropout_p=0.0)
+    x.update(qk_quant_gran=qk_quant_gran, quantization_backend=quantization_backend, config=config)
     return _dense("sageattn_qk_int8_pv_fp8_triton", "fp8", _fp8_accum(pv_accum_dtype), q, k, v, tensor_layout,
                   is_causal, sm_scale, return_lse, smooth_k, x)  # fmt: skip
 
@@ -183,8 +183,8 @@ def _cuda_named(
 ) -> Any:  # fmt: skip
     """Upstream's CUDA-kernel names on our kernels. ``smooth_v`` is accepted and has nothing to do:
     upstream smooths V only to protect FP16 accumulation, and ours always accumulates in FP32."""
-    x = _extras(kwargs, qk_quant_gran=qk_quant_gran, quantization_backend="auto", config=None, attn_mask=None,
-                dropout_p=0.0)  # fmt: skip
+    x = _extras(kwargs, quantization_backend="auto", config=None, attn_mask=None, dropout_p=0.0)
+    x["qk_quant_gran"] = qk_quant_gran
     accum = _fp8_accum(pv_accum_dtype)  # validates the name for either P·V
     if pv == "fp16":
         accum = "fp32+fp32"  # FP16 P·V always accumulates in FP32
