@@ -38,11 +38,6 @@ class _Watch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _view_spec(t: torch.Tensor) -> tuple:
-    """What recreates a view of a fresh allocation: (dtype, shape, strides, storage offset)."""
-    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
-
-
 class Replay:
     """A recorded call: buffers to allocate, launches to issue, outputs to return. Tensors are
     indexed in one list per call: the inputs, then the buffers' views (``n_inputs + view id``)."""
@@ -137,7 +132,8 @@ class Recorder:
         spec_ids: dict[tuple, int] = {}
 
         def view_id(t: torch.Tensor) -> int:
-            storage, spec = t.untyped_storage().data_ptr(), _view_spec(t)
+            spec = (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())  # recreates the view
+            storage = t.untyped_storage().data_ptr()
             vid = spec_ids.get((storage, spec))
             if vid is None:
                 vid = spec_ids[(storage, spec)] = len(spec_ids)

@@ -206,27 +206,23 @@ def check_varlen(
             )
         if cu.dtype not in (torch.int32, torch.int64):
             raise AttentionInputError(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
-        if cu.device.type != "cpu":
-            # reading device values here would synchronise every call: the kernels clamp each
-            # sequence to the packed tensor instead, so bad values cannot reach other memory
-            cus.append(
-                cu if cu.dtype == torch.int32 and cu.device == q.device else cu.to(q.device, torch.int32)
-            )
-            continue
-        host = cu.detach().to(torch.int64)
-        lens = host[1:] - host[:-1]
-        if int(host[0]) != 0 or bool((lens < 0).any()) or int(host[-1]) != total:
-            raise AttentionInputError(
-                f"{name} must start at 0, never decrease and end at the token count {total}, "
-                f"got {host.tolist()[:8]}{'...' if host.numel() > 8 else ''}",
-                "pass the cumulative sequence lengths of the packed tensor",
-            )
-        if int(max_len) < int(lens.max()):
-            raise AttentionInputError(
-                f"max_seqlen for {name} is {max_len} but a sequence has {int(lens.max())} tokens",
-                "pass the longest sequence length",
-            )
-        cus.append(cu.to(device=q.device, dtype=torch.int32))
+        # Device values are not read here (that would synchronise every call): the kernels clamp
+        # each sequence to the packed tensor instead, so bad values cannot reach other memory.
+        if cu.device.type == "cpu":
+            host = cu.detach().to(torch.int64)
+            lens = host[1:] - host[:-1]
+            if int(host[0]) != 0 or bool((lens < 0).any()) or int(host[-1]) != total:
+                raise AttentionInputError(
+                    f"{name} must start at 0, never decrease and end at the token count {total}, "
+                    f"got {host.tolist()[:8]}{'...' if host.numel() > 8 else ''}",
+                    "pass the cumulative sequence lengths of the packed tensor",
+                )
+            if int(max_len) < int(lens.max()):
+                raise AttentionInputError(
+                    f"max_seqlen for {name} is {max_len} but a sequence has {int(lens.max())} tokens",
+                    "pass the longest sequence length",
+                )
+        cus.append(cu.to(q.device, torch.int32))  # cu itself when already so
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise AttentionInputError(
             "cu_seqlens_q and cu_seqlens_k describe different batch sizes",
