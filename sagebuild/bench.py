@@ -87,9 +87,8 @@ def input_problems(dtype: str, layout: str) -> list[tuple[bool, str, str]]:
 
 def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     """The profile's bench defaults with the command line's overrides (None = keep the default)."""
-    b = profile.bench
-    defaults = {f: getattr(b, f) for f in ("batch", "heads", "head_dim", "dtype", "causal", "warmup", "reps")}
-    cfg = BenchConfig(seq=tuple(b.seq), **defaults)
+    shared = ("batch", "heads", "seq", "head_dim", "dtype", "causal", "warmup", "reps")  # profiles.Bench's
+    cfg = BenchConfig(**{f: getattr(profile.bench, f) for f in shared})
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     refuse(
         [
