@@ -188,16 +188,15 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         return _step("doctor", result.ok, result.counts_line(), result.failure_text(), result.explanation())
 
     def compile_() -> StepResult:
+        from sagebuild.build import run
         from sagebuild.build.plan import make_plan
-        from sagebuild.build.service import run_build
 
-        outcome = run_build(
-            make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch), log_path, opts.progress
-        )
-        docs["compile"] = outcome.to_dict()
-        if outcome.ok:
-            return _step("compile", True, outcome.summary())
-        return _step("compile", False, outcome.summary(), outcome.failure_text(), outcome.explanation())
+        plan = make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch)
+        res = run.compile(plan, log_path, opts.progress)
+        docs["compile"] = {"plan": plan.to_dict(), "result": res.to_dict()}
+        if res.ok:
+            return _step("compile", True, res.summary())
+        return _step("compile", False, res.summary(), res.failure_text(), res.explain())
 
     def verify() -> StepResult:
         from sagebuild.verify import run_verify

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from sagebuild import archs
+from sagebuild import archs, probe, profiles
 from sagebuild.build import paths
 from sagebuild.build.jobs import INVALID_FIX, invalid_message, jobs_that_fit, overfill, parse_max_jobs
 from sagebuild.errors import SagebuildError
@@ -298,3 +298,17 @@ def make_plan(
         command=[py, "-m", "sagebuild.build.ext_builder", str(tree / SPEC_FILE)],
         aot=aot,
     )
+
+
+def plan_for_machine(
+    profile_spec: str,
+    root: Path = Path("/"),
+    jobs: Optional[int] = None,
+    arch: Optional[str] = None,
+    source: Optional[Path] = None,
+) -> tuple[BuildPlan, str]:
+    """Probe the machine (or the image under ``root``), pick the profile, make the plan; returns
+    the plan and why the profile was chosen."""
+    facts = probe.collect(root=root)
+    profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
+    return make_plan(profile, facts, jobs=jobs, arch=arch, source=source), why

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from sagebuild import console
-from sagebuild.explain import explain_for_report
+from sagebuild.explain import explain_for_report, read_log_file
 
 if TYPE_CHECKING:
     from sagebuild.build.plan import BuildPlan
@@ -144,6 +144,24 @@ class CompileResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def summary(self) -> str:
+        """One line: what was built, or what failed."""
+        if self.ok:
+            name = Path(self.artefact or "").name
+            return f"built {name} (MAX_JOBS={self.jobs}, sha256 {str(self.sha256)[:12]}…)"
+        return str(self.error)
+
+    def failure_text(self) -> str:
+        """The error sentence followed by the log's key lines."""
+        return "\n".join([str(self.error), *self.key_lines])
+
+    def explain(self) -> list[dict[str, Any]]:
+        """What ``explain`` made of the failure; the log's tail when the build gave nothing to match."""
+        log = Path(self.log_path)
+        if not self.explanation and log.is_file():
+            return explain_for_report(read_log_file(log).text)
+        return list(self.explanation)
 
 
 def finish(

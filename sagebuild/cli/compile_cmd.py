@@ -1,4 +1,4 @@
-"""``sagebuild compile``: the compile service's plan and outcome, as tables on stdout or as JSON."""
+"""``sagebuild compile``: the build plan for this machine and its result, as tables on stdout or as JSON."""
 
 from __future__ import annotations
 
@@ -110,16 +110,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the fused quantization extension for this machine's GPUs with a safe MAX_JOBS,
         verify it in a fresh interpreter, and compile the profile's Triton kernels ahead of time."""
-        from sagebuild.build import service
+        from sagebuild.build import plan as build_plan
+        from sagebuild.build import run
 
-        plan, why = service.plan_for_machine(profile, root, jobs, arch, source)
+        plan, why = build_plan.plan_for_machine(profile, root, jobs, arch, source)
         doc = {"command": "compile", "dry_run": dry_run, "profile_why": why, "plan": plan.to_dict()}
         if not json_out:
             render_plan(plan, why, dry_run)
         if dry_run:
             return respond(json_out, doc, lambda: None)
-        outcome = service.run_build(plan, log, progress=not json_out)
-        doc["result"] = outcome.result.to_dict()
-        respond(
-            json_out, doc, lambda: render_result(outcome.result), 0 if outcome.ok else Exit.COMPILE_FAILED
-        )
+        res = run.compile(plan, log, progress=not json_out)
+        doc["result"] = res.to_dict()
+        respond(json_out, doc, lambda: render_result(res), 0 if res.ok else Exit.COMPILE_FAILED)
