@@ -6,19 +6,18 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-INVALID_FIX = "export MAX_JOBS=2 (or unset MAX_JOBS: sagebuild compile picks it from free memory)"
+from sagebuild.errors import SagebuildError
 
 
-def parse_max_jobs(raw: str) -> Optional[int]:
-    """The job count ``raw`` names, or None when it is not a positive integer."""
+def parse_max_jobs(raw: str) -> int:
+    """The job count ``raw`` names; a usage error when it is not a positive integer."""
     text = raw.strip()
     if not text.isdigit() or int(text) < 1:
-        return None
+        raise SagebuildError(
+            f"MAX_JOBS={raw!r} is not a positive integer",
+            fix="export MAX_JOBS=2 (or unset MAX_JOBS: sagebuild compile picks it from free memory)",
+        )
     return int(text)
-
-
-def invalid_message(raw: str) -> str:
-    return f"MAX_JOBS={raw!r} is not a positive integer"
 
 
 def jobs_that_fit(avail_gb: float, per_job_gb: float) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 from sagebuild import archs, probe, profiles
 from sagebuild.build import paths
-from sagebuild.build.jobs import INVALID_FIX, invalid_message, jobs_that_fit, overfill, parse_max_jobs
+from sagebuild.build.jobs import jobs_that_fit, overfill, parse_max_jobs
 from sagebuild.errors import SagebuildError
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -94,10 +94,7 @@ def plan_jobs(
         return jobs, f"--jobs {jobs} given on the command line"
     raw = env.get("MAX_JOBS")
     if raw:
-        n = parse_max_jobs(raw)
-        if n is None:
-            raise SagebuildError(invalid_message(raw), fix=INVALID_FIX)
-        return n, f"MAX_JOBS={raw} set in the environment"
+        return parse_max_jobs(raw), f"MAX_JOBS={raw} set in the environment"
     per_job = profile.build.mem_per_job_gb
     cap = profile.build.max_jobs
     cores = facts.system.cpu_count or os.cpu_count() or 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sagebuild.build import jobs
 from sagebuild.checks.helpers import major_of, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
+from sagebuild.errors import SagebuildError
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
 
@@ -113,9 +114,10 @@ def check_max_jobs(facts: Facts, profile: Profile) -> Verdict:
     val = facts.env.get("MAX_JOBS")
     if val is None:
         return ok("MAX_JOBS not set: sagebuild compile picks it from free memory")
-    n = jobs.parse_max_jobs(val)
-    if n is None:
-        return fail(jobs.invalid_message(val), jobs.INVALID_FIX)
+    try:
+        n = jobs.parse_max_jobs(val)
+    except SagebuildError as e:
+        return fail(e.message, e.fix)
     per_job = profile.build.mem_per_job_gb
     too_many = jobs.overfill(n, facts.system.mem_available_gb, per_job, f"MAX_JOBS={val}")
     if too_many:
