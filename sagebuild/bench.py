@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 LAYOUTS = ("HND", "NHD")
 DTYPES = ("float16", "bfloat16")
 AUTO = "sageattn"
+PV_VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")  # compared by ``compare_variants``
 SDPA = "sdpa"
 # gate metric -> the row's speed-up field; "cold": L2 flushed before each call, "sustained": the
 # GPU at its power limit (``--sustain``), where a long job runs
@@ -412,6 +413,43 @@ def gate(
     return out
 
 
+def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
+    """One line per sequence length: "seq=N: dispatch picks X; fastest: Y (times)". The dispatch
+    table is decided without every GPU at hand, so the bench says whether its pick won (issue 38).
+
+    ``rows``: ``BenchRow``s or their ``to_dict()``; the variants' whole-call rows are compared by
+    their median time. The pick is the variant the ``sageattn`` row's launch plan ran at that
+    length, else ``picked``. A length where fewer than two variants have a time says so."""
+    rows = [r if isinstance(r, dict) else r.to_dict() for r in rows]
+    lines = []
+    for seq in sorted({r["seq"] for r in rows}):
+        here = [r for r in rows if r["seq"] == seq]
+        timed = {
+            r["provider"]: r["timing"]["median_ms"]
+            for r in here
+            if r["kind"] == "whole_call" and r["provider"] in PV_VARIANTS and r["timing"]
+        }
+        plan = next((r["plan"] for r in here if r["provider"] == AUTO), None)
+        choice = (plan or {}).get("variant") or picked or "unknown"
+        if len(timed) < 2:
+            failed = [v for v in PV_VARIANTS if v not in timed]
+            lines.append(
+                f"seq={seq}: dispatch picks {choice}; fastest: not compared "
+                f"({', '.join(failed)} did not run or has no time)"
+            )
+            continue
+        fastest = min(timed, key=lambda v: timed[v])
+        times = ", ".join(f"{v} {ms:.3f} ms" for v, ms in sorted(timed.items(), key=lambda kv: kv[1]))
+        if choice not in timed:
+            verdict = "the pick was not timed"
+        elif fastest == choice:
+            verdict = "the pick won"
+        else:
+            verdict = f"{fastest} is {timed[choice] / timed[fastest]:.2f}x faster than the pick"
+        lines.append(f"seq={seq}: dispatch picks {choice}; fastest: {fastest} ({times}; {verdict})")
+    return "\n".join(lines)
+
+
 def expectation_for(profile: Any, arch: Optional[str], gpu: bool) -> tuple[dict[str, float], dict[str, Any]]:
     """The profile's expected speed-ups for this arch and the report's account of them."""
     exp = profile.bench.expected.get(arch) if arch else None
@@ -635,8 +673,6 @@ def run_bench(
         shape_of=shape_of,
     )  # fmt: skip
     if gpu:  # the dispatch's pick against the fastest variant, per length (issue 38)
-        from sagebuild.attention.variant_choice import compare_variants
-
         note = f"{note}\n{compare_variants(rows, auto_variant)}"
     return BenchResult(
         ok=not failures,

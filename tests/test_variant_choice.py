@@ -1,4 +1,4 @@
-"""``variant_choice.compare_variants``: the bench's line saying which P·V variant the dispatch
+"""``bench.compare_variants``: the bench's line saying which P·V variant the dispatch
 picked and which one was fastest (issue 38), from bench rows or their JSON form; and on a GPU,
 that ``sagebuild bench`` times every variant the GPU runs and prints that line."""
 
@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sagebuild.attention.variant_choice import compare_variants
-from sagebuild.bench import BenchRow, Timing
+from sagebuild.bench import BenchRow, Timing, compare_variants
 
 FP16, FP8 = "qk_int8_pv_fp16", "qk_int8_pv_fp8"
 
