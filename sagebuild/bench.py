@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 LAYOUTS = ("HND", "NHD")
 DTYPES = ("float16", "bfloat16")
-AUTO = "sageattn"
-PV_VARIANTS = ("qk_int8_pv_fp16", "qk_int8_pv_fp8")  # compared by ``compare_variants``
+AUTO = "sageattn"  # the auto-dispatch entry point (a bench provider, a verified variant)
 SDPA = "sdpa"
 # gate metric -> the row's speed-up field; "cold": L2 flushed before each call, "sustained": the
 # GPU at its power limit (``--sustain``), where a long job runs
@@ -420,6 +419,8 @@ def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
     ``rows``: ``BenchRow``s or their ``to_dict()``; the variants' whole-call rows are compared by
     their median time. The pick is the variant the ``sageattn`` row's launch plan ran at that
     length, else ``picked``. A length where fewer than two variants have a time says so."""
+    from sagebuild.profiles import VARIANTS
+
     rows = [r if isinstance(r, dict) else r.to_dict() for r in rows]
     lines = []
     for seq in sorted({r["seq"] for r in rows}):
@@ -427,12 +428,12 @@ def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
         timed = {
             r["provider"]: r["timing"]["median_ms"]
             for r in here
-            if r["kind"] == "whole_call" and r["provider"] in PV_VARIANTS and r["timing"]
+            if r["kind"] == "whole_call" and r["provider"] in VARIANTS and r["timing"]
         }
         plan = next((r["plan"] for r in here if r["provider"] == AUTO), None)
         choice = (plan or {}).get("variant") or picked or "unknown"
         if len(timed) < 2:
-            failed = [v for v in PV_VARIANTS if v not in timed]
+            failed = [v for v in VARIANTS if v not in timed]
             lines.append(
                 f"seq={seq}: dispatch picks {choice}; fastest: not compared "
                 f"({', '.join(failed)} did not run or has no time)"

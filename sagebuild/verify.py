@@ -11,12 +11,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sagebuild.bench import input_problems, refuse
+from sagebuild.bench import AUTO, input_problems, refuse
 from sagebuild.benchmem import resolve_device
 from sagebuild.errors import SagebuildError
 
 DEFAULT_SHAPE = (1, 8, 512, 64)  # the seed's smoke test: batch 1, 8 heads, 512 tokens, head dim 64
-AUTO = "sageattn"  # the auto-dispatch entry point, checked beside the explicit variants on a GPU
 GOLDEN_NOTE = (
     "CPU only: ran the golden model (plain torch, the kernels' exact quantization and "
     "accumulation). This proves the algorithm and the install, not a GPU kernel."
