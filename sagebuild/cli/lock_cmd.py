@@ -59,12 +59,18 @@ def lock(
     lock_doc = lk.current(prof, facts)
     path, req = lk.write(lock_doc, out)
     n = len(lock_doc["distributions"])
-    doc = {"command": "lock", "lockfile": str(path), "requirements": str(req), "profile": prof.name}
+    doc = {
+        "command": "lock",
+        "lockfile": str(path),
+        "requirements": str(req),
+        "profile": prof.name,
+        "distributions": n,
+    }
     said = (
         f"wrote {path} ({n} distributions, profile {prof.name}: {why})"
         f"\nwrote {req} (pip install -r {req} reinstalls the same versions)"
     )
-    respond(json_out, {**doc, "distributions": n}, lambda: out_.print(said, markup=False, highlight=False))
+    respond(json_out, doc, lambda: out_.print(said, markup=False, highlight=False))
 
 
 def register(app: typer.Typer) -> None:
