@@ -1,7 +1,8 @@
 """``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
 
-Per variant: the input's shape, dtype and device, finite, and within the profile's accuracy bounds
-of the float32 reference; without a GPU the golden model runs. A failure names cause and fix.
+Per variant, the output: the input's shape, dtype and device, finite, and within the profile's
+accuracy bounds of the float32 reference; without a GPU the golden model runs. A failure names
+cause and fix.
 """
 
 from __future__ import annotations
