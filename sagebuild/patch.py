@@ -15,7 +15,7 @@ import math
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -435,16 +435,19 @@ def disable() -> None:
     _update(enabled=False)
 
 
-@contextlib.contextmanager
-def _scope() -> Iterator[None]:
-    _update(+1)
-    try:
-        yield
-    finally:
+class _Scope(contextlib.ContextDecorator):
+    """One ``patch_sdpa()`` scope: reusable and re-entrant (the depth is process-wide; a generator
+    context manager is neither), and its ``__exit__`` is the frame ``_restore``'s warning skips."""
+
+    def __enter__(self) -> _Scope:
+        _update(+1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         _update(-1)
 
 
 def patch_sdpa(func: F | None = None) -> Any:
     """Context manager and decorator routing SDPA through the safe wrapper (``with patch_sdpa():``,
     ``@patch_sdpa()``, bare ``@patch_sdpa``); the outermost exit restores, also on exceptions."""
-    return _scope()(func) if func is not None else _scope()
+    return _Scope()(func) if func is not None else _Scope()

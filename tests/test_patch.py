@@ -500,6 +500,14 @@ def test_nesting_only_outermost_exit_restores():
     assert F.scaled_dot_product_attention is ORIG and not patch.is_active()
 
 
+def test_one_scope_object_is_reusable_and_re_entrant():
+    scope = patch.patch_sdpa()
+    for _ in range(2):
+        with scope, scope:
+            assert F.scaled_dot_product_attention is patch.scaled_dot_product_attention
+        assert F.scaled_dot_product_attention is ORIG
+
+
 def test_decorator_bare_and_called():
     @sagebuild.patch_sdpa
     def bare(x):
