@@ -178,7 +178,7 @@ def _run_script(
         )
         out, err = proc.stdout, proc.stderr
         tail = " | ".join((err or out).strip().splitlines()[-5:])
-        ended = f"exited {proc.returncode}: {tail}" if proc.returncode else None
+        ended = f"exited {proc.returncode}" + (f": {tail}" if tail else "") if proc.returncode else None
     except subprocess.TimeoutExpired as e:
         out, err = (x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
         ended = f"took more than {timeout:.0f} s"
@@ -261,7 +261,8 @@ def run_aot(
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     py = python or sys.executable
     out, reports, ended = _run_script(py, _AOT_SCRIPT, [json.dumps(pairs)], "SAGEBUILD_AOT ", timeout, env)
-    _append_log(log_path, f"[sagebuild] triton ahead-of-time compile\n{out}")
+    note = f"[sagebuild] the compile process {ended}\n" if ended else ""  # a timeout says so nowhere else
+    _append_log(log_path, f"[sagebuild] triton ahead-of-time compile\n{out}{note}")
     done = {(d["variant"], d["arch"]): d for d in reports}
-    lost = {"ok": False, "error": f"the compile process {ended or 'ended'} before this kernel"}
-    return [done.get((v, a), {"variant": v, "arch": a, **lost}) for v, a in pairs]
+    lost = "the compile process ended before this kernel" + (f": it {ended}" if ended else "")
+    return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": lost}) for v, a in pairs]
