@@ -58,7 +58,7 @@ def resolve_device(device: str = "auto") -> Any:
         dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     except (RuntimeError, ValueError):
         raise SagebuildError(
-            f"--device {device}: not a device name", fix="pass auto, cpu, cuda or cuda:N", code=Exit.USAGE
+            f"--device {device}: not a device name", fix="pass auto, cpu, cuda or cuda:N"
         ) from None
     if dev.type == "cpu":
         return dev
