@@ -453,6 +453,16 @@ def test_extension_cache_is_keyed_by_environment(tmp_path):
     )
 
 
+def test_extension_directory_key_is_unchanged(tmp_path, monkeypatch):
+    """The key existing builds were made under: sha256 of prefix, torch version, two empty fields
+    (the retired CUDA/HIP ones) and the sources' hash; a changed formula orphans every build."""
+    from sagebuild.build import paths
+
+    monkeypatch.setattr(paths, "sources_hash", lambda: "0" * 64)
+    got = paths.ext_dir("2.13.0+cpu", "3.12.1", {"SAGEBUILD_CACHE_DIR": str(tmp_path)}, prefix="/venvs/a")
+    assert got.name == "cp312-torch2.13.0+cpu-fe54c9d9aed4"
+
+
 def test_probe_and_plan_agree_on_this_environment_s_directory(tmp_path, monkeypatch):
     from sagebuild import probe
     from sagebuild.build import paths
