@@ -126,8 +126,8 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 @dataclass
 class Timing:
     """Cold per-call times (the device's: an L2 flush before each call hides the host) and, on
-    GPUs, per-round medians of warm back-to-back calls (what a loop of small calls sees) and of
-    ``--sustain`` seconds of them (the GPU at its power limit)."""
+    GPUs, medians over rounds of the per-call time of warm back-to-back calls (what a loop of small
+    calls sees) and of ``--sustain`` seconds of them (the GPU at its power limit)."""
 
     median_ms: float
     p20_ms: float
