@@ -33,10 +33,7 @@ class Arch:
     @property
     def cuda_arch_list_entry(self) -> str | None:
         """The ``TORCH_CUDA_ARCH_LIST`` spelling ("9.0") of a CUDA arch; None for AMD."""
-        if self.vendor != "cuda":
-            return None
-        cc = self.name[2:]
-        return f"{cc[:-1]}.{cc[-1]}"
+        return arch_list_entry(self.name) if self.vendor == "cuda" else None
 
 
 _WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
@@ -117,6 +114,11 @@ def get(name: str) -> Arch:
 def cuda_arch(major: int, minor: int) -> str:
     """Compute capability → canonical name (9, 0 → ``sm90``)."""
     return f"sm{major}{minor}"
+
+
+def arch_list_entry(name: str) -> str:
+    """A CUDA arch name, in the table or not, as ``TORCH_CUDA_ARCH_LIST`` spells it (``sm90`` → 9.0)."""
+    return f"{name[2:-1]}.{name[-1]}"
 
 
 def of_device_properties(props: Any, hip: bool) -> str:

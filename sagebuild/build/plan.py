@@ -212,7 +212,7 @@ def plan_archs(
 
 def arch_env_value(vendor: str, names: list[str]) -> str:
     """The value of ``PYTORCH_ROCM_ARCH`` (``gfx1201;gfx1100``) or ``TORCH_CUDA_ARCH_LIST`` (``9.0;8.9``)."""
-    return ";".join(f"{n[2:-1]}.{n[-1]}" if vendor == "cuda" else n for n in names)
+    return ";".join(archs.arch_list_entry(n) if vendor == "cuda" else n for n in names)
 
 
 # ---- the plan ---------------------------------------------------------------------------------
