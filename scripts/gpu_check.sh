@@ -55,12 +55,12 @@ install() {
 tests() {
   local rc=0
   if $PY -m pip install -q --no-index --find-links .whl pytest-xdist > /dev/null 2>&1 && $PY -c "import xdist" 2> /dev/null; then
-    # pytest-xdist carried in .whl/: workers by file (test_gpu_ext.py's tests stay in one worker,
-    # in order), then the speed tests alone. Unlike the serial run, the other workers may load the
-    # compile stage's build before test_gpu_ext.py's own build replaces it in the shared cache; a
-    # worker that did finds the extension unavailable after the swap (one build per process), so
-    # its later extension tests skip ("not built") and verify leaves out its extension check
-    $PY -m pytest -q -rs -m "gpu and not timing" -n 6 --dist loadfile tests -p no:cacheprovider || rc=$?
+    # pytest-xdist carried in .whl/: the extension's own tests first, alone (they build it and
+    # swap that build into the shared cache; a process loads one build), then the other GPU
+    # tests spread test by test over six workers (one file holds most of them), then the speed
+    # tests alone
+    $PY -m pytest -q -rs -m gpu tests/test_gpu_ext.py -p no:cacheprovider || rc=$?
+    $PY -m pytest -q -rs -m "gpu and not timing" -n 6 --ignore tests/test_gpu_ext.py tests -p no:cacheprovider || rc=$?
     $PY -m pytest -q -rs -m "gpu and timing" tests -p no:cacheprovider || rc=$?
   else
     $PY -m pytest -q -rs -m gpu tests -p no:cacheprovider || rc=$?

@@ -129,9 +129,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 ))  # fmt: skip
     if HAS_GPU:
         # The extension's own tests build it and load that build; one process can load only one
-        # build, so they run before any test that loads the extension from the cache. Under
-        # pytest-xdist this orders each worker's collection only: the scheduler decides which
-        # files a worker runs (scripts/gpu_check.sh says what its parallel run keeps).
+        # build, so they run before any test that loads the extension from the cache
+        # (scripts/gpu_check.sh's parallel run gives them a process of their own first).
         items.sort(key=lambda item: item.path.name != "test_gpu_ext.py")
         return
     skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (torch.cuda.is_available() is False)")
