@@ -69,7 +69,7 @@ def _try_load() -> bool:
             _error = f"{real} does not match the sha256 in its build_info.json: {_REBUILD}"
             return False
         try:
-            if not hasattr(torch.ops.sagebuild, "k_mean"):  # not loaded in this process yet (a build tree?)
+            if not hasattr(torch.ops.sagebuild, "k_mean"):  # else loaded already (a build tree, say)
                 torch.ops.load_library(str(real))
             _register_fakes()
         except Exception as e:  # any loader failure is reported through unavailable_reason()
