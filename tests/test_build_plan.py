@@ -243,3 +243,20 @@ def test_arch_of_device_properties() -> None:
     rdna4 = SimpleNamespace(major=12, minor=0, gcnArchName="gfx1201:sramecc-:xnack-")
     assert of_device_properties(rdna4, hip=True) == "gfx1201"
     assert of_device_properties(SimpleNamespace(major=9, minor=4), hip=True) == ""  # no name reported
+
+
+def test_verify_library_fails_a_report_followed_by_a_hang(tmp_path) -> None:
+    """A verifying interpreter that prints a passing report and then hangs fails the build (a
+    library that hangs its process at exit is not verified); one that exits with it passes."""
+    from sagebuild.build import run
+
+    def fake_python(name: str, tail: str) -> str:
+        exe = tmp_path / name
+        exe.write_text(f"#!/bin/sh\necho 'SAGEBUILD_VERIFY {{\"ok\": true}}'\n{tail}\n")
+        exe.chmod(0o755)
+        return str(exe)
+
+    ok, report = run.verify_library(fake_python("hangs", "sleep 30"), tmp_path / "x.so", False, timeout=1)
+    assert not ok and "took more than 1 s" in report["error"], report
+    ok, report = run.verify_library(fake_python("exits", "exit 0"), tmp_path / "x.so", False, timeout=10)
+    assert ok and report == {"ok": True}

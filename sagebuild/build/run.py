@@ -192,7 +192,8 @@ def verify_library(
     """Load ``lib`` in a fresh interpreter of ``python``; check ops, kernels per key and a smoke call."""
     args = [str(lib), json.dumps(list(EXPECTED_OPS))]
     _, reports, ended = _run_script(python, _VERIFY_SCRIPT, args, "SAGEBUILD_VERIFY ", timeout)
-    if not reports:
+    # no report, or a report and then a hang (``_run_script``'s timeout): the build fails
+    if not reports or (ended or "").startswith("took more than"):
         return False, {"error": f"the verifying interpreter {ended or 'printed no report'}"}
     report = reports[0]
     if report.get("ok") and with_gpu and "CUDA" not in report.get("dispatch_keys", []):
