@@ -146,7 +146,7 @@ def test_q_blocks_per_granularity():
 
 def test_measured_pv_preferences():
     """Hopper: FP16 P·V at head dim 64 up to 2K keys, MMA-accumulated FP8 elsewhere (on the
-    128-key row from 2K keys: 2.5K-4K self-attention 13-17 % faster than FP16, H100); no other
+    128-key row from 2K keys: 2.5K-4K self-attention 13-16 % faster than FP16, H100); no other
     family has a measured preference (the arch table's default stands)."""
     assert configs.preferred_pv("Hopper", 64, 2048) == "fp16"
     assert configs.preferred_pv("Hopper", 64, 2049) == "fp8acc"

@@ -33,6 +33,10 @@ K_BLK_WIDE = 128
 
 ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
 
+# Hopper, head dim 64: FP16 P·V up to this many keys, above it FP8 on the 128-key row (the
+# measured crossover: the row's ``min_keys`` and the P·V preference below both follow it).
+HD64_FP16_MAX_KEYS = 2048
+
 # FP8 V in wgmma key order pads its key rows to whole groups of this many (``layout``).
 KEY_GROUP = 32
 
@@ -119,7 +123,7 @@ _TABLE: list[Row] = [
     # From 8K keys (head dim 64: above 2K): 128-key tiles with 128-token K scale blocks (one
     # scale per tile); at head dim 64 TMA tiles measured 5-10 % slower.
     Row("Hopper", 128, "fp8", "*", LaunchConfig(64, 128, 4, 3), min_keys=8192),
-    Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 128, 4, 3, 168), min_keys=2049),
+    Row("Hopper", 64, "fp8", "*", LaunchConfig(64, 128, 4, 3, 168), min_keys=HD64_FP16_MAX_KEYS + 1),
     # FP8 at 168 registers: three 4-warp CTAs per SM instead of two.
     Row("Hopper", 128, "fp8", "*", LaunchConfig(64, 64, 4, 3, 168)),
     Row("Hopper", 128, "fp16", "*", LaunchConfig(128, 64, 8, 3)),
@@ -165,7 +169,7 @@ _TABLE: list[Row] = [
 # -> "fp16" | "fp8" | "fp8acc" (MMA-accumulated FP8, ``pv_accum_dtype="fp32"``); first match wins.
 # Head dim 64 up to 2K keys: FP16 (FP8 pays V's amax pass); elsewhere the MMA-accumulated FP8.
 _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
-    ("Hopper", 64, 2048, "fp16"),
+    ("Hopper", 64, HD64_FP16_MAX_KEYS, "fp16"),
     ("Hopper", "*", None, "fp8acc"),
 ]
 
