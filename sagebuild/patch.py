@@ -170,12 +170,11 @@ def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | st
     def min_len(d: int, causal: bool, batch_heads: int) -> int | None:
         from sagebuild.kernels.triton import configs
 
-        dp = configs.padded_head_dim(d) or d
         try:
-            return configs.sdpa_crossover(family, dp, causal, batch_heads=batch_heads)
+            return configs.sdpa_crossover(family, d, causal, batch_heads=batch_heads)
         except ValueError as err:  # a mistyped override must not break the model: say so once
             _warn_once(configs.SDPA_CROSSOVER_ENV_VAR, f"{err}; using the measured lengths")
-            return configs.sdpa_crossover(family, dp, causal, use_env=False, batch_heads=batch_heads)
+            return configs.sdpa_crossover(family, d, causal, use_env=False, batch_heads=batch_heads)
 
     return DeviceSupport(arch=arch, variant=variant, head_dim_ok=plan.head_dim_ok, min_len=min_len)
 

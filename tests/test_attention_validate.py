@@ -36,6 +36,8 @@ def _t(*shape, dtype=torch.float16):
         ((_t(1, 2, 8, 64),) * 3, {"sm_scale": -1.0}, "positive and finite"),
         ((_t(1, 2, 8, 64),) * 3, {"qk_quant_gran": "per_lane"}, "qk_quant_gran"),
         ((_t(1, 2, 8, 64),) * 3, {"quantization_backend": "opencl"}, "quantization_backend"),
+        ((_t(1, 1, 8, 64).expand(65536, 1, 8, 64),) * 3, {}, "65536 batch entries × 1 heads.*at most 65535"),
+        ((_t(1, 1, 8, 64).expand(1, 65536, 8, 64),) * 3, {}, "1 batch entries × 65536 heads"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(args, kw, match):
@@ -71,6 +73,10 @@ def test_varlen_checks_cumulative_lengths():
         sageattn_varlen(q, q, q, good, good, 5, 6)
     with pytest.raises(AttentionInputError, match="packed"):
         sageattn_varlen(_t(1, 10, 2, 64), q, q, good, good, 6, 6)
+    many = torch.arange(65537, dtype=torch.int32, device=DEV)  # 65536 one-token sequences
+    one = _t(1, 2, 64).expand(65536, 2, 64)
+    with pytest.raises(AttentionInputError, match="65536 sequences × 2 heads"):
+        sageattn_varlen(one, one, one, many, many, 1, 1)
 
 
 def test_graphed_attention_needs_gpu_tensors_and_says_so():

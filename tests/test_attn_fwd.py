@@ -429,3 +429,37 @@ def test_tma_tiles_on_packed_sequences(d, causal, monkeypatch):
     out = call()
     assert descriptors, "the packed call did not take the TMA path"
     assert torch.isfinite(out).all() and torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_heads_first_grid_gives_the_same_bits(packed, monkeypatch):
+    """A causal call's grid (heads, batch, query blocks), longest rows first across heads,
+    computes every tile exactly as the (query blocks, heads, batch) grid does: dense with two
+    batch entries and GQA, and packed with ragged lengths and an empty sequence."""
+    if packed:
+        cu = torch.tensor([0, 37, 37, 127, 143], dtype=torch.int32)
+        g = torch.Generator().manual_seed(5)
+        q = torch.randn(143, 4, 64, generator=g).half()
+        k, v = (torch.randn(143, 2, 64, generator=g).half() for _ in range(2))
+        call = lambda: sageattn_varlen(q, k, v, cu, cu, 90, 90, is_causal=True, config=CFG)  # noqa: E731
+    else:
+        q, k, v = qkv(b=2, nq=80, nk=72)
+        call = lambda: _run("qk_int8_pv_fp16", q, k, v, is_causal=True, return_lse=True)  # noqa: E731
+    grids = []
+    real_launch = attn_fwd.launcher.launch
+    monkeypatch.setattr(
+        attn_fwd.launcher,
+        "launch",
+        lambda fn, grid, *a, **kw: (
+            (fn is attn_fwd._attn_fwd_kernel and grids.append(grid)) or real_launch(fn, grid, *a, **kw)
+        ),
+    )
+    ref = call()
+    monkeypatch.setitem(configs._HEADS_FIRST_MAX_KV_BYTES, "interpreter", 1 << 40)
+    clear_caches()
+    out = call()
+    batch, heads = (4, 4) if packed else (2, 4)
+    blocks = grids[0][0]
+    assert grids == [(blocks, heads, batch), (heads, batch, blocks)], grids
+    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple(out), as_tuple(ref)))

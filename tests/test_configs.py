@@ -175,3 +175,13 @@ def test_sdpa_crossover_rows_scale_with_batch_heads_and_the_knob_overrides(monke
     knobs.refresh()
     with pytest.raises(ValueError, match="whole number"):
         configs.sdpa_crossover("Hopper", 128, False)
+
+
+def test_causal_grids_go_heads_first_only_while_k_and_v_fit_l2():
+    """Measured on the H100: heads first helps a causal call whose K/V fit in L2 (1×32×4096×96
+    0.98× → 1.04× SDPA) and costs the long ones (4×32×8192×64 1.11× → 0.80×)."""
+    limit = configs._HEADS_FIRST_MAX_KV_BYTES["Hopper"]
+    assert configs.heads_first("Hopper", True, limit)
+    assert not configs.heads_first("Hopper", True, limit + 1)
+    assert not configs.heads_first("Hopper", False, 1)
+    assert not configs.heads_first("CDNA3", True, 1)  # unmeasured there

@@ -308,8 +308,13 @@ def test_sdpa_crossover_table_and_override(monkeypatch):
     from sagebuild.kernels.triton import configs
 
     monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
-    got = {(dp, c): configs.sdpa_crossover("Hopper", dp, c) for dp in (64, 128, 256) for c in (False, True)}
+    dims = (40, 64, 80, 128, 256)
+    got = {(d, c): configs.sdpa_crossover("Hopper", d, c) for d in dims for c in (False, True)}
     assert got == {
+        (40, False): 4096,  # SD1.5's head dim: padded to 64, but SDPA is slower there too
+        (40, True): 8192,
+        (80, False): 4096,
+        (80, True): 5120,
         (64, False): 8192,
         (64, True): 8192,
         (128, False): 4096,
@@ -360,8 +365,9 @@ def test_sdpa_crossover_scales_with_batch_heads(monkeypatch, head_dim, causal, b
 
 def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
     """The real backend's support for an sm90 device (the dispatch answers as on an H200) takes
-    the Hopper row, pads the head dim as the kernels do, and turns a mistyped override into one
-    warning and the measured lengths (a model must not break on it)."""
+    the Hopper row of the call's own head dim (40 has its measured row, though the kernels pad
+    it to 64), and turns a mistyped override into one warning and the measured lengths (a
+    model must not break on it)."""
     from sagebuild.attention import dispatch
 
     monkeypatch.setattr(dispatch, "device_arch", lambda dev: "sm90")
@@ -371,8 +377,9 @@ def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
     try:
         support = patch._dispatch_support(torch.device("cuda", 0))
         assert isinstance(support, patch.DeviceSupport) and support.arch == "sm90"
-        lens = [support.min_len(d, False, 16) for d in (40, 64, 96, 128, 200)]
-        assert lens == [8192, 8192, 4096, 4096, 4096]
+        lens = [support.min_len(d, False, 16) for d in (40, 48, 64, 96, 128, 200)]
+        assert lens == [4096, 8192, 8192, 4096, 4096, 4096]
+        assert support.min_len(40, True, 16) == 8192
         assert support.min_len(128, True, 64) == 5120
         assert support.min_len(128, False, 4) == 8192  # fewer than 16 batch × heads: equal work
         monkeypatch.setenv("SAGEBUILD_PATCH_MIN_LEN", "lots")

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from . import launcher, layout
+from . import configs, launcher, layout
 from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
@@ -384,18 +384,24 @@ def _attn_fwd_kernel(
     MASK_MODE: tl.constexpr,
     MASK_ROWS: tl.constexpr,
     ROW_UNIT: tl.constexpr,
+    HEADS_FIRST: tl.constexpr,
 ):
     if ROW_UNIT != 1:  # the 16-bit tensors' strides came divided by it (``layout.row_unit``)
         stride_qb, stride_qh, stride_qn = stride_qb * ROW_UNIT, stride_qh * ROW_UNIT, stride_qn * ROW_UNIT
         stride_ob, stride_oh, stride_on = stride_ob * ROW_UNIT, stride_oh * ROW_UNIT, stride_on * ROW_UNIT
         if not PV_FP8:
             stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # the longest rows first: better tail balance across SMs
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    if HEADS_FIRST:  # grid (H, B, query blocks): every head's longest rows before any shorter ones
+        h = tl.program_id(0)
+        b = tl.program_id(1)
+        pid_m = tl.num_programs(2) - 1 - tl.program_id(2)
+    else:  # grid (query blocks, H, B): a head's blocks run side by side and share its K/V in L2
+        pid_m = tl.program_id(0)
+        if CAUSAL:  # the longest rows first: better tail balance across SMs
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        h = tl.program_id(1)
+        b = tl.program_id(2)
+    pid_bh = b * H + h
     hk = h // GROUP
     q_base, n_q = seq_base(CUQ, b, N_Q, T_Q, stride_qb, stride_qn, IS_VARLEN)
     k_base, n_k = seq_base(CUK, b, N_K, T_K, stride_kb, stride_kn, IS_VARLEN)
@@ -685,14 +691,17 @@ def attention_forward(
     if (plan.mask != "none") != (mask is not None):
         raise ValueError("pass mask exactly when the plan has one")
     group = q.heads // kv.k.heads
-    grid = (launcher.cdiv(q.max_len, cfg.block_m), q.batch * q.heads)
+    m_blocks = launcher.cdiv(q.max_len, cfg.block_m)
+    kv_bytes = kv.k.t.numel() * kv.k.t.element_size() + kv.v.t.numel() * kv.v.t.element_size()
+    heads_first = configs.heads_first(plan.family, plan.causal, kv_bytes)
+    grid = (q.heads, q.batch, m_blocks) if heads_first else (m_blocks, q.heads, q.batch)
     dummy = kv.k_scale  # never read where it stands in
 
     # The 16-bit tensors' strides go in the unit that proves their rows' alignment (``layout.row_unit``):
     # the launch key fixes the strides, so the unit is decided with the constexprs, once per key.
     def build() -> dict[str, Any]:
         wide = (q, out, *(() if plan.fp8 else (kv.v,)))
-        return {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide)}
+        return {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide), "HEADS_FIRST": heads_first}
 
     consts = launcher.constexprs(_attn_fwd_kernel, launch_key, build)
     unit = consts["ROW_UNIT"]

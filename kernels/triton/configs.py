@@ -174,11 +174,22 @@ _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
 ]
 
 
-# ``sagebuild.patch_sdpa``'s speed routing: (family, largest padded head dim or "*", causal or
+# Causal grids go (heads, batch, query blocks), every head's longest rows first, while the call's
+# quantized K/V fit this many bytes (L2-resident); larger ones keep each head's blocks together.
+_HEADS_FIRST_MAX_KV_BYTES = {"Hopper": 32 << 20}
+
+
+def heads_first(family: str, causal: bool, kv_bytes: int) -> bool:
+    """Whether a causal call's grid orders heads before query blocks (``attn_fwd``)."""
+    return causal and kv_bytes <= _HEADS_FIRST_MAX_KV_BYTES.get(family, -1)
+
+
+# ``sagebuild.patch_sdpa``'s speed routing: (family, largest head dim or "*", causal or
 # "*") -> the shortest query and key length from which a patched call (host time included) is at
 # least as fast as SDPA's default backend at B·H >= SDPA_CROSSOVER_BH, sustained; shorter calls
 # go to SDPA. Below that B·H a row's length L scales to L·sqrt(SDPA_CROSSOVER_BH / (B·H)).
 _SDPA_CROSSOVER: list[tuple[str, Union[int, str], Union[bool, str], int]] = [
+    ("Hopper", 40, False, 4096),
     ("Hopper", 64, "*", 8192),
     ("Hopper", 128, False, 4096),
     ("Hopper", 128, True, 5120),
@@ -189,7 +200,7 @@ SDPA_CROSSOVER_ENV_VAR = "SAGEBUILD_PATCH_MIN_LEN"
 
 
 def sdpa_crossover(
-    family: str, head_dim_pad: int, causal: bool, use_env: bool = True, batch_heads: int | None = None
+    family: str, head_dim: int, causal: bool, use_env: bool = True, batch_heads: int | None = None
 ) -> int | None:
     """The query/key length from which ``patch_sdpa`` sends a call of ``batch_heads`` (batch ×
     query heads; None: at least SDPA_CROSSOVER_BH) to our kernels on this family
@@ -205,7 +216,7 @@ def sdpa_crossover(
                 "length to the quantized kernels)"
             ) from None
     for fam, hd, cau, min_len in _SDPA_CROSSOVER:
-        if fam == family and (hd == "*" or head_dim_pad <= hd) and cau in ("*", causal):
+        if fam == family and (hd == "*" or head_dim <= hd) and cau in ("*", causal):
             if batch_heads is None or batch_heads >= SDPA_CROSSOVER_BH:
                 return min_len
             return math.ceil(min_len * math.sqrt(SDPA_CROSSOVER_BH / max(1, batch_heads)))

@@ -178,9 +178,9 @@ def _kv_partials_kernel(
     stride_kb, stride_kh, stride_kn = stride_kb * ROW_UNIT, stride_kh * ROW_UNIT, stride_kn * ROW_UNIT
     stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
     pid_s = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    pid_bh = b * H + h
     start = pid_s * PART_ROWS
     kbase, n_seq = seq_base(CU, b, N, T, stride_kb, stride_kn, IS_VARLEN)
     vbase, _ = seq_base(CU, b, N, T, stride_vb, stride_vn, IS_VARLEN)
@@ -287,9 +287,9 @@ def _quant_blocks_kernel(
     if PDL_TRIGGER:
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    pid_bh = b * H + h
     xbase, n = seq_base(CU, b, N, T, stride_xb, stride_xn, IS_VARLEN)
     qbase, _ = seq_base(CU, b, N, T, stride_qb, stride_qn, IS_VARLEN)
     xbase += h.to(tl.int64) * stride_xh
@@ -359,7 +359,7 @@ def _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, off
     end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
     pos = packed_v_position(CU, b, T)
     gap0 = pos + (n + 15) // 16 * 16
-    gap1 = tl.where(b == tl.num_programs(1) // H - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
+    gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
     offs = tl.arange(0, BLK)
     zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
     head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
@@ -423,7 +423,7 @@ def _part_stats(
     consts = dict(SMOOTH_K=smooth_k, V_FP8=v is not None, IS_VARLEN=k.is_varlen)
     launcher.launch(
         _kv_partials_kernel,
-        (count, k.batch * k.heads),
+        (count, k.heads, k.batch),
         (
             k.t,
             vv.t,
@@ -545,7 +545,7 @@ def quant_blocks(
     )
     launcher.launch(
         _quant_blocks_kernel,
-        (nblk, x.batch * x.heads),
+        (nblk, x.heads, x.batch),
         (
             x.t,
             km if km is not None else xs,

@@ -103,6 +103,7 @@ class LaunchPlan:
             "MASK_MODE": MASKS.index(self.mask),
             "MASK_ROWS": self.mask_rows,
             "ROW_UNIT": 1,  # the launch's buffers decide it (``layout.row_unit``)
+            "HEADS_FIRST": False,  # the launch's grid order decides it
         }
 
     def record(self) -> dict[str, Any]:

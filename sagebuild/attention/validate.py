@@ -108,6 +108,7 @@ def check_dense(
             "check tensor_layout: 'HND' is (batch, heads, seq, dim), 'NHD' is (batch, seq, heads, dim)",
         )
     _check_heads(hq, hk, hv, lay)
+    check_grid(bq, hq, "batch entries")
     if nq == 0 or nk == 0 or bq == 0:
         raise AttentionInputError(
             f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)} (as B, H, N, D)",
@@ -158,6 +159,18 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
     if mask.dtype == torch.bool:
         view = view.view(torch.uint8)
     return view, kind, nq > 1 and view.stride(2) != 0
+
+
+GRID_MAX = 65535  # a CUDA/HIP launch grid's second and third dims, where heads and batch go
+
+
+def check_grid(batch: int, heads: int, what: str) -> None:
+    """The kernels launch one grid row per head and one grid layer per batch entry (sequence)."""
+    if batch > GRID_MAX or heads > GRID_MAX:
+        raise AttentionInputError(
+            f"{batch} {what} × {heads} heads: the kernels take at most {GRID_MAX} of each per call",
+            f"split the call into chunks of at most {GRID_MAX} {what} (and heads)",
+        )
 
 
 def _check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
@@ -228,4 +241,5 @@ def check_varlen(
             "cu_seqlens_q and cu_seqlens_k describe different batch sizes",
             "pass one entry per sequence in both",
         )
+    check_grid(cu_seqlens_q.numel() - 1, q.shape[1], "sequences")
     return unit_stride(q), unit_stride(k), unit_stride(v), cus[0], cus[1]
