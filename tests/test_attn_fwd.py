@@ -437,13 +437,13 @@ def test_heads_first_grid_gives_the_same_bits(packed, monkeypatch):
     computes every tile exactly as the (query blocks, heads, batch) grid does: dense with two
     batch entries and GQA, and packed with ragged lengths and an empty sequence."""
     if packed:
-        cu = torch.tensor([0, 37, 37, 127, 143], dtype=torch.int32)
+        cu = torch.tensor([0, 37, 37, 197, 213], dtype=torch.int32)
         g = torch.Generator().manual_seed(5)
-        q = torch.randn(143, 4, 64, generator=g).half()
-        k, v = (torch.randn(143, 2, 64, generator=g).half() for _ in range(2))
-        call = lambda: sageattn_varlen(q, k, v, cu, cu, 90, 90, is_causal=True, config=CFG)  # noqa: E731
+        q = torch.randn(213, 4, 64, generator=g).half()
+        k, v = (torch.randn(213, 2, 64, generator=g).half() for _ in range(2))
+        call = lambda: sageattn_varlen(q, k, v, cu, cu, 160, 160, is_causal=True, config=CFG)  # noqa: E731
     else:
-        q, k, v = qkv(b=2, nq=80, nk=72)
+        q, k, v = qkv(b=2, nq=160, nk=72)
         call = lambda: _run("qk_int8_pv_fp16", q, k, v, is_causal=True, return_lse=True)  # noqa: E731
     grids = []
     real_launch = attn_fwd.launcher.launch
@@ -458,8 +458,14 @@ def test_heads_first_grid_gives_the_same_bits(packed, monkeypatch):
     monkeypatch.setitem(configs._HEADS_FIRST_MAX_KV_BYTES, "interpreter", 1 << 40)
     clear_caches()
     out = call()
+    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple(out), as_tuple(ref)))
     batch, heads = (4, 4) if packed else (2, 4)
     blocks = grids[0][0]
     assert grids == [(blocks, heads, batch), (heads, batch, blocks)], grids
-    as_tuple = lambda r: r if isinstance(r, tuple) else (r,)  # noqa: E731
-    assert all(torch.equal(a, b) for a, b in zip(as_tuple(out), as_tuple(ref)))
+    assert blocks > 4
+    monkeypatch.setattr(attn_fwd.launcher, "GRID_YZ_MAX", 4)  # the query blocks past a grid's third dim
+    clear_caches()
+    again = call()
+    assert grids[-1] == (blocks, heads, batch), grids
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple(again), as_tuple(ref)))

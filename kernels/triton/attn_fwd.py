@@ -693,7 +693,7 @@ def attention_forward(
     group = q.heads // kv.k.heads
     m_blocks = launcher.cdiv(q.max_len, cfg.block_m)
     kv_bytes = kv.k.t.numel() * kv.k.t.element_size() + kv.v.t.numel() * kv.v.t.element_size()
-    heads_first = configs.heads_first(plan.family, plan.causal, kv_bytes)
+    heads_first = m_blocks <= launcher.GRID_YZ_MAX and configs.heads_first(plan.family, plan.causal, kv_bytes)
     grid = (q.heads, q.batch, m_blocks) if heads_first else (m_blocks, q.heads, q.batch)
     dummy = kv.k_scale  # never read where it stands in
 

@@ -25,6 +25,9 @@ try:  # Triton ≥ 3.4; without it the binder-free path stays off (see hooks_ins
 except ImportError:  # pragma: no cover - older Triton
     knobs = None
 
+# A CUDA/HIP launch grid's second and third dims hold at most this many programs each.
+GRID_YZ_MAX = 65535
+
 # Bounded: one entry per distinct (kernel, key, device); a process serving many shapes
 # recompiles nothing after eviction (Triton's own cache still holds the kernel) — it only
 # pays Triton's binder again for that key.
@@ -193,6 +196,7 @@ def cached_launches() -> int:
 
 
 __all__ = [
+    "GRID_YZ_MAX",
     "MAX_ENTRIES",
     "bind",
     "cached_launches",

@@ -11,6 +11,7 @@ import os
 import torch
 
 from sagebuild.attention.plan import AttentionInputError
+from sagebuild.kernels.triton import launcher
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LAYOUTS = ("HND", "NHD")
@@ -161,15 +162,13 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
     return view, kind, nq > 1 and view.stride(2) != 0
 
 
-GRID_MAX = 65535  # a CUDA/HIP launch grid's second and third dims, where heads and batch go
-
-
 def check_grid(batch: int, heads: int, what: str) -> None:
     """The kernels launch one grid row per head and one grid layer per batch entry (sequence)."""
-    if batch > GRID_MAX or heads > GRID_MAX:
+    top = launcher.GRID_YZ_MAX
+    if batch > top or heads > top:
         raise AttentionInputError(
-            f"{batch} {what} × {heads} heads: the kernels take at most {GRID_MAX} of each per call",
-            f"split the call into chunks of at most {GRID_MAX} {what} (and heads)",
+            f"{batch} {what} × {heads} heads: the kernels take at most {top} of each per call",
+            f"split the call into chunks of at most {top} {what} (and heads)",
         )
 
 
