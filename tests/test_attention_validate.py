@@ -38,6 +38,7 @@ def _t(*shape, dtype=torch.float16):
         ((_t(1, 2, 8, 64),) * 3, {"quantization_backend": "opencl"}, "quantization_backend"),
         ((_t(1, 1, 8, 64).expand(65536, 1, 8, 64),) * 3, {}, "65536 batch entries × 1 heads.*at most 65535"),
         ((_t(1, 1, 8, 64).expand(1, 65536, 8, 64),) * 3, {}, "1 batch entries × 65536 heads"),
+        ((_t(1, 1, 1, 1).expand(40000, 60000, 1, 1),) * 3, {}, "fewer than 2³¹ pairs"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(args, kw, match):

@@ -163,11 +163,13 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
 
 
 def check_grid(batch: int, heads: int, what: str) -> None:
-    """The kernels launch one grid row per head and one grid layer per batch entry (sequence)."""
+    """The kernels launch one grid row per head and one grid layer per batch entry (sequence),
+    and index each (batch, head) pair by an int32 (expanded views make huge counts cheap)."""
     top = launcher.GRID_YZ_MAX
-    if batch > top or heads > top:
+    if batch > top or heads > top or batch * heads >= 2**31:
         raise AttentionInputError(
-            f"{batch} {what} × {heads} heads: the kernels take at most {top} of each per call",
+            f"{batch} {what} × {heads} heads: the kernels take at most {top} of each, and fewer "
+            "than 2³¹ pairs, per call",
             f"split the call into chunks of at most {top} {what} (and heads)",
         )
 
