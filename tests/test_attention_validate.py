@@ -39,6 +39,7 @@ def _t(*shape, dtype=torch.float16):
         ((_t(1, 1, 8, 64).expand(65536, 1, 8, 64),) * 3, {}, "65536 batch entries × 1 heads.*at most 65535"),
         ((_t(1, 1, 8, 64).expand(1, 65536, 8, 64),) * 3, {}, "1 batch entries × 65536 heads"),
         ((_t(1, 1, 1, 1).expand(40000, 60000, 1, 1),) * 3, {}, "fewer than 2³¹ pairs"),
+        ((_t(1, 1, 8, 64).expand(2, 40000, 8, 64),) * 3, {"quantization_backend": "ext"}, "65535 batch × KV"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(args, kw, match):

@@ -27,10 +27,17 @@ from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
 _EXT_OPS: dict[torch.device, Any] = {}
 
 
-def _ext_ops(device: torch.device) -> Any:
+def _ext_ops(device: torch.device, kv_pairs: int) -> Any:
     """The C++ extension's quantization ops, asked for by name (``quantization_backend="ext"``:
-    "auto" takes Triton's path, twice as fast). Looked up once per device and process (the lookup
-    touches the file system; a rebuilt extension is picked up by the next process)."""
+    "auto" takes Triton's path, twice as fast), for K/V of ``kv_pairs`` batch × KV heads. Looked up
+    once per device and process (the lookup touches the file system; a rebuilt extension is
+    picked up by the next process)."""
+    if kv_pairs > launcher.GRID_YZ_MAX:  # its grids put batch × heads on one dim
+        raise AttentionInputError(
+            f"quantization_backend='ext' quantizes at most {launcher.GRID_YZ_MAX} batch × KV heads per "
+            f"call, got {kv_pairs}",
+            f"pass quantization_backend='triton' (or 'auto'): up to {launcher.GRID_YZ_MAX} of each",
+        )
     if device not in _EXT_OPS:
         from sagebuild import ext
 
@@ -221,7 +228,8 @@ def attend(
             qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
             pv_accum=accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
         )  # fmt: skip
-        ops = _ext_ops(q.device) if plan.quantization == "extension" else None
+        kv_pairs = k.shape[0] * k.shape[2 if tensor_layout == "NHD" else 1]
+        ops = _ext_ops(q.device, kv_pairs) if plan.quantization == "extension" else None
         call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
         _put(_PLANS, key, call)
         rkey = None  # the signature's first call
@@ -298,7 +306,7 @@ def kernel_only(plan: LaunchPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     """A callable running only the plan's attention launch (``sagebuild bench``'s ``kernel_only``)
     on HND tensors, K/V quantized here once; without PDL (no quantization launch to overlap)."""
     plan = replace(plan, pdl=False)
-    ops = _ext_ops(q.device) if plan.quantization == "extension" else None
+    ops = _ext_ops(q.device, k.shape[0] * k.shape[1]) if plan.quantization == "extension" else None
     kv = quantize_kv(plan, unit_stride(k), unit_stride(v), ops=ops)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if plan.return_lse else None
