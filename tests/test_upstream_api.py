@@ -185,6 +185,8 @@ def test_dropout_goes_to_sdpa_with_a_warning(monkeypatch):
         )
     with pytest.raises(AttentionInputError, match="attn_mask"):
         functions.sageattn_varlen(q, q, q, cu, cu, 16, 16, attn_mask=torch.ones(1))
+    with pytest.raises(AttentionInputError, match="multiple of k's"):  # validate's GQA rule, here too
+        functions.sageattn(_rand(1, 3, 32, 64), q, q, dropout_p=0.5)
 
 
 # ---------------------------------------------------------------------------------------------

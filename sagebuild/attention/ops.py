@@ -17,7 +17,7 @@ import torch
 
 from sagebuild.attention import api
 from sagebuild.attention.reference import causal_mask, expand_kv
-from sagebuild.attention.validate import AttentionInputError
+from sagebuild.attention.validate import check_heads
 
 # The calls themselves: what the ops run, and the public functions eagerly (by these names, which
 # scripts wrap to count calls).
@@ -81,14 +81,9 @@ def run_reference(
             )
     nhd = tensor_layout == "NHD"
     qh, kh, vh = (t.transpose(1, 2) if nhd else t for t in (q, k, v))
-    hq, hk = qh.shape[1], kh.shape[1]
-    if hq != hk:
-        if hk == 0 or hq % hk:
-            raise AttentionInputError(
-                f"query heads ({hq}) must be a multiple of key/value heads ({hk})",
-                "pass k and v with a head count dividing q's",
-            )
-        kh, vh = expand_kv(kh, hq), expand_kv(vh, hq)
+    hq = qh.shape[1]
+    check_heads(hq, kh.shape[1], vh.shape[1], tensor_layout)
+    kh, vh = expand_kv(kh, hq), expand_kv(vh, hq)
     n_q, n_k = qh.shape[2], kh.shape[2]
     scale = sm_scale if sm_scale is not None else qh.shape[-1] ** -0.5
     mask = attn_mask

@@ -108,7 +108,7 @@ def check_dense(
             f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={lay!r}",
             "check tensor_layout: 'HND' is (batch, heads, seq, dim), 'NHD' is (batch, seq, heads, dim)",
         )
-    _check_heads(hq, hk, hv, lay)
+    check_heads(hq, hk, hv, lay)
     check_grid(bq, hq, "batch entries")
     if nq == 0 or nk == 0 or bq == 0:
         raise AttentionInputError(
@@ -174,7 +174,8 @@ def check_grid(batch: int, heads: int, what: str) -> None:
         )
 
 
-def _check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
+def check_heads(hq: int, hk: int, hv: int, layout: str) -> None:
+    """K and V head counts agree and divide Q's (GQA/MQA); ``layout`` is named in the error."""
     if hk != hv:
         raise AttentionInputError(
             f"k and v have different head counts ({hk} vs {hv})", "k and v must have the same number of heads"
@@ -207,7 +208,7 @@ def check_varlen(
             f"k and v hold different token counts ({k.shape[0]} vs {v.shape[0]})",
             "k and v must be packed from the same sequences",
         )
-    _check_heads(q.shape[1], k.shape[1], v.shape[1], "")
+    check_heads(q.shape[1], k.shape[1], v.shape[1], "")
     cus = []
     for name, cu, total, max_len in (
         ("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
