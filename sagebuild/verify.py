@@ -110,12 +110,10 @@ def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: An
         vc.problems.append(f"output on {out.device}, input on {q.device}")
     if vc.problems:
         return
-    acc = metrics.accuracy(out, ref)
-    vc.accuracy = acc
+    acc = vc.accuracy = metrics.accuracy(out, ref)
     if not acc["finite"]:
         vc.problems.append(f"non-finite output: {acc['nan_count']} NaN, {acc['inf_count']} Inf")
-        vc.cause = "NaN/Inf in the output"
-        vc.fix = NAN_FIX
+        vc.cause, vc.fix = "NaN/Inf in the output", NAN_FIX
         return
     if bounds is not None:
         vc.bounds = asdict(bounds)
