@@ -66,23 +66,15 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
-def refuse(problems: list[tuple[bool, str, str]]) -> None:
-    """Raise the first (bad, what is wrong, the fix) that is bad as a usage error (exit 2)."""
-    for bad, message, fix in problems:
-        if bad:
-            raise SagebuildError(message, fix=fix)
-
-
-def input_problems(dtype: str, layout: str) -> list[tuple[bool, str, str]]:
-    """The kernels' input dtypes and layouts, for bench's and verify's options."""
-    return [
-        (
-            dtype not in DTYPES,
+def check_inputs(dtype: str, layout: str) -> None:
+    """The kernels' input dtypes and layouts, for bench's and verify's options (usage error, exit 2)."""
+    if dtype not in DTYPES:
+        raise SagebuildError(
             f"--dtype {dtype}: the kernels take float16 or bfloat16",
-            "pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
-        ),
-        (layout not in LAYOUTS, f"--layout {layout}: expected HND or NHD", "pass --layout HND"),
-    ]
+            fix="pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
+        )
+    if layout not in LAYOUTS:
+        raise SagebuildError(f"--layout {layout}: expected HND or NHD", fix="pass --layout HND")
 
 
 def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
@@ -90,27 +82,25 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     shared = ("batch", "heads", "seq", "head_dim", "dtype", "causal", "warmup", "reps")  # profiles.Bench's
     cfg = BenchConfig(**{f: getattr(profile.bench, f) for f in shared})
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    refuse(
-        [
-            *input_problems(cfg.dtype, cfg.layout),
-            (
-                min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
-                or min(cfg.warmup, cfg.sustain_s) < 0,
-                "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
-                "e.g. --batch 1 --heads 16 --head-dim 64",
-            ),
-            (
-                cfg.gate_on not in GATE_METRICS,
-                f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
-                "pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
-            ),
-            (
-                cfg.gate_on == "sustained" and cfg.sustain_s <= 0,
-                "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
-                "add --sustain 1 (seconds of back-to-back calls per provider and round)",
-            ),
-        ]
-    )
+    check_inputs(cfg.dtype, cfg.layout)
+    if (
+        min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
+        or min(cfg.warmup, cfg.sustain_s) < 0
+    ):
+        raise SagebuildError(
+            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
+            fix="e.g. --batch 1 --heads 16 --head-dim 64",
+        )
+    if cfg.gate_on not in GATE_METRICS:
+        raise SagebuildError(
+            f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
+            fix="pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
+        )
+    if cfg.gate_on == "sustained" and cfg.sustain_s <= 0:
+        raise SagebuildError(
+            "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
+            fix="add --sustain 1 (seconds of back-to-back calls per provider and round)",
+        )
     return cfg
 
 
@@ -210,7 +200,7 @@ def time_interleaved(
     """``Timing`` of each function, or the exception that stopped it: ``reps`` timed calls split
     into rounds that each time every function, so the machine's drift hits all alike. On a CUDA/HIP
     ``device`` cold device times plus per-round bursts; elsewhere CPU wall clock."""
-    gpu = device is not None and getattr(device, "type", None) == "cuda"
+    gpu = getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
         import torch
@@ -227,9 +217,8 @@ def time_interleaved(
         torch.cuda.synchronize(device)
     n_rounds = rounds_used(reps, rounds)
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
-    samples: list[list[float]] = [[] for _ in fns]
-    b2b: list[list[float]] = [[] for _ in fns]
-    sustained: list[list[float]] = [[] for _ in fns]
+    # per function: cold samples (ms) and, on a GPU, each round's back-to-back and sustained time
+    samples, b2b, sustained = ([[] for _ in fns] for _ in range(3))
     for r, n in enumerate(counts):
         for i in _round_order(len(fns), r):
             fn = fns[i]
@@ -528,9 +517,7 @@ def run_bench(
         "in turn, each round in another order; median"
     )
 
-    def bounds_of(variant: str) -> Optional[dict[str, float]]:
-        b = profile.accuracy.get(variant)
-        return asdict(b) if b else None
+    limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
         if layout == "NHD":
@@ -557,13 +544,13 @@ def run_bench(
 
         arch = dispatch.device_arch(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), bounds_of(auto_variant)))
+        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), limits.get(auto_variant)))
         # every variant this GPU runs, so the note can say which one won (issue 38)
         for var in dispatch.available_variants(dev):
             fn = getattr(attention, f"sageattn_{var}_triton")
-            providers.append((var, "whole_call", whole_call(fn, var), bounds_of(var)))
-            kernel_only = lambda q, k, v, var=var: _kernel_only(var, q, k, v, layout, causal)
-            providers.append((var, "kernel_only", kernel_only, bounds_of(var)))
+            providers.append((var, "whole_call", whole_call(fn, var), limits.get(var)))
+            kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)
+            providers.append((var, "kernel_only", kernel_only, limits.get(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {rounds} and p20/p80; back-to-back: "
@@ -584,7 +571,7 @@ def run_bench(
     else:
         for var in profile.kernels:
             golden = functools.partial(reference.golden_attention, variant=var)
-            providers.append((f"golden:{var}", "whole_call", whole_call(golden), bounds_of(var)))
+            providers.append((f"golden:{var}", "whole_call", whole_call(golden), limits.get(var)))
         arch = device_name = None
         method = f"CPU wall clock (perf_counter) per call; {rounds}"
         if cfg.sustain_s > 0:
@@ -628,7 +615,7 @@ def run_bench(
             # a regression must reproduce: a shape below the recorded speed-up's floor is measured
             # once more, all providers anew, and the second measurement is the one reported
             timings = time_interleaved(
-                [fn for _, fn in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
+                [fn for _, fn in ready], cfg.warmup, cfg.reps, cfg.rounds, dev, cfg.sustain_s
             )
             by = {(r.provider, r.kind): t for (r, _), t in zip(ready, timings) if isinstance(t, Timing)}
             base, auto = by.get((SDPA, "baseline")), by.get((AUTO, "whole_call"))

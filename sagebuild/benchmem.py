@@ -115,9 +115,9 @@ def _rates() -> tuple[float, float]:
     return per_s(lambda: torch.matmul(a, a), 2 * 256**3), per_s(lambda: torch.exp2(x), x.numel())
 
 
-def cpu_seconds(cfg: Any, rates: Optional[tuple[float, float]] = None) -> float:
+def cpu_seconds(cfg: Any) -> float:
     """A rough duration of a CPU bench: golden models, SDPA and the exact reference at every length."""
-    mm, ew = rates or _rates()
+    mm, ew = _rates()
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:

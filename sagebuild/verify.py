@@ -1,8 +1,7 @@
 """``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
 
-Per variant, the output: the input's shape, dtype and device, finite, and within the profile's
-accuracy bounds of the float32 reference; without a GPU the golden model runs. A failure names
-cause and fix.
+Per variant the output keeps the input's shape, dtype and device, is finite and within the profile's
+accuracy bounds of the float32 reference (without a GPU the golden model runs); a failure names cause and fix.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sagebuild.bench import AUTO, input_problems, refuse
+from sagebuild.bench import AUTO, check_inputs
 from sagebuild.benchmem import resolve_device
 from sagebuild.errors import SagebuildError
 
@@ -139,7 +138,7 @@ def run_verify(
     layout: str = "HND",
 ) -> VerifyResult:
     """Run the smoke test for every variant on ``device`` (``auto``: the GPU if torch sees one)."""
-    refuse(input_problems(dtype, layout))
+    check_inputs(dtype, layout)
     import torch
 
     from sagebuild.attention import reference
