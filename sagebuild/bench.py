@@ -66,23 +66,15 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
-def refuse(problems: list[tuple[bool, str, str]]) -> None:
-    """Raise the first (bad, what is wrong, the fix) that is bad as a usage error (exit 2)."""
-    for bad, message, fix in problems:
-        if bad:
-            raise SagebuildError(message, fix=fix)
-
-
-def input_problems(dtype: str, layout: str) -> list[tuple[bool, str, str]]:
-    """The kernels' input dtypes and layouts, for bench's and verify's options."""
-    return [
-        (
-            dtype not in DTYPES,
+def check_inputs(dtype: str, layout: str) -> None:
+    """The kernels' input dtypes and layouts, for bench's and verify's options (usage error, exit 2)."""
+    if dtype not in DTYPES:
+        raise SagebuildError(
             f"--dtype {dtype}: the kernels take float16 or bfloat16",
-            "pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
-        ),
-        (layout not in LAYOUTS, f"--layout {layout}: expected HND or NHD", "pass --layout HND"),
-    ]
+            fix="pass --dtype float16 or --dtype bfloat16 (float32 inputs are the NaN trap)",
+        )
+    if layout not in LAYOUTS:
+        raise SagebuildError(f"--layout {layout}: expected HND or NHD", fix="pass --layout HND")
 
 
 def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
@@ -90,27 +82,25 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     shared = ("batch", "heads", "seq", "head_dim", "dtype", "causal", "warmup", "reps")  # profiles.Bench's
     cfg = BenchConfig(**{f: getattr(profile.bench, f) for f in shared})
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    refuse(
-        [
-            *input_problems(cfg.dtype, cfg.layout),
-            (
-                min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
-                or min(cfg.warmup, cfg.sustain_s) < 0,
-                "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
-                "e.g. --batch 1 --heads 16 --head-dim 64",
-            ),
-            (
-                cfg.gate_on not in GATE_METRICS,
-                f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
-                "pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
-            ),
-            (
-                cfg.gate_on == "sustained" and cfg.sustain_s <= 0,
-                "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
-                "add --sustain 1 (seconds of back-to-back calls per provider and round)",
-            ),
-        ]
-    )
+    check_inputs(cfg.dtype, cfg.layout)
+    if (
+        min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
+        or min(cfg.warmup, cfg.sustain_s) < 0
+    ):
+        raise SagebuildError(
+            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
+            fix="e.g. --batch 1 --heads 16 --head-dim 64",
+        )
+    if cfg.gate_on not in GATE_METRICS:
+        raise SagebuildError(
+            f"--gate-on {cfg.gate_on}: expected one of {', '.join(GATE_METRICS)}",
+            fix="pass --gate-on cold (the default) or --gate-on sustained --sustain 1",
+        )
+    if cfg.gate_on == "sustained" and cfg.sustain_s <= 0:
+        raise SagebuildError(
+            "--gate-on sustained gates on the sustained speed-up, which is measured only with --sustain",
+            fix="add --sustain 1 (seconds of back-to-back calls per provider and round)",
+        )
     return cfg
 
 
@@ -166,10 +156,12 @@ def _gpu_cold_samples(fn: Callable[[], Any], n: int, flush: Any, device: Any) ->
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
-    """Time per call of n calls issued back to back, warm (ms)."""
+def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any, lead: int = 0) -> float:
+    """Time per call of n calls issued back to back, warm (ms), after ``lead`` untimed ones."""
     import torch
 
+    for _ in range(lead):
+        fn()
     first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     first.record()
     for _ in range(n):
@@ -183,15 +175,6 @@ def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any) -> float:
 B2B_MIN_CALLS = 10
 
 
-def _gpu_sustained(fn: Callable[[], Any], seconds: float, per_call_ms: float, device: Any) -> float:
-    """Time per call (ms) over the second half of ``seconds`` of back-to-back calls (the first
-    half brings the GPU to the clocks its power limit allows)."""
-    half = max(B2B_MIN_CALLS, int(seconds * 1e3 / max(per_call_ms, 1e-3) / 2))
-    for _ in range(half):
-        fn()
-    return _gpu_back_to_back(fn, half, device)
-
-
 def rounds_used(reps: int, rounds: int) -> int:
     """How many rounds ``time_interleaved`` splits ``reps`` timed calls into (each has one or more)."""
     return max(1, min(rounds, reps))
@@ -200,13 +183,7 @@ def rounds_used(reps: int, rounds: int) -> int:
 def _round_order(n: int, r: int) -> list[int]:
     """Round r's order of n functions, a Williams design (0, 1, n-1, 2, n-2, ... shifted by r,
     mirrored every other n rounds): a GPU runs a kernel at the clock its predecessor left."""
-    seq, lo, hi = [0], 1, n - 1
-    while len(seq) < n:
-        seq.append(lo)
-        lo += 1
-        if len(seq) < n:
-            seq.append(hi)
-            hi -= 1
+    seq = [0, *((j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n))]
     if (r // n) % 2:
         seq.reverse()
     return [(x + r) % n for x in seq]
@@ -223,7 +200,7 @@ def time_interleaved(
     """``Timing`` of each function, or the exception that stopped it: ``reps`` timed calls split
     into rounds that each time every function, so the machine's drift hits all alike. On a CUDA/HIP
     ``device`` cold device times plus per-round bursts; elsewhere CPU wall clock."""
-    gpu = device is not None and getattr(device, "type", None) == "cuda"
+    gpu = getattr(device, "type", None) == "cuda"
     flush = None
     if gpu:
         import torch
@@ -240,9 +217,8 @@ def time_interleaved(
         torch.cuda.synchronize(device)
     n_rounds = rounds_used(reps, rounds)
     counts = [reps // n_rounds + (r < reps % n_rounds) for r in range(n_rounds)]
-    samples: list[list[float]] = [[] for _ in fns]
-    b2b: list[list[float]] = [[] for _ in fns]
-    sustained: list[list[float]] = [[] for _ in fns]
+    # per function: cold samples (ms) and, on a GPU, each round's back-to-back and sustained time
+    samples, b2b, sustained = ([[] for _ in fns] for _ in range(3))
     for r, n in enumerate(counts):
         for i in _round_order(len(fns), r):
             fn = fns[i]
@@ -252,8 +228,10 @@ def time_interleaved(
                 if gpu:
                     samples[i] += _gpu_cold_samples(fn, n, flush, device)
                     b2b[i].append(_gpu_back_to_back(fn, max(n, B2B_MIN_CALLS), device))
-                    if sustain_s > 0:
-                        sustained[i].append(_gpu_sustained(fn, sustain_s, b2b[i][-1], device))
+                    if sustain_s > 0:  # timed over the second half of sustain_s seconds of calls: the
+                        # first half brings the GPU to the clocks its power limit allows
+                        half = max(B2B_MIN_CALLS, int(sustain_s * 1e3 / max(b2b[i][-1], 1e-3) / 2))
+                        sustained[i].append(_gpu_back_to_back(fn, half, device, lead=half))
                 else:
                     samples[i] += _cpu_samples(fn, n)
             except Exception as exc:  # noqa: BLE001
@@ -292,23 +270,21 @@ def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _Recorder(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
+    ops: list[str] = []
 
+    class _Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            self.ops.append(str(func.overloadpacket).removeprefix("aten."))
+            ops.append(str(func.overloadpacket).removeprefix("aten."))
             return func(*args, **(kwargs or {}))
 
-    with _Recorder() as rec:
+    with _Recorder():
         F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    math = any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in rec.ops)
-    name = next((_SDPA_OPS[o] for o in rec.ops if o in _SDPA_OPS), "math" if math else "unknown")
+    math = any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in ops)
+    name = next((_SDPA_OPS[o] for o in ops if o in _SDPA_OPS), "math" if math else "unknown")
     return {
         "name": name,
         "how": "the aten op SDPA dispatched to on one call with these inputs (TorchDispatchMode)",
-        "ops": sorted(set(rec.ops)),
+        "ops": sorted(set(ops)),
     }
 
 
@@ -413,12 +389,10 @@ def gate(
 
 
 def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
-    """One line per sequence length: "seq=N: dispatch picks X; fastest: Y (times)". The dispatch
+    """One line per sequence length, "seq=N: dispatch picks X; fastest: Y (times)": the dispatch
     table is decided without every GPU at hand, so the bench says whether its pick won (issue 38).
-
-    ``rows``: ``BenchRow``s or their ``to_dict()``; the variants' whole-call rows are compared by
-    their median time. The pick is the variant the ``sageattn`` row's launch plan ran at that
-    length, else ``picked``. A length where fewer than two variants have a time says so."""
+    ``rows``: ``BenchRow``s or their ``to_dict()``, compared by the variants' whole-call medians;
+    the pick is what the ``sageattn`` row's launch plan ran at that length, else ``picked``."""
     from sagebuild.profiles import VARIANTS
 
     rows = [r if isinstance(r, dict) else r.to_dict() for r in rows]
@@ -433,13 +407,13 @@ def compare_variants(rows: list[Any], picked: Optional[str] = None) -> str:
         plan = next((r["plan"] for r in here if r["provider"] == AUTO), None)
         choice = (plan or {}).get("variant") or picked or "unknown"
         if len(timed) < 2:
-            failed = [v for v in VARIANTS if v not in timed]
+            failed = ", ".join(v for v in VARIANTS if v not in timed)
             lines.append(
                 f"seq={seq}: dispatch picks {choice}; fastest: not compared "
-                f"({', '.join(failed)} did not run or has no time)"
+                f"({failed} did not run or has no time)"
             )
             continue
-        fastest = min(timed, key=lambda v: timed[v])
+        fastest = min(timed, key=timed.get)
         times = ", ".join(f"{v} {ms:.3f} ms" for v, ms in sorted(timed.items(), key=lambda kv: kv[1]))
         if choice not in timed:
             verdict = "the pick was not timed"
@@ -543,9 +517,7 @@ def run_bench(
         "in turn, each round in another order; median"
     )
 
-    def bounds_of(variant: str) -> Optional[dict[str, float]]:
-        b = profile.accuracy.get(variant)
-        return asdict(b) if b else None
+    limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
         if layout == "NHD":
@@ -572,25 +544,24 @@ def run_bench(
 
         arch = dispatch.device_arch(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), bounds_of(auto_variant)))
+        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), limits.get(auto_variant)))
         # every variant this GPU runs, so the note can say which one won (issue 38)
         for var in dispatch.available_variants(dev):
             fn = getattr(attention, f"sageattn_{var}_triton")
-            providers.append((var, "whole_call", whole_call(fn, var), bounds_of(var)))
-            kernel_only = lambda q, k, v, var=var: _kernel_only(var, q, k, v, layout, causal)
-            providers.append((var, "kernel_only", kernel_only, bounds_of(var)))
+            providers.append((var, "whole_call", whole_call(fn, var), limits.get(var)))
+            kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)
+            providers.append((var, "kernel_only", kernel_only, limits.get(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {rounds} and p20/p80; back-to-back: "
             "each round's calls in a row, warm, per call (includes the host's time where it exceeds "
             "the device's), median over rounds"
-            + (
+        )
+        if cfg.sustain_s > 0:
+            method += (
                 f"; sustained: per call over the second half of {cfg.sustain_s:g} s of back-to-back "
                 "calls per round (the GPU at its power limit), median over rounds"
-                if cfg.sustain_s > 0
-                else ""
             )
-        )
         note = (
             f"sageattn dispatches to {auto_variant} on {arch} by default (per-shape preferences: "
             "kernels/triton/configs.py); each row's plan names the kernel, launch config, K scale "
@@ -600,11 +571,11 @@ def run_bench(
     else:
         for var in profile.kernels:
             golden = functools.partial(reference.golden_attention, variant=var)
-            providers.append((f"golden:{var}", "whole_call", whole_call(golden), bounds_of(var)))
+            providers.append((f"golden:{var}", "whole_call", whole_call(golden), limits.get(var)))
         arch = device_name = None
-        method = f"CPU wall clock (perf_counter) per call; {rounds}" + (
-            "; --sustain ignored (it times a GPU at its power limit)" if cfg.sustain_s > 0 else ""
-        )
+        method = f"CPU wall clock (perf_counter) per call; {rounds}"
+        if cfg.sustain_s > 0:
+            method += "; --sustain ignored (it times a GPU at its power limit)"
         note = (
             "CPU timings — not a GPU result. The golden model is a plain-torch emulation of the kernels' "
             "arithmetic; its accuracy is meaningful, its speed is not. No speed gate on CPU."
@@ -616,9 +587,7 @@ def run_bench(
     remeasured: list[int] = []  # shapes measured twice (the first time below the regression floor)
     field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
 
-    def shape_of(n: int) -> str:
-        return shape_key(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
-
+    shape_of = functools.partial(shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=causal)
     for n in cfg.seq:
         q, k, v = random_qkv((cfg.batch, cfg.heads, n, cfg.head_dim), layout, cfg.dtype, cfg.seed + n, dev)
         ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
@@ -646,7 +615,7 @@ def run_bench(
             # a regression must reproduce: a shape below the recorded speed-up's floor is measured
             # once more, all providers anew, and the second measurement is the one reported
             timings = time_interleaved(
-                [fn for _, fn in ready], cfg.warmup, cfg.reps, cfg.rounds, dev if gpu else None, cfg.sustain_s
+                [fn for _, fn in ready], cfg.warmup, cfg.reps, cfg.rounds, dev, cfg.sustain_s
             )
             by = {(r.provider, r.kind): t for (r, _), t in zip(ready, timings) if isinstance(t, Timing)}
             base, auto = by.get((SDPA, "baseline")), by.get((AUTO, "whole_call"))

@@ -36,11 +36,9 @@ class Estimate:
 
     def problems(self) -> list[str]:
         out = []
-        gpu_free = self.device_free if self.device != "cpu" else None
-        if gpu_free is not None and self.device_bytes > _HEADROOM * gpu_free:
-            out.append(
-                f"needs about {_gib(self.device_bytes)} on {self.device}, which has {_gib(gpu_free)} free"
-            )
+        free = self.device_free  # measured on a GPU only
+        if free is not None and self.device_bytes > _HEADROOM * free:
+            out.append(f"needs about {_gib(self.device_bytes)} on {self.device}, which has {_gib(free)} free")
         if self.host_free is not None and self.host_bytes > _HEADROOM * self.host_free:
             out.append(f"needs about {_gib(self.host_bytes)} of RAM, {_gib(self.host_free)} is available")
         return out
@@ -93,9 +91,7 @@ def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
     exact = 3 * e * 4 + 2 * e * 4 + 3 * bh * rows * seq * 4  # float copies, output + chunks, S/P/exp
     if on_gpu:
         providers = 6 * e * 4  # outputs (float32 for the accuracy diff), quantized K/V, scales
-        device = inputs + exact + providers + _GPU_FIXED
-        host = draw + _HOST_FIXED
-        return device, host
+        return inputs + exact + providers + _GPU_FIXED, draw + _HOST_FIXED
     # the golden model: float64 Q/K codes, the full score matrix (float64 dots, float32 scores and
     # the causal mask), one key tile's P and the accumulator
     golden = 2 * e * 8 + bh * seq * seq * (8 + 4 + 4 + 1) + 4 * e * 4
@@ -119,9 +115,9 @@ def _rates() -> tuple[float, float]:
     return per_s(lambda: torch.matmul(a, a), 2 * 256**3), per_s(lambda: torch.exp2(x), x.numel())
 
 
-def cpu_seconds(cfg: Any, rates: Optional[tuple[float, float]] = None) -> float:
+def cpu_seconds(cfg: Any) -> float:
     """A rough duration of a CPU bench: golden models, SDPA and the exact reference at every length."""
-    mm, ew = rates or _rates()
+    mm, ew = _rates()
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:
@@ -166,14 +162,12 @@ def check_fits(cfg: Any, device: str = "auto") -> Estimate:
     problems = est.problems()
     if problems:
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
+        fix = "pass smaller --seq, --batch, --heads or --head-dim"
+        if est.device == "cpu":
+            fix += " (the CPU golden model holds the whole seq × seq score matrix)"
         raise SagebuildError(
             f"bench {shape} {' and '.join(problems)}: refused before allocating anything",
-            fix="pass smaller --seq, --batch, --heads or --head-dim"
-            + (
-                " (the CPU golden model holds the whole seq × seq score matrix)"
-                if est.device == "cpu"
-                else ""
-            ),
+            fix=fix,
             code=Exit.ENVIRONMENT,
         )
     return est
@@ -187,28 +181,23 @@ def check_shape_fits(shape: tuple[int, ...], device: str = "auto") -> Estimate:
     return check_fits(SimpleNamespace(batch=b, heads=h, seq=(n,), head_dim=d, warmup=0, reps=0), device)
 
 
-class Eta:
-    """A progress callback that on a long CPU run adds the elapsed time and an ETA: from the estimate
-    until one length has finished, then from the pace (work grows as seq²)."""
+def Eta(cfg: Any, est: Estimate, say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say``, on a long CPU run with the elapsed time and an ETA added: from the estimate until one
+    length has finished, then from the pace (work grows as seq²)."""
+    if est.seconds is None or est.seconds < LONG_RUN_S:
+        return say
+    t0, seqs = time.monotonic(), list(cfg.seq)
+    total = sum(n * n for n in seqs)
 
-    def __init__(self, cfg: Any, est: Estimate, say: Callable[[str], None]) -> None:
-        self._say = say
-        self._t0 = time.monotonic()
-        self._seqs = list(cfg.seq)
-        self._guess = est.seconds or 0.0
-        self.enabled = est.seconds is not None and est.seconds >= LONG_RUN_S
-
-    def __call__(self, message: str) -> None:
-        if not self.enabled:
-            self._say(message)
-            return
-        elapsed = time.monotonic() - self._t0
+    def with_eta(message: str) -> None:
+        elapsed = time.monotonic() - t0
         m = re.search(r"seq=(\d+)", message)
         seq = int(m.group(1)) if m else None
-        done = sum(n * n for n in self._seqs[: self._seqs.index(seq)]) if seq in self._seqs else 0
-        total = sum(n * n for n in self._seqs)
-        left = elapsed / done * (total - done) if done > 0 else max(0.0, self._guess - elapsed)
-        self._say(f"{message} (elapsed {_hms(elapsed)}, about {_hms(left)} left)")
+        done = sum(n * n for n in seqs[: seqs.index(seq)]) if seq in seqs else 0
+        left = elapsed / done * (total - done) if done > 0 else max(0.0, est.seconds - elapsed)
+        say(f"{message} (elapsed {_hms(elapsed)}, about {_hms(left)} left)")
+
+    return with_eta
 
 
 def _hms(s: float) -> str:

@@ -1,8 +1,7 @@
 """``sagebuild verify``: the seed's minimal tensor check for every kernel variant this device runs.
 
-Per variant, the output: the input's shape, dtype and device, finite, and within the profile's
-accuracy bounds of the float32 reference; without a GPU the golden model runs. A failure names
-cause and fix.
+Per variant the output keeps the input's shape, dtype and device, is finite and within the profile's
+accuracy bounds of the float32 reference (without a GPU the golden model runs); a failure names cause and fix.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sagebuild.bench import AUTO, input_problems, refuse
+from sagebuild.bench import AUTO, check_inputs
 from sagebuild.benchmem import resolve_device
 from sagebuild.errors import SagebuildError
 
@@ -110,12 +109,10 @@ def _check_output(vc: VariantCheck, out: Any, ref: Any, q: Any, expect_dtype: An
         vc.problems.append(f"output on {out.device}, input on {q.device}")
     if vc.problems:
         return
-    acc = metrics.accuracy(out, ref)
-    vc.accuracy = acc
+    acc = vc.accuracy = metrics.accuracy(out, ref)
     if not acc["finite"]:
         vc.problems.append(f"non-finite output: {acc['nan_count']} NaN, {acc['inf_count']} Inf")
-        vc.cause = "NaN/Inf in the output"
-        vc.fix = NAN_FIX
+        vc.cause, vc.fix = "NaN/Inf in the output", NAN_FIX
         return
     if bounds is not None:
         vc.bounds = asdict(bounds)
@@ -141,7 +138,7 @@ def run_verify(
     layout: str = "HND",
 ) -> VerifyResult:
     """Run the smoke test for every variant on ``device`` (``auto``: the GPU if torch sees one)."""
-    refuse(input_problems(dtype, layout))
+    check_inputs(dtype, layout)
     import torch
 
     from sagebuild.attention import reference
