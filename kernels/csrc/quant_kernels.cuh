@@ -81,16 +81,21 @@ __device__ __forceinline__ int64_t head_base(const View4& v, int bh) {
   return b * v.sb + h * v.sh;
 }
 
-struct SumOp {
+// The column reductions: init/add/combine over tokens, then finish(total, arg) per channel.
+struct SumOp {  // k_mean: arg = N
   static __device__ __forceinline__ float init() { return 0.0f; }
   static __device__ __forceinline__ float add(float acc, float x) { return acc + x; }
   static __device__ __forceinline__ float combine(float a, float b) { return a + b; }
+  static __device__ __forceinline__ float finish(float sum, float n) { return sum / n; }
 };
 
-struct AbsMaxOp {
+struct AbsMaxOp {  // V's per-channel scale: arg = the FP8 format's max
   static __device__ __forceinline__ float init() { return 0.0f; }
   static __device__ __forceinline__ float add(float acc, float x) { return fmaxf(acc, fabsf(x)); }
   static __device__ __forceinline__ float combine(float a, float b) { return fmaxf(a, b); }
+  static __device__ __forceinline__ float finish(float amax, float fp8_max) {
+    return fmaxf(amax, kAmaxEps) / fp8_max;
+  }
 };
 
 // Partial column reduction: work[bh, c, d] = Op over tokens [c * chunk, (c + 1) * chunk) of x[bh, :, d].
@@ -154,31 +159,18 @@ __global__ void col_partial_vec_kernel(const typename T::storage* __restrict__ x
   }
 }
 
-// out[bh, d] = (sum over chunks of work[bh, :, d]) / N, chunks summed in order.
-__global__ void k_mean_finalize_kernel(const float* __restrict__ work, float* __restrict__ out, int64_t total,
-                                       int D, int nchunks, int N) {
+// out[bh, d] = Op::finish(Op::combine over the chunks of work[bh, :, d] in order, arg).
+template <class Op>
+__global__ void col_finalize_kernel(const float* __restrict__ work, float* __restrict__ out, int64_t total, int D,
+                                    int nchunks, float arg) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t bh = i / D;
     const int d = static_cast<int>(i % D);
     const float* w = work + bh * nchunks * D + d;
-    float s = 0.0f;
-    for (int c = 0; c < nchunks; ++c) s += w[static_cast<int64_t>(c) * D];
-    out[i] = s / static_cast<float>(N);
-  }
-}
-
-// scale[bh, d] = max(max over chunks of work[bh, :, d], eps) / fp8_max.
-__global__ void v_scale_finalize_kernel(const float* __restrict__ work, float* __restrict__ scale, int64_t total,
-                                        int D, int nchunks, float fp8_max) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t bh = i / D;
-    const int d = static_cast<int>(i % D);
-    const float* w = work + bh * nchunks * D + d;
-    float m = 0.0f;
-    for (int c = 0; c < nchunks; ++c) m = fmaxf(m, w[static_cast<int64_t>(c) * D]);
-    scale[i] = fmaxf(m, kAmaxEps) / fp8_max;
+    float acc = Op::init();
+    for (int c = 0; c < nchunks; ++c) acc = Op::combine(acc, w[static_cast<int64_t>(c) * D]);
+    out[i] = Op::finish(acc, arg);
   }
 }
 
@@ -375,22 +367,28 @@ inline unsigned finalize_blocks(int64_t total) {
   return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
 }
 
-// work: reduce_workspace_floats(v.N, v.D, BH) floats.
-template <class T>
-void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
+// out[bh, d] = Op::finish(Op over the tokens of x[bh, :, d], arg), in two deterministic steps (partial
+// chunks, then finalize); work: reduce_workspace_floats(v.N, v.D, BH) floats.
+template <class T, class Op>
+void launch_col_reduce(const typename T::storage* x, float* out, float* work, View4 v, int BH, float arg,
+                       cudaStream_t stream) {
   const int chunk = reduce_chunk(v.N);
   const int nchunks = cdiv(v.N, chunk);
   if (vec_ok<T>(x, v)) {
-    col_partial_vec_kernel<T, SumOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
-                                                                                        nchunks);
+    col_partial_vec_kernel<T, Op><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk, nchunks);
   } else {
     dim3 grid(cdiv(v.D, kColTile), BH, nchunks);
-    dim3 block(kColTile, kRowLanes);
-    col_partial_kernel<T, SumOp><<<grid, block, 0, stream>>>(x, work, v, chunk, nchunks);
+    col_partial_kernel<T, Op><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(x, work, v, chunk, nchunks);
   }
   const int64_t total = static_cast<int64_t>(BH) * v.D;
-  k_mean_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
-                                                                                  v.N);
+  col_finalize_kernel<Op><<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
+                                                                                    arg);
+}
+
+// work: reduce_workspace_floats(v.N, v.D, BH) floats.
+template <class T>
+void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
+  launch_col_reduce<T, SumOp>(x, out, work, v, BH, static_cast<float>(v.N), stream);
 }
 
 template <class T>
@@ -409,23 +407,11 @@ void launch_quant_int8(const typename T::storage* x, const float* km, int8_t* ou
 template <class T>
 void launch_quant_v_fp8(const typename T::storage* x, uint8_t* out, float* scale, float* work, View4 v, int BH,
                         bool fnuz, cudaStream_t stream) {
-  const int chunk = reduce_chunk(v.N);
-  const int nchunks = cdiv(v.N, chunk);
-  dim3 block(kColTile, kRowLanes);
-  const bool vec = vec_ok<T>(x, v);
-  if (vec) {
-    col_partial_vec_kernel<T, AbsMaxOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
-                                                                                           nchunks);
-  } else {
-    dim3 grid_amax(cdiv(v.D, kColTile), BH, nchunks);
-    col_partial_kernel<T, AbsMaxOp><<<grid_amax, block, 0, stream>>>(x, work, v, chunk, nchunks);
-  }
-  const int64_t total = static_cast<int64_t>(BH) * v.D;
-  v_scale_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(
-      work, scale, total, v.D, nchunks, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax);
+  launch_col_reduce<T, AbsMaxOp>(x, scale, work, v, BH, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax, stream);
   const int ntiles = cdiv(v.N, kVTileN);
   dim3 grid_q(cdiv(v.D, kColTile), BH, ntiles < kMaxGridZ ? ntiles : kMaxGridZ);
-  if (vec && v.D % kColTile == 0) {
+  dim3 block(kColTile, kRowLanes);
+  if (vec_ok<T>(x, v) && v.D % kColTile == 0) {
     quant_v_fp8_kernel<T, true><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
   } else {
     quant_v_fp8_kernel<T, false><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
