@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "sb_numeric.h"
 
 namespace sagebuild {
@@ -41,16 +43,9 @@ struct Vec {
   static constexpr int n = 16 / static_cast<int>(sizeof(typename T::storage));
 };
 
+// V INT8 codes stored at once: 8 as a uint2, 4 as a uint32_t.
 template <int V>
-struct PackedI8;
-template <>
-struct PackedI8<8> {
-  typedef uint2 type;
-};
-template <>
-struct PackedI8<4> {
-  typedef uint32_t type;
-};
+using PackedI8 = typename std::conditional<V == 8, uint2, uint32_t>::type;
 
 // Whether x (elements at the View4's strides) can take the vector kernels.
 template <class T>
@@ -72,13 +67,6 @@ __device__ __forceinline__ void load_vec(const typename T::storage* p, float (&o
   w.u = *reinterpret_cast<const uint4*>(p);
 #pragma unroll
   for (int i = 0; i < Vec<T>::n; ++i) out[i] = T::load(w.s[i]);
-}
-
-// Element offset of (bh, n = 0, d = 0).
-__device__ __forceinline__ int64_t head_base(const View4& v, int bh) {
-  const int b = bh / v.H;
-  const int h = bh % v.H;
-  return b * v.sb + h * v.sh;
 }
 
 // The column reductions: init/add/combine over tokens, then finish(total, arg) per channel.
@@ -111,7 +99,7 @@ __global__ void col_partial_kernel(const typename T::storage* __restrict__ x, fl
   const int n1 = (v.N - n0 < chunk) ? v.N : n0 + chunk;
   float acc = Op::init();
   if (d < v.D) {
-    const typename T::storage* xc = x + head_base(v, bh) + d * v.sd;
+    const typename T::storage* xc = x + offset(v, bh, 0, 0) + d * v.sd;
     for (int n = n0 + threadIdx.y; n < n1; n += kRowLanes) acc = Op::add(acc, T::load(xc[n * v.sn]));
   }
   part[threadIdx.y][threadIdx.x] = acc;
@@ -142,7 +130,7 @@ __global__ void col_partial_vec_kernel(const typename T::storage* __restrict__ x
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = Op::init();
-  const typename T::storage* xh = x + head_base(v, bh) + g * V;
+  const typename T::storage* xh = x + offset(v, bh, 0, 0) + g * V;
   for (int n = n0 + lane; n < n1; n += lanes) {
     float e[V];
     load_vec<T>(xh + static_cast<int64_t>(n) * v.sn, e);
@@ -200,7 +188,7 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   const int n0 = ib * blk;
   const int rows = (v.N - n0 < blk) ? (v.N - n0) : blk;
   const float* kmrow = km ? km + static_cast<int64_t>(bh) * v.D : nullptr;
-  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn;
+  const typename T::storage* xb = x + offset(v, bh, 0, 0) + static_cast<int64_t>(n0) * v.sn;
   const int rstep = kQuantThreads / v.D;
   const int cstep = kQuantThreads % v.D;
   const int r_first = threadIdx.x / v.D;
@@ -255,7 +243,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
   float kmv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) kmv[i] = km ? km[static_cast<int64_t>(bh) * v.D + g * V + i] : 0.0f;
-  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn + g * V;
+  const typename T::storage* xb = x + offset(v, bh, 0, 0) + static_cast<int64_t>(n0) * v.sn + g * V;
 
   float amax = 0.0f;
   for (int r = lane; r < rows; r += lanes) {
@@ -273,12 +261,12 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
     float e[V];
     load_vec<T>(xb + static_cast<int64_t>(r) * v.sn, e);
     union {
-      typename PackedI8<V>::type u;
+      PackedI8<V> u;
       int8_t b[V];
     } pk;
 #pragma unroll
     for (int i = 0; i < V; ++i) pk.b[i] = quant_int8(km ? e[i] - kmv[i] : e[i], inv);
-    *reinterpret_cast<typename PackedI8<V>::type*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
+    *reinterpret_cast<PackedI8<V>*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
   }
 }
 
@@ -298,7 +286,7 @@ __global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, co
   const int d0 = blockIdx.x * kColTile;
   const int tid = threadIdx.y * kColTile + threadIdx.x;
   if (tid < kColTile) sc[tid] = (d0 + tid < v.D) ? scale[static_cast<int64_t>(bh) * v.D + d0 + tid] : 1.0f;
-  const typename T::storage* xh = x + head_base(v, bh);
+  const typename T::storage* xh = x + offset(v, bh, 0, 0);
   uint8_t* oh = out + static_cast<int64_t>(bh) * v.D * v.N;
   const int dl = d0 + threadIdx.x;
   const bool packed_store = (v.N % 4) == 0;
