@@ -117,8 +117,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
         }
         (tree / SPEC_FILE).write_text(json.dumps(spec, indent=1), encoding="utf-8")
         built = tree / paths.LIB_FILE
-        with contextlib.suppress(FileNotFoundError):
-            built.unlink()  # a stale library must not pass for this build's output
+        built.unlink(missing_ok=True)  # a stale library must not pass for this build's output
         out = run_plan(plan, log_path, "compiling the sagebuild extension", progress)
         if out.rc != 0:
             return finish(plan, log_path, t0, out, out.failure("the build"))
