@@ -16,7 +16,6 @@ _lock = threading.Lock()
 _loaded_from: Optional[Path] = None
 _error: Optional[str] = None
 _error_for: Optional[Path] = None  # the library the error belongs to (a rebuild clears it)
-_fakes_registered = False
 
 
 def build_info() -> Optional[dict[str, Any]]:
@@ -80,10 +79,8 @@ def _try_load() -> bool:
 
 
 def _register_fakes() -> None:
-    """Shape-only implementations so the ops trace under ``torch.compile`` (FakeTensor)."""
-    global _fakes_registered
-    if _fakes_registered:
-        return
+    """Shape-only implementations so the ops trace under ``torch.compile`` (FakeTensor). Called once:
+    ``_try_load`` returns before it once a library is loaded."""
     import torch
 
     register = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
@@ -108,8 +105,6 @@ def _register_fakes() -> None:
         # channel-major codes: physical [B, H, D, N] behind the logical [B, H, N, D] view
         codes = v.new_empty((v.shape[0], v.shape[1], v.shape[3], v.shape[2]), dtype=dt).transpose(-1, -2)
         return codes, v.new_empty((v.shape[0], v.shape[1], v.shape[3]), dtype=torch.float32)
-
-    _fakes_registered = True
 
 
 _DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}

@@ -88,8 +88,7 @@ def test_hipified_kernels_compile_for_gfx90a(tmp_path: Path) -> None:
     for kernel in (
         b"col_partial_kernel",
         b"col_partial_vec_kernel",
-        b"k_mean_finalize_kernel",
-        b"v_scale_finalize_kernel",
+        b"col_finalize_kernel",
         b"quant_int8_kernel",
         b"quant_int8_vec_kernel",
         b"quant_v_fp8_kernel",

@@ -1,4 +1,4 @@
-// Input checks and output allocation shared by the CPU and CUDA bindings (host code only).
+// Input checks, views and dtype dispatch shared by the CPU and CUDA bindings (host code only).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,15 +19,8 @@ inline void check_bhnd(const at::Tensor& x, const char* what) {
 }
 
 inline View4 view_of(const at::Tensor& x) {
-  View4 v;
-  v.sb = x.stride(0);
-  v.sh = x.stride(1);
-  v.sn = x.stride(2);
-  v.sd = x.stride(3);
-  v.H = static_cast<int>(x.size(1));
-  v.N = static_cast<int>(x.size(2));
-  v.D = static_cast<int>(x.size(3));
-  return v;
+  return {x.stride(0), x.stride(1), x.stride(2), x.stride(3), static_cast<int>(x.size(1)),
+          static_cast<int>(x.size(2)), static_cast<int>(x.size(3))};
 }
 
 // km for x: float32 [B, H, 1, D] on x's device, made contiguous.
@@ -43,20 +36,22 @@ inline at::Tensor check_km(const at::Tensor& x, const at::Tensor& km) {
 
 inline at::ScalarType fp8_dtype(bool fnuz) { return fnuz ? at::kFloat8_e4m3fnuz : at::kFloat8_e4m3fn; }
 
-// Calls fn.template operator()<Tag>() with the storage tag of x's dtype.
+// Calls fn(Tag()) with the storage tag of x's dtype (check_bhnd admits only these three).
 template <class Fn>
 void dispatch_storage(const at::Tensor& x, Fn&& fn) {
-  switch (x.scalar_type()) {
-    case at::kHalf:
-      fn(F16());
-      break;
-    case at::kBFloat16:
-      fn(BF16());
-      break;
-    default:
-      fn(F32());
-      break;
-  }
+  const auto st = x.scalar_type();
+  if (st == at::kHalf)
+    fn(F16());
+  else if (st == at::kBFloat16)
+    fn(BF16());
+  else
+    fn(F32());
+}
+
+// x's elements as the tag's raw storage type.
+template <class T>
+const typename T::storage* data_of(const at::Tensor& x) {
+  return reinterpret_cast<const typename T::storage*>(x.const_data_ptr());
 }
 
 }  // namespace sagebuild

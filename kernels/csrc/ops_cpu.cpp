@@ -14,11 +14,6 @@
 namespace sagebuild {
 namespace {
 
-template <class T>
-const typename T::storage* data_of(const at::Tensor& x) {
-  return reinterpret_cast<const typename T::storage*>(x.const_data_ptr());
-}
-
 at::Tensor k_mean_cpu(const at::Tensor& k) {
   check_bhnd(k, "k");
   const View4 v = view_of(k);
@@ -67,23 +62,19 @@ std::tuple<at::Tensor, at::Tensor> quant_per_block_int8_cpu(const at::Tensor& x_
         const int n0 = ib * static_cast<int>(blk);
         const int n1 = std::min(v.N, n0 + static_cast<int>(blk));
         const float* kmrow = kmp ? kmp + static_cast<int64_t>(bh) * v.D : nullptr;
+        auto y_at = [&](int n, int d) {  // x - km at (n, d)
+          const float y = T::load(x[offset(v, bh, n, d)]);
+          return kmrow ? y - kmrow[d] : y;
+        };
         float amax = 0.0f;
         for (int n = n0; n < n1; ++n)
-          for (int d = 0; d < v.D; ++d) {
-            float y = T::load(x[offset(v, bh, n, d)]);
-            if (kmrow) y -= kmrow[d];
-            amax = fmaxf(amax, fabsf(y));
-          }
+          for (int d = 0; d < v.D; ++d) amax = fmaxf(amax, fabsf(y_at(n, d)));
         const float step = fmaxf(amax, kAmaxEps) / kInt8Max;
         const float inv = recip(step);
         s[job] = step * mul;
         for (int n = n0; n < n1; ++n) {
           int8_t* dst = o + (static_cast<int64_t>(bh) * v.N + n) * v.D;
-          for (int d = 0; d < v.D; ++d) {
-            float y = T::load(x[offset(v, bh, n, d)]);
-            if (kmrow) y -= kmrow[d];
-            dst[d] = quant_int8(y, inv);
-          }
+          for (int d = 0; d < v.D; ++d) dst[d] = quant_int8(y_at(n, d), inv);
         }
       }
     });

@@ -12,11 +12,6 @@
 namespace sagebuild {
 namespace {
 
-template <class T>
-const typename T::storage* data_of(const at::Tensor& x) {
-  return reinterpret_cast<const typename T::storage*>(x.const_data_ptr());
-}
-
 at::Tensor k_mean_cuda(const at::Tensor& k) {
   check_bhnd(k, "k");
   const c10::cuda::CUDAGuard guard(k.device());

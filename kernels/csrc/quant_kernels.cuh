@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "sb_numeric.h"
 
 namespace sagebuild {
@@ -41,16 +43,9 @@ struct Vec {
   static constexpr int n = 16 / static_cast<int>(sizeof(typename T::storage));
 };
 
+// V INT8 codes stored at once: 8 as a uint2, 4 as a uint32_t.
 template <int V>
-struct PackedI8;
-template <>
-struct PackedI8<8> {
-  typedef uint2 type;
-};
-template <>
-struct PackedI8<4> {
-  typedef uint32_t type;
-};
+using PackedI8 = typename std::conditional<V == 8, uint2, uint32_t>::type;
 
 // Whether x (elements at the View4's strides) can take the vector kernels.
 template <class T>
@@ -74,23 +69,21 @@ __device__ __forceinline__ void load_vec(const typename T::storage* p, float (&o
   for (int i = 0; i < Vec<T>::n; ++i) out[i] = T::load(w.s[i]);
 }
 
-// Element offset of (bh, n = 0, d = 0).
-__device__ __forceinline__ int64_t head_base(const View4& v, int bh) {
-  const int b = bh / v.H;
-  const int h = bh % v.H;
-  return b * v.sb + h * v.sh;
-}
-
-struct SumOp {
+// The column reductions: init/add/combine over tokens, then finish(total, arg) per channel.
+struct SumOp {  // k_mean: arg = N
   static __device__ __forceinline__ float init() { return 0.0f; }
   static __device__ __forceinline__ float add(float acc, float x) { return acc + x; }
   static __device__ __forceinline__ float combine(float a, float b) { return a + b; }
+  static __device__ __forceinline__ float finish(float sum, float n) { return sum / n; }
 };
 
-struct AbsMaxOp {
+struct AbsMaxOp {  // V's per-channel scale: arg = the FP8 format's max
   static __device__ __forceinline__ float init() { return 0.0f; }
   static __device__ __forceinline__ float add(float acc, float x) { return fmaxf(acc, fabsf(x)); }
   static __device__ __forceinline__ float combine(float a, float b) { return fmaxf(a, b); }
+  static __device__ __forceinline__ float finish(float amax, float fp8_max) {
+    return fmaxf(amax, kAmaxEps) / fp8_max;
+  }
 };
 
 // Partial column reduction: work[bh, c, d] = Op over tokens [c * chunk, (c + 1) * chunk) of x[bh, :, d].
@@ -106,7 +99,7 @@ __global__ void col_partial_kernel(const typename T::storage* __restrict__ x, fl
   const int n1 = (v.N - n0 < chunk) ? v.N : n0 + chunk;
   float acc = Op::init();
   if (d < v.D) {
-    const typename T::storage* xc = x + head_base(v, bh) + d * v.sd;
+    const typename T::storage* xc = x + offset(v, bh, 0, 0) + d * v.sd;
     for (int n = n0 + threadIdx.y; n < n1; n += kRowLanes) acc = Op::add(acc, T::load(xc[n * v.sn]));
   }
   part[threadIdx.y][threadIdx.x] = acc;
@@ -137,7 +130,7 @@ __global__ void col_partial_vec_kernel(const typename T::storage* __restrict__ x
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = Op::init();
-  const typename T::storage* xh = x + head_base(v, bh) + g * V;
+  const typename T::storage* xh = x + offset(v, bh, 0, 0) + g * V;
   for (int n = n0 + lane; n < n1; n += lanes) {
     float e[V];
     load_vec<T>(xh + static_cast<int64_t>(n) * v.sn, e);
@@ -154,31 +147,18 @@ __global__ void col_partial_vec_kernel(const typename T::storage* __restrict__ x
   }
 }
 
-// out[bh, d] = (sum over chunks of work[bh, :, d]) / N, chunks summed in order.
-__global__ void k_mean_finalize_kernel(const float* __restrict__ work, float* __restrict__ out, int64_t total,
-                                       int D, int nchunks, int N) {
+// out[bh, d] = Op::finish(Op::combine over the chunks of work[bh, :, d] in order, arg).
+template <class Op>
+__global__ void col_finalize_kernel(const float* __restrict__ work, float* __restrict__ out, int64_t total, int D,
+                                    int nchunks, float arg) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t bh = i / D;
     const int d = static_cast<int>(i % D);
     const float* w = work + bh * nchunks * D + d;
-    float s = 0.0f;
-    for (int c = 0; c < nchunks; ++c) s += w[static_cast<int64_t>(c) * D];
-    out[i] = s / static_cast<float>(N);
-  }
-}
-
-// scale[bh, d] = max(max over chunks of work[bh, :, d], eps) / fp8_max.
-__global__ void v_scale_finalize_kernel(const float* __restrict__ work, float* __restrict__ scale, int64_t total,
-                                        int D, int nchunks, float fp8_max) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t bh = i / D;
-    const int d = static_cast<int>(i % D);
-    const float* w = work + bh * nchunks * D + d;
-    float m = 0.0f;
-    for (int c = 0; c < nchunks; ++c) m = fmaxf(m, w[static_cast<int64_t>(c) * D]);
-    scale[i] = fmaxf(m, kAmaxEps) / fp8_max;
+    float acc = Op::init();
+    for (int c = 0; c < nchunks; ++c) acc = Op::combine(acc, w[static_cast<int64_t>(c) * D]);
+    out[i] = Op::finish(acc, arg);
   }
 }
 
@@ -208,7 +188,7 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   const int n0 = ib * blk;
   const int rows = (v.N - n0 < blk) ? (v.N - n0) : blk;
   const float* kmrow = km ? km + static_cast<int64_t>(bh) * v.D : nullptr;
-  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn;
+  const typename T::storage* xb = x + offset(v, bh, 0, 0) + static_cast<int64_t>(n0) * v.sn;
   const int rstep = kQuantThreads / v.D;
   const int cstep = kQuantThreads % v.D;
   const int r_first = threadIdx.x / v.D;
@@ -263,7 +243,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
   float kmv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) kmv[i] = km ? km[static_cast<int64_t>(bh) * v.D + g * V + i] : 0.0f;
-  const typename T::storage* xb = x + head_base(v, bh) + static_cast<int64_t>(n0) * v.sn + g * V;
+  const typename T::storage* xb = x + offset(v, bh, 0, 0) + static_cast<int64_t>(n0) * v.sn + g * V;
 
   float amax = 0.0f;
   for (int r = lane; r < rows; r += lanes) {
@@ -281,12 +261,12 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
     float e[V];
     load_vec<T>(xb + static_cast<int64_t>(r) * v.sn, e);
     union {
-      typename PackedI8<V>::type u;
+      PackedI8<V> u;
       int8_t b[V];
     } pk;
 #pragma unroll
     for (int i = 0; i < V; ++i) pk.b[i] = quant_int8(km ? e[i] - kmv[i] : e[i], inv);
-    *reinterpret_cast<typename PackedI8<V>::type*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
+    *reinterpret_cast<PackedI8<V>*>(dst + static_cast<int64_t>(r) * v.D) = pk.u;
   }
 }
 
@@ -306,7 +286,7 @@ __global__ void quant_v_fp8_kernel(const typename T::storage* __restrict__ x, co
   const int d0 = blockIdx.x * kColTile;
   const int tid = threadIdx.y * kColTile + threadIdx.x;
   if (tid < kColTile) sc[tid] = (d0 + tid < v.D) ? scale[static_cast<int64_t>(bh) * v.D + d0 + tid] : 1.0f;
-  const typename T::storage* xh = x + head_base(v, bh);
+  const typename T::storage* xh = x + offset(v, bh, 0, 0);
   uint8_t* oh = out + static_cast<int64_t>(bh) * v.D * v.N;
   const int dl = d0 + threadIdx.x;
   const bool packed_store = (v.N % 4) == 0;
@@ -375,22 +355,28 @@ inline unsigned finalize_blocks(int64_t total) {
   return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
 }
 
-// work: reduce_workspace_floats(v.N, v.D, BH) floats.
-template <class T>
-void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
+// out[bh, d] = Op::finish(Op over the tokens of x[bh, :, d], arg), in two deterministic steps (partial
+// chunks, then finalize); work: reduce_workspace_floats(v.N, v.D, BH) floats.
+template <class T, class Op>
+void launch_col_reduce(const typename T::storage* x, float* out, float* work, View4 v, int BH, float arg,
+                       cudaStream_t stream) {
   const int chunk = reduce_chunk(v.N);
   const int nchunks = cdiv(v.N, chunk);
   if (vec_ok<T>(x, v)) {
-    col_partial_vec_kernel<T, SumOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
-                                                                                        nchunks);
+    col_partial_vec_kernel<T, Op><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk, nchunks);
   } else {
     dim3 grid(cdiv(v.D, kColTile), BH, nchunks);
-    dim3 block(kColTile, kRowLanes);
-    col_partial_kernel<T, SumOp><<<grid, block, 0, stream>>>(x, work, v, chunk, nchunks);
+    col_partial_kernel<T, Op><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(x, work, v, chunk, nchunks);
   }
   const int64_t total = static_cast<int64_t>(BH) * v.D;
-  k_mean_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
-                                                                                  v.N);
+  col_finalize_kernel<Op><<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(work, out, total, v.D, nchunks,
+                                                                                    arg);
+}
+
+// work: reduce_workspace_floats(v.N, v.D, BH) floats.
+template <class T>
+void launch_k_mean(const typename T::storage* x, float* out, float* work, View4 v, int BH, cudaStream_t stream) {
+  launch_col_reduce<T, SumOp>(x, out, work, v, BH, static_cast<float>(v.N), stream);
 }
 
 template <class T>
@@ -409,23 +395,11 @@ void launch_quant_int8(const typename T::storage* x, const float* km, int8_t* ou
 template <class T>
 void launch_quant_v_fp8(const typename T::storage* x, uint8_t* out, float* scale, float* work, View4 v, int BH,
                         bool fnuz, cudaStream_t stream) {
-  const int chunk = reduce_chunk(v.N);
-  const int nchunks = cdiv(v.N, chunk);
-  dim3 block(kColTile, kRowLanes);
-  const bool vec = vec_ok<T>(x, v);
-  if (vec) {
-    col_partial_vec_kernel<T, AbsMaxOp><<<dim3(1, BH, nchunks), kQuantThreads, 0, stream>>>(x, work, v, chunk,
-                                                                                           nchunks);
-  } else {
-    dim3 grid_amax(cdiv(v.D, kColTile), BH, nchunks);
-    col_partial_kernel<T, AbsMaxOp><<<grid_amax, block, 0, stream>>>(x, work, v, chunk, nchunks);
-  }
-  const int64_t total = static_cast<int64_t>(BH) * v.D;
-  v_scale_finalize_kernel<<<finalize_blocks(total), kFinalizeThreads, 0, stream>>>(
-      work, scale, total, v.D, nchunks, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax);
+  launch_col_reduce<T, AbsMaxOp>(x, scale, work, v, BH, fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax, stream);
   const int ntiles = cdiv(v.N, kVTileN);
   dim3 grid_q(cdiv(v.D, kColTile), BH, ntiles < kMaxGridZ ? ntiles : kMaxGridZ);
-  if (vec && v.D % kColTile == 0) {
+  dim3 block(kColTile, kRowLanes);
+  if (vec_ok<T>(x, v) && v.D % kColTile == 0) {
     quant_v_fp8_kernel<T, true><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);
   } else {
     quant_v_fp8_kernel<T, false><<<grid_q, block, 0, stream>>>(x, scale, out, v, ntiles, fnuz);

@@ -104,9 +104,10 @@ SB_HD uint8_t float_to_e4m3(float x, bool fnuz) {
   }
   const float a = bits_float(u & 0x7fffffffu);
   const float maxv = fnuz ? kFp8E4m3fnuzMax : kFp8E4m3fnMax;
+  const uint8_t max_code = fnuz ? 0x7fu : 0x7eu;
   uint8_t code;
   if (!(a < maxv)) {  // >= max (and inf): saturate
-    code = fnuz ? 0x7fu : 0x7eu;
+    code = max_code;
   } else {
     const int e_min = 1 - bias;  // exponent of the smallest normal
     int e = static_cast<int>((float_bits(a) >> 23) & 0xffu) - 127;
@@ -121,7 +122,6 @@ SB_HD uint8_t float_to_e4m3(float x, bool fnuz) {
         e += 1;
       }
       code = static_cast<uint8_t>(((e + bias) << 3) | (static_cast<int>(m) - 8));
-      const uint8_t max_code = fnuz ? 0x7fu : 0x7eu;
       if (code > max_code) code = max_code;
     }
   }

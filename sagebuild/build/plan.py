@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,8 +55,6 @@ class BuildPlan:
 
     def commands(self) -> list[str]:
         """Human-readable commands of the plan (shell-quoted build command plus the AOT step)."""
-        import shlex
-
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         cd = f"cd {shlex.quote(self.cwd)} && " if self.cwd else ""
         aot = [f"sagebuild.attention.aot.compile_variant({v!r}, {a!r})" for v, a in self.aot]
@@ -183,17 +182,12 @@ def plan_archs(
     if vendor == "rocm" and override:
         shown = archs.decode_hsa_override(override)
         real = _dedup(facts.kfd_archs, vendor)
-        msg = (
-            f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports "
-            f"{shown or 'a different arch'} instead of the GPU's real arch"
+        from_kfd = f" ({', '.join(real)}, from KFD sysfs)" if real else ""
+        warnings.append(
+            f"{_HSA_OVERRIDE}={override} is set: the ROCm runtime reports {shown or 'a different arch'} "
+            f"instead of the GPU's real arch{from_kfd}; kernels are built for the arch the runtime reports. "
+            "Unset it if your ROCm supports the card natively (RDNA4 needs ROCm ≥ 6.4), then rebuild"
         )
-        if real:
-            msg += f" ({', '.join(real)}, from KFD sysfs)"
-        msg += (
-            "; kernels are built for the arch the runtime reports. Unset it if your ROCm supports "
-            "the card natively (RDNA4 needs ROCm ≥ 6.4), then rebuild"
-        )
-        warnings.append(msg)
         if shown and source != candidates[0][0]:
             # Without torch's view, the runtime's arch under the override is the override itself.
             found, source = [shown], f"{_HSA_OVERRIDE}={override}"

@@ -1,6 +1,8 @@
 """Execute a build plan: compile in a subprocess, verify the library in a fresh interpreter (in a staging
 directory), record its hash and metadata, swap ``<ext_dir>/current`` to it with one ``rename`` (a failed
-build never touches it), then compile the Triton kernels ahead of time."""
+build never touches it), then compile the Triton kernels ahead of time. ``--source DIR`` runs
+``setup.py build_ext --inplace`` in an external tree instead, then checks that extension files appeared
+or changed (a ``setup.py`` that skips its extensions exits 0 too)."""
 
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ from typing import Any, Iterator, Optional
 from sagebuild.build import paths
 from sagebuild.build.plan import EXPECTED_OPS, SPEC_FILE, BuildPlan
 from sagebuild.build.result import CompileResult, finish, run_plan
-from sagebuild.build.source import build_source
 from sagebuild.explain import explain_for_report
 from sagebuild.fsio import sha256_file
 from sagebuild.probe.tools import run_tool
 
 KEEP_BUILDS = 2  # the current build and the one before it
+EXT_SUFFIXES = (".so", ".pyd")
+_SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules"}
 
 
 @contextlib.contextmanager
@@ -66,6 +69,37 @@ def compile(plan: BuildPlan, log_path: Optional[Path] = None, progress: bool = T
     return result
 
 
+def extension_files(root: Path) -> dict[Path, tuple[int, int]]:
+    """Every extension file under ``root`` with (mtime_ns, size): the before/after snapshot."""
+    out: dict[Path, tuple[int, int]] = {}
+    for path in root.rglob("*"):
+        if any(part in _SKIP_DIRS for part in path.relative_to(root).parts):
+            continue
+        if path.suffix in EXT_SUFFIXES and path.is_file():
+            st = path.stat()
+            out[path] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def build_source(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> CompileResult:
+    root = Path(plan.build_dir)
+    before = extension_files(root)
+    out = run_plan(plan, log_path, f"building {root.name}", progress)
+    if out.rc != 0:
+        return finish(plan, log_path, t0, out, out.failure("setup.py build_ext"))
+    fresh = sorted(p for p, sig in extension_files(root).items() if before.get(p) != sig)
+    if not fresh:
+        why = (
+            f"setup.py build_ext finished without an error but no extension file (*.so / *.pyd) appeared "
+            f"under {root}: the extensions were skipped or built elsewhere (check that setup.py found a "
+            f"CUDA/ROCm torch and that the log lists compile steps)"
+        )
+        return finish(plan, log_path, t0, out, why, [why])
+    artefacts = [{"path": str(p), "sha256": sha256_file(p)} for p in fresh]
+    path, sha = artefacts[0]["path"], artefacts[0]["sha256"]
+    return finish(plan, log_path, t0, out, artefact=path, sha256=sha, artefacts=artefacts)
+
+
 def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -> CompileResult:
     base = Path(plan.ext_dir)
     tree = Path(plan.build_dir)
@@ -83,8 +117,7 @@ def _build_bundled(plan: BuildPlan, log_path: Path, progress: bool, t0: float) -
         }
         (tree / SPEC_FILE).write_text(json.dumps(spec, indent=1), encoding="utf-8")
         built = tree / paths.LIB_FILE
-        with contextlib.suppress(FileNotFoundError):
-            built.unlink()  # a stale library must not pass for this build's output
+        built.unlink(missing_ok=True)  # a stale library must not pass for this build's output
         out = run_plan(plan, log_path, "compiling the sagebuild extension", progress)
         if out.rc != 0:
             return finish(plan, log_path, t0, out, out.failure("the build"))
