@@ -79,10 +79,8 @@ def decide(
         return "q/k/v dtypes differ"
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return f"{query.dim()}-D inputs (needs 4-D B,H,N,D)"
-    if attn_mask is not None:
-        why = _mask_reason(attn_mask, query, key, is_causal)
-        if why:
-            return why
+    if attn_mask is not None and (why := _mask_reason(attn_mask, query, key, is_causal)):
+        return why
     if dropout_p != 0.0:
         return "dropout_p > 0"
     if grad_enabled and any(t.requires_grad for t in tensors):
@@ -279,10 +277,8 @@ def _call_original(*args: Any) -> Any:
     return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
 
 
-def _any_device(device: Any) -> DeviceSupport:
-    """Trace-time stand-in for ``support_for``: what the device takes is decided at run time,
-    inside the op (the device's arch is not something Dynamo can trace)."""
-    return DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
+# Trace-time support for any device: Dynamo cannot trace the device's arch, so the op decides it
+_DEFERRED = DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
 
 
 def _verdict(args: tuple, support_for: SupportFn) -> DeviceSupport | str:
@@ -338,7 +334,7 @@ def scaled_dot_product_attention(
     args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if torch.compiler.is_compiling():
         # traced: the static half of ``decide`` now, the device-dependent rest in the op at run time
-        if isinstance(_verdict(args, _any_device), str) or _op is None:
+        if isinstance(_verdict(args, lambda device: _DEFERRED), str) or _op is None:
             return _call_original(*args)
         return _op(query, key, value, attn_mask, bool(is_causal), scale, bool(enable_gqa))
     if torch.jit.is_tracing() or torch.jit.is_scripting():
@@ -354,9 +350,8 @@ def _eager_sdpa(args: tuple) -> Any:
         return _call_original(*args)
     query, key, value, attn_mask, _, is_causal, scale, _ = args
     sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
-    masked = {} if attn_mask is None else {"attn_mask": attn_mask}
     try:
-        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, **masked)
+        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, attn_mask)
     except Exception as err:  # never break the user's model: fall back, say why once
         reason = f"kernel raised {type(err).__name__}"
         _warn_once(

@@ -3,6 +3,8 @@ schema, loading with clear errors, and matching a probed machine."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields
@@ -108,11 +110,8 @@ class Profile:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["archs"] = list(self.archs)
-        d["kernels"] = list(self.kernels)
-        d["bench"]["seq"] = list(self.bench.seq)
-        return d
+        """The profile as JSON holds it (tuples as lists)."""
+        return json.loads(json.dumps(asdict(self)))
 
 
 # ---- schema ---------------------------------------------------------------------------------
@@ -152,12 +151,10 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     val = "" if d.get(key) is None else d[key]
-    try:
+    with contextlib.suppress(InvalidSpecifier):
         if isinstance(val, str):
             SpecifierSet(val)
             return val
-    except InvalidSpecifier:
-        pass
     raise ProfileError(src, f"versions.{key}", "a PEP 440 specifier string such as '>=2.5,<2.15'", val)
 
 
@@ -222,8 +219,7 @@ def parse(data: Any, source: str) -> Profile:
         if not isinstance(acc_raw.get(k), dict):
             raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
         accuracy[k] = Accuracy(
-            cos_min=_req(acc_raw[k], f"accuracy.{k}.cos_min", float, source),
-            rel_l1_max=_req(acc_raw[k], f"accuracy.{k}.rel_l1_max", float, source),
+            *(_req(acc_raw[k], f"accuracy.{k}.{f.name}", float, source) for f in fields(Accuracy))
         )
 
     bn = _req(data, "bench", dict, source)

@@ -4,7 +4,9 @@ oneOf and local ``$ref``."""
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from importlib import resources
 from typing import Any
 
@@ -46,10 +48,7 @@ def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
         ref = node["$ref"]
         if not ref.startswith("#/"):
             raise ValueError(f"only local $ref is supported, got {ref}")
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target[part]
-        node = target
+        node = functools.reduce(operator.getitem, ref[2:].split("/"), root)
     return node
 
 
