@@ -75,6 +75,9 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in bench["rows"]:
         t, a = r.get("timing"), r.get("accuracy") or {}
+        speedup = _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else "")
+        if r.get("vs_expected"):
+            speedup += f" ({r['vs_expected']:.2f} of {r['expected_speedup']:.2f}×)"
         rows.append(
             [
                 str(r["seq"]),
@@ -87,13 +90,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _f(t and t.get("sustained_ms"))
                 + (f" ({r['sustained_speedup']:.3f}×)" if r.get("sustained_speedup") is not None else ""),
                 f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
-                _f(r.get("speedup"), 3)
-                + ("×" if r.get("speedup") is not None else "")
-                + (
-                    f" ({r['vs_expected']:.2f} of {r['expected_speedup']:.2f}×)"
-                    if r.get("vs_expected")
-                    else ""
-                ),
+                speedup,
                 _f(a.get("cos"), 6),
                 _f(a.get("rel_l1")),
                 _f(a.get("rmse")),
