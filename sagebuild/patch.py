@@ -350,8 +350,9 @@ def _eager_sdpa(args: tuple) -> Any:
         return _call_original(*args)
     query, key, value, attn_mask, _, is_causal, scale, _ = args
     sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
+    masked = {} if attn_mask is None else {"attn_mask": attn_mask}  # a kernel may take no mask
     try:
-        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, attn_mask)
+        out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, **masked)
     except Exception as err:  # never break the user's model: fall back, say why once
         reason = f"kernel raised {type(err).__name__}"
         _warn_once(
