@@ -202,7 +202,13 @@ def to_markdown(report: dict[str, Any]) -> str:
         ]
         lines += _md_table(*bench_table(b))
         g = b["gate"]
-        gate_s = gate_summary(g)
+        # the regression gate's note (or why there is none), then the explicit gate
+        gates = [(g.get("expectation") or {}).get("note")]
+        if g.get("min_speedup", 0) > 0:
+            gates.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
+        gate_s = "; ".join(filter(None, gates)) or (
+            "speed gate applied" if g["speed_gate_applied"] else "no speed gate"
+        )
         if g["speed_gate_applied"] and _gate_metric(b) != "cold":
             gate_s += f" ({_gate_metric(b)})"
         verdict = "below threshold: " + "; ".join(g["failures"]) if g["failures"] else "all within thresholds"
@@ -211,17 +217,6 @@ def to_markdown(report: dict[str, Any]) -> str:
     if files:
         lines += ["", "Files: " + " · ".join(files)]
     return "\n".join(lines) + "\n"
-
-
-def gate_summary(g: dict[str, Any]) -> str:
-    """The bench gate in words: the regression gate (or why there is none) and the explicit one."""
-    parts = []
-    exp = g.get("expectation") or {}
-    if exp.get("note"):
-        parts.append(exp["note"])
-    if g.get("min_speedup", 0) > 0:
-        parts.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
-    return "; ".join(parts) or ("speed gate applied" if g["speed_gate_applied"] else "no speed gate")
 
 
 # ---- HTML -----------------------------------------------------------------------------------
