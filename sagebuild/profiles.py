@@ -161,6 +161,7 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
 _TOP_KEYS = {f.name for f in fields(Profile)} - {"source"}
 _AT_LEAST_1 = dict(ok=lambda v: v >= 1, expected="an integer ≥ 1")
 _AT_LEAST_0 = dict(ok=lambda v: v >= 0, expected="a number ≥ 0")
+_POSITIVE = dict(ok=lambda v: v > 0, expected="a number > 0")
 
 
 def parse(data: Any, source: str) -> Profile:
@@ -201,9 +202,7 @@ def parse(data: Any, source: str) -> Profile:
         )
     build = Build(
         arch_env=expected_env,
-        mem_per_job_gb=_req(
-            b, "build.mem_per_job_gb", float, source, ok=lambda x: x > 0, expected="a number > 0"
-        ),
+        mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source, **_POSITIVE),
         max_jobs=_req(b, "build.max_jobs", int, source, **_AT_LEAST_1),
         min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source),
         min_mem_gb=_req(b, "build.min_mem_gb", float, source),
@@ -279,10 +278,7 @@ def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
         for shape in entry["speedup"]:
             if not _SHAPE_KEY.fullmatch(str(shape)):
                 raise ProfileError(source, f"{where}.speedup", "keys like 1x16x1024x64 (c: causal)", shape)
-            key = f"{where}.speedup.{shape}"
-            speedups[shape] = _req(
-                entry["speedup"], key, float, source, ok=lambda r: r > 0, expected="a positive number"
-            )
+            speedups[shape] = _req(entry["speedup"], f"{where}.speedup.{shape}", float, source, **_POSITIVE)
         out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
     return out
 
