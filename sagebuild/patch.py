@@ -141,17 +141,13 @@ def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None
 def _dispatch_support(device: Any) -> DeviceSupport | str:
     import torch
 
-    index = device.index
-    if index is None:
-        index = torch.cuda.current_device() if device.type == "cuda" else -1
-    return _dispatch_support_cached(device.type, index)
+    if device.index is None and device.type == "cuda":  # cached per card: "cuda" is the current one
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _dispatch_support_cached(device)
 
 
 @functools.lru_cache(maxsize=64)
-def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | str:
-    import torch
-
-    device = torch.device(device_type, index) if index >= 0 else torch.device(device_type)
+def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     try:
         from sagebuild.attention import dispatch, plan
     except Exception as err:  # a broken install must not break the user's model
