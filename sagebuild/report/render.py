@@ -228,15 +228,13 @@ code,pre{background:#f6f6f6}pre{padding:.6em;overflow:auto;font-size:12px}"""
 
 
 def _html_table(head: list[str], rows: list[list[str]], status_col: int | None = None) -> str:
+    def td(i: int, c: str) -> str:
+        cls = f' class="{escape(c.split()[-1])}"' if i == status_col and c else ""
+        return f"<td{cls}>{escape(c)}</td>"
+
     out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        cells = []
-        for i, c in enumerate(r):
-            cls = f' class="{escape(c.split()[-1])}"' if i == status_col and c else ""
-            cells.append(f"<td{cls}>{escape(c)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
+    out += ["<tr>" + "".join(td(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows]
+    return "\n".join([*out, "</table>"])
 
 
 def to_html(report: dict[str, Any]) -> str:
