@@ -79,10 +79,8 @@ def decide(
         return "q/k/v dtypes differ"
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         return f"{query.dim()}-D inputs (needs 4-D B,H,N,D)"
-    if attn_mask is not None:
-        why = _mask_reason(attn_mask, query, key, is_causal)
-        if why:
-            return why
+    if attn_mask is not None and (why := _mask_reason(attn_mask, query, key, is_causal)):
+        return why
     if dropout_p != 0.0:
         return "dropout_p > 0"
     if grad_enabled and any(t.requires_grad for t in tensors):
@@ -143,17 +141,13 @@ def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None
 def _dispatch_support(device: Any) -> DeviceSupport | str:
     import torch
 
-    index = device.index
-    if index is None:
-        index = torch.cuda.current_device() if device.type == "cuda" else -1
-    return _dispatch_support_cached(device.type, index)
+    if device.index is None and device.type == "cuda":  # cached per card: "cuda" is the current one
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _dispatch_support_cached(device)
 
 
 @functools.lru_cache(maxsize=64)
-def _dispatch_support_cached(device_type: str, index: int) -> DeviceSupport | str:
-    import torch
-
-    device = torch.device(device_type, index) if index >= 0 else torch.device(device_type)
+def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     try:
         from sagebuild.attention import dispatch, plan
     except Exception as err:  # a broken install must not break the user's model
@@ -279,10 +273,8 @@ def _call_original(*args: Any) -> Any:
     return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
 
 
-def _any_device(device: Any) -> DeviceSupport:
-    """Trace-time stand-in for ``support_for``: what the device takes is decided at run time,
-    inside the op (the device's arch is not something Dynamo can trace)."""
-    return DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
+# Trace-time support for any device: Dynamo cannot trace the device's arch, so the op decides it
+_DEFERRED = DeviceSupport(arch="deferred", variant="deferred", head_dim_ok=lambda d: True)
 
 
 def _verdict(args: tuple, support_for: SupportFn) -> DeviceSupport | str:
@@ -297,7 +289,7 @@ def _verdict(args: tuple, support_for: SupportFn) -> DeviceSupport | str:
     )
 
 
-# ``sagebuild::patched_sdpa``: defined by ``_install`` (eagerly: never while Dynamo traces)
+# ``sagebuild::patched_sdpa``: defined by ``_update`` (eagerly: never while Dynamo traces)
 _op: Callable[..., Any] | None = None
 
 
@@ -338,7 +330,7 @@ def scaled_dot_product_attention(
     args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if torch.compiler.is_compiling():
         # traced: the static half of ``decide`` now, the device-dependent rest in the op at run time
-        if isinstance(_verdict(args, _any_device), str) or _op is None:
+        if isinstance(_verdict(args, lambda device: _DEFERRED), str) or _op is None:
             return _call_original(*args)
         return _op(query, key, value, attn_mask, bool(is_causal), scale, bool(enable_gqa))
     if torch.jit.is_tracing() or torch.jit.is_scripting():
@@ -354,7 +346,7 @@ def _eager_sdpa(args: tuple) -> Any:
         return _call_original(*args)
     query, key, value, attn_mask, _, is_causal, scale, _ = args
     sm_scale = scale if scale is not None else query.shape[-1] ** -0.5
-    masked = {} if attn_mask is None else {"attn_mask": attn_mask}
+    masked = {} if attn_mask is None else {"attn_mask": attn_mask}  # a kernel may take no mask
     try:
         out = _backend.kernel(query, key, value, bool(is_causal), float(sm_scale), verdict, **masked)
     except Exception as err:  # never break the user's model: fall back, say why once
@@ -375,37 +367,6 @@ _depth = 0
 _enabled = False
 
 
-def _install() -> None:
-    global _original
-    import torch
-
-    fn = torch.nn.functional
-    _define_op()
-    if _original is None:
-        current = fn.scaled_dot_product_attention
-        _original = current if current is not scaled_dot_product_attention else None
-        fn.scaled_dot_product_attention = scaled_dot_product_attention
-
-
-def _restore() -> None:
-    global _original
-    import torch
-
-    fn = torch.nn.functional
-    if _original is None:
-        return
-    if fn.scaled_dot_product_attention is scaled_dot_product_attention:
-        fn.scaled_dot_product_attention = _original
-    else:
-        warnings.warn(
-            "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
-            "someone else while the patch was active; leaving their function in place",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-    _original = None
-
-
 def is_active() -> bool:
     """True while the wrapper is installed (inside a ``patch_sdpa`` block or after :func:`enable`)."""
     with _state_lock:
@@ -414,14 +375,30 @@ def is_active() -> bool:
 
 def _update(depth: int = 0, enabled: bool | None = None) -> None:
     """Change the scope depth or the enable flag; the wrapper is installed while either holds."""
-    global _depth, _enabled
+    global _depth, _enabled, _original
+    import torch
+
+    fn = torch.nn.functional
     with _state_lock:
         _depth += depth
         _enabled = _enabled if enabled is None else enabled
         if _depth or _enabled:
-            _install()
-        else:
-            _restore()
+            _define_op()
+            if _original is None:
+                current = fn.scaled_dot_product_attention
+                _original = current if current is not scaled_dot_product_attention else None
+                fn.scaled_dot_product_attention = scaled_dot_product_attention
+        elif _original is not None:
+            if fn.scaled_dot_product_attention is scaled_dot_product_attention:
+                fn.scaled_dot_product_attention = _original
+            else:
+                warnings.warn(
+                    "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
+                    "someone else while the patch was active; leaving their function in place",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            _original = None
 
 
 def enable() -> None:
@@ -436,7 +413,7 @@ def disable() -> None:
 
 class _Scope(contextlib.ContextDecorator):
     """One ``patch_sdpa()`` scope: reusable and re-entrant (the depth is process-wide; a generator
-    context manager is neither), and its ``__exit__`` is the frame ``_restore``'s warning skips."""
+    context manager is neither), and its ``__exit__`` is the frame ``_update``'s warning skips."""
 
     def __enter__(self) -> _Scope:
         _update(+1)

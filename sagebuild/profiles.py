@@ -3,6 +3,8 @@ schema, loading with clear errors, and matching a probed machine."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields
@@ -108,11 +110,8 @@ class Profile:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["archs"] = list(self.archs)
-        d["kernels"] = list(self.kernels)
-        d["bench"]["seq"] = list(self.bench.seq)
-        return d
+        """The profile as JSON holds it (tuples as lists)."""
+        return json.loads(json.dumps(asdict(self)))
 
 
 # ---- schema ---------------------------------------------------------------------------------
@@ -152,18 +151,17 @@ def _spec(d: dict[str, Any], key: str, src: str) -> str:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     val = "" if d.get(key) is None else d[key]
-    try:
+    with contextlib.suppress(InvalidSpecifier):
         if isinstance(val, str):
             SpecifierSet(val)
             return val
-    except InvalidSpecifier:
-        pass
     raise ProfileError(src, f"versions.{key}", "a PEP 440 specifier string such as '>=2.5,<2.15'", val)
 
 
 _TOP_KEYS = {f.name for f in fields(Profile)} - {"source"}
 _AT_LEAST_1 = dict(ok=lambda v: v >= 1, expected="an integer ≥ 1")
 _AT_LEAST_0 = dict(ok=lambda v: v >= 0, expected="a number ≥ 0")
+_POSITIVE = dict(ok=lambda v: v > 0, expected="a number > 0")
 
 
 def parse(data: Any, source: str) -> Profile:
@@ -204,9 +202,7 @@ def parse(data: Any, source: str) -> Profile:
         )
     build = Build(
         arch_env=expected_env,
-        mem_per_job_gb=_req(
-            b, "build.mem_per_job_gb", float, source, ok=lambda x: x > 0, expected="a number > 0"
-        ),
+        mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source, **_POSITIVE),
         max_jobs=_req(b, "build.max_jobs", int, source, **_AT_LEAST_1),
         min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source),
         min_mem_gb=_req(b, "build.min_mem_gb", float, source),
@@ -222,8 +218,7 @@ def parse(data: Any, source: str) -> Profile:
         if not isinstance(acc_raw.get(k), dict):
             raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
         accuracy[k] = Accuracy(
-            cos_min=_req(acc_raw[k], f"accuracy.{k}.cos_min", float, source),
-            rel_l1_max=_req(acc_raw[k], f"accuracy.{k}.rel_l1_max", float, source),
+            *(_req(acc_raw[k], f"accuracy.{k}.{f.name}", float, source) for f in fields(Accuracy))
         )
 
     bn = _req(data, "bench", dict, source)
@@ -283,10 +278,7 @@ def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
         for shape in entry["speedup"]:
             if not _SHAPE_KEY.fullmatch(str(shape)):
                 raise ProfileError(source, f"{where}.speedup", "keys like 1x16x1024x64 (c: causal)", shape)
-            key = f"{where}.speedup.{shape}"
-            speedups[shape] = _req(
-                entry["speedup"], key, float, source, ok=lambda r: r > 0, expected="a positive number"
-            )
+            speedups[shape] = _req(entry["speedup"], f"{where}.speedup.{shape}", float, source, **_POSITIVE)
         out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
     return out
 

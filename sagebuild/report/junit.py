@@ -21,15 +21,6 @@ def _case(
         ET.SubElement(case, "system-out").text = text
 
 
-def _finish(suite: ET.Element) -> None:
-    cases = suite.findall("testcase")
-    suite.set("tests", str(len(cases)))
-    suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
-    suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
-    suite.set("errors", "0")
-    suite.set("time", f"{sum(float(c.get('time', 0)) for c in cases):.3f}")
-
-
 def to_junit(report: dict[str, Any]) -> str:
     root = ET.Element("testsuites", name="sagebuild accept")
     steps = ET.SubElement(root, "testsuite", name="sagebuild.steps")
@@ -57,7 +48,12 @@ def to_junit(report: dict[str, Any]) -> str:
             mine = [f for f in failures if f.startswith(f"{r['provider']} ") and f"seq={r['seq']}" in f]
             _case(bs, name, "fail" if mine else "ok", "; ".join(mine), "; ".join(mine))
     for suite in root.findall("testsuite"):
-        _finish(suite)
+        cases = suite.findall("testcase")
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+        suite.set("errors", "0")
+        suite.set("time", f"{sum(float(c.get('time', 0)) for c in cases):.3f}")
     for key in ("tests", "failures", "skipped", "errors"):
         root.set(key, str(sum(int(s.get(key, 0)) for s in root.findall("testsuite"))))
     ET.indent(root)

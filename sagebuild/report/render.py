@@ -75,6 +75,9 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in bench["rows"]:
         t, a = r.get("timing"), r.get("accuracy") or {}
+        speedup = _f(r.get("speedup"), 3) + ("×" if r.get("speedup") is not None else "")
+        if r.get("vs_expected"):
+            speedup += f" ({r['vs_expected']:.2f} of {r['expected_speedup']:.2f}×)"
         rows.append(
             [
                 str(r["seq"]),
@@ -87,13 +90,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _f(t and t.get("sustained_ms"))
                 + (f" ({r['sustained_speedup']:.3f}×)" if r.get("sustained_speedup") is not None else ""),
                 f"{r['tflops']:.3g}" if r.get("tflops") is not None else "–",
-                _f(r.get("speedup"), 3)
-                + ("×" if r.get("speedup") is not None else "")
-                + (
-                    f" ({r['vs_expected']:.2f} of {r['expected_speedup']:.2f}×)"
-                    if r.get("vs_expected")
-                    else ""
-                ),
+                speedup,
                 _f(a.get("cos"), 6),
                 _f(a.get("rel_l1")),
                 _f(a.get("rmse")),
@@ -205,7 +202,13 @@ def to_markdown(report: dict[str, Any]) -> str:
         ]
         lines += _md_table(*bench_table(b))
         g = b["gate"]
-        gate_s = gate_summary(g)
+        # the regression gate's note (or why there is none), then the explicit gate
+        gates = [(g.get("expectation") or {}).get("note")]
+        if g.get("min_speedup", 0) > 0:
+            gates.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
+        gate_s = "; ".join(filter(None, gates)) or (
+            "speed gate applied" if g["speed_gate_applied"] else "no speed gate"
+        )
         if g["speed_gate_applied"] and _gate_metric(b) != "cold":
             gate_s += f" ({_gate_metric(b)})"
         verdict = "below threshold: " + "; ".join(g["failures"]) if g["failures"] else "all within thresholds"
@@ -214,17 +217,6 @@ def to_markdown(report: dict[str, Any]) -> str:
     if files:
         lines += ["", "Files: " + " · ".join(files)]
     return "\n".join(lines) + "\n"
-
-
-def gate_summary(g: dict[str, Any]) -> str:
-    """The bench gate in words: the regression gate (or why there is none) and the explicit one."""
-    parts = []
-    exp = g.get("expectation") or {}
-    if exp.get("note"):
-        parts.append(exp["note"])
-    if g.get("min_speedup", 0) > 0:
-        parts.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
-    return "; ".join(parts) or ("speed gate applied" if g["speed_gate_applied"] else "no speed gate")
 
 
 # ---- HTML -----------------------------------------------------------------------------------
@@ -236,15 +228,13 @@ code,pre{background:#f6f6f6}pre{padding:.6em;overflow:auto;font-size:12px}"""
 
 
 def _html_table(head: list[str], rows: list[list[str]], status_col: int | None = None) -> str:
+    def td(i: int, c: str) -> str:
+        cls = f' class="{escape(c.split()[-1])}"' if i == status_col and c else ""
+        return f"<td{cls}>{escape(c)}</td>"
+
     out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        cells = []
-        for i, c in enumerate(r):
-            cls = f' class="{escape(c.split()[-1])}"' if i == status_col and c else ""
-            cells.append(f"<td{cls}>{escape(c)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
+    out += ["<tr>" + "".join(td(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows]
+    return "\n".join([*out, "</table>"])
 
 
 def to_html(report: dict[str, Any]) -> str:

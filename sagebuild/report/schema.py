@@ -4,7 +4,9 @@ oneOf and local ``$ref``."""
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from importlib import resources
 from typing import Any
 
@@ -41,37 +43,29 @@ def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:
     return validate_sub(instance, root, root, "$")
 
 
-def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
+    """The violations of ``value`` at ``path`` against ``node``, a part of the schema ``root``."""
     while "$ref" in node:
         ref = node["$ref"]
         if not ref.startswith("#/"):
             raise ValueError(f"only local $ref is supported, got {ref}")
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target[part]
-        node = target
-    return node
-
-
-def _check(value: Any, node: dict[str, Any], root: dict[str, Any], path: str, errors: list[str]) -> None:
-    node = _resolve(node, root)
+        node = functools.reduce(operator.getitem, ref[2:].split("/"), root)
     if "oneOf" in node:
         results = [validate_sub(value, s, root, path) for s in node["oneOf"]]
         passing = sum(not r for r in results)
-        if passing == 0:
-            # The closest alternative says what is wrong: one whose type fits, then the fewest errors.
-            def distance(errs: list[str]) -> tuple[bool, int]:
-                return (any(e.startswith(f"{path}: expected") for e in errs), len(errs))
+        if passing > 1:
+            return [f"{path}: matches {passing} of the oneOf alternatives (must match exactly 1)"]
 
-            errors.extend(min(results, key=distance))
-        elif passing > 1:
-            errors.append(f"{path}: matches {passing} of the oneOf alternatives (must match exactly 1)")
-        return
+        # None passing: the closest alternative says what is wrong (its type fits, then fewest errors)
+        def distance(errs: list[str]) -> tuple[bool, int]:
+            return (any(e.startswith(f"{path}: expected") for e in errs), len(errs))
+
+        return min(results, key=distance) if passing == 0 else []
     if "type" in node:
         types = node["type"] if isinstance(node["type"], list) else [node["type"]]
         if not any(_is_type(value, t) for t in types):
-            errors.append(f"{path}: expected {' or '.join(types)}, got {type(value).__name__}")
-            return
+            return [f"{path}: expected {' or '.join(types)}, got {type(value).__name__}"]
+    errors: list[str] = []
     if "const" in node and value != node["const"]:
         errors.append(f"{path}: expected {node['const']!r}, got {value!r}")
     if "enum" in node and value not in node["enum"]:
@@ -83,21 +77,13 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], path: str, er
         for key in node.get("required", []):
             if key not in value:
                 errors.append(f"{path}: missing required key {key!r}")
-        extra = node.get("additionalProperties", True)
         for key, item in value.items():
-            if key in props:
-                _check(item, props[key], root, f"{path}.{key}", errors)
-            elif extra is False:
+            sub = props.get(key, node.get("additionalProperties", True))
+            if sub is False:
                 errors.append(f"{path}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                _check(item, extra, root, f"{path}.{key}", errors)
+            elif isinstance(sub, dict):
+                errors += validate_sub(item, sub, root, f"{path}.{key}")
     if isinstance(value, list) and "items" in node:
         for i, item in enumerate(value):
-            _check(item, node["items"], root, f"{path}[{i}]", errors)
-
-
-def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
-    """The violations of ``value`` at ``path`` against ``node``, a part of the schema ``root``."""
-    errors: list[str] = []
-    _check(value, node, root, path, errors)
+            errors += validate_sub(item, node["items"], root, f"{path}[{i}]")
     return errors

@@ -28,9 +28,8 @@ def environment_backup(out_dir: Path, python: str | None = None, timeout: float 
         proc = subprocess.run(
             [python, "-m", "pip", "freeze"], capture_output=True, text=True, timeout=timeout
         )
-        ok = proc.returncode == 0
-        body = proc.stdout if ok else ""
-        why = proc.stderr.strip().splitlines()[-1] if (not ok and proc.stderr.strip()) else ""
+        ok, body = proc.returncode == 0, proc.stdout  # body: replaced below when pip fails
+        why = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, body, why = False, "", str(e)
     if not ok:
