@@ -35,13 +35,6 @@ class Failure:
     fix: str
     source: str
 
-    def first_hit(self, text: str) -> re.Match[str] | None:
-        """The earliest pattern match in ``text`` when the entry applies, else None."""
-        if any(not r.search(text) for r in self.requires) or any(x.search(text) for x in self.excludes):
-            return None
-        hits = [m for m in (p.search(text) for p in self.patterns) if m is not None]
-        return min(hits, key=lambda m: m.start()) if hits else None
-
 
 @dataclass(frozen=True)
 class Match:
@@ -70,13 +63,10 @@ def _compile(entry_id: str, field: str, raw: Any) -> tuple[re.Pattern[str], ...]
         return ()
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
         raise _bad_database(f"entry {entry_id!r}: {field!r} must be a list of non-empty strings")
-    out = []
-    for pattern in raw:
-        try:
-            out.append(re.compile(pattern, _FLAGS))
-        except re.error as err:
-            raise _bad_database(f"entry {entry_id!r}: bad regex {pattern!r}: {err}") from None
-    return tuple(out)
+    try:
+        return tuple(re.compile(pattern, _FLAGS) for pattern in raw)
+    except re.error as err:
+        raise _bad_database(f"entry {entry_id!r}: bad regex {err.pattern!r}: {err}") from None
 
 
 def parse_database(doc: Any) -> tuple[Failure, ...]:
@@ -207,28 +197,24 @@ def read_log(
     return LogText(text, skipped + total, bool(notes), "; ".join(notes) or None)
 
 
-def bound_text(text: str, tail_bytes: int = TAIL_BYTES, max_line: int = MAX_LINE) -> str:
-    """The same bounds for text already in memory (a step's error, a compiler's key lines)."""
-    if len(text) <= tail_bytes and all(len(ln) <= max_line for ln in text.split("\n")):
-        return text
-    return read_log(io.BytesIO(text.encode("utf-8", errors="replace")), None, tail_bytes, max_line).text
-
-
 def explain(text: str) -> list[Match]:
     """Every known failure found in ``text``, in the order they first appear in the log."""
-    text = bound_text(text)
+    if len(text) > TAIL_BYTES or any(len(ln) > MAX_LINE for ln in text.split("\n")):
+        # text already in memory (a step's error, a compiler's key lines) gets a log file's bounds
+        text = read_log(io.BytesIO(text.encode("utf-8", errors="replace"))).text
     found: list[tuple[int, Match]] = []
     for f in load_database():
-        hit = f.first_hit(text)
-        if hit is None:
+        if any(not r.search(text) for r in f.requires) or any(x.search(text) for x in f.excludes):
             continue
-        start = hit.start()
+        starts = [m.start() for m in (p.search(text) for p in f.patterns) if m is not None]
+        if not starts:
+            continue
+        start = min(starts)
         line_end = text.find("\n", start)
         line = text[text.rfind("\n", 0, start) + 1 : len(text) if line_end < 0 else line_end]
         number = text.count("\n", 0, start) + 1
         found.append((start, Match(f.id, f.title, f.cause, f.fix, line.strip()[:500], number, f.source)))
-    found.sort(key=lambda pair: pair[0])
-    return [m for _, m in found]
+    return [m for _, m in sorted(found, key=lambda pair: pair[0])]
 
 
 def read_log_file(path: Path) -> LogText:
