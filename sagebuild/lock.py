@@ -54,12 +54,11 @@ def _compilers(doc: Mapping[str, Any] | None) -> dict[str, str | None]:
     return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
 
 
-def _artefacts(build_info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
+def _artefacts(info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
     """The built extension as recorded, its hash re-read from ``library`` when there (a library
     changed after its build must drift)."""
-    if not build_info:
+    if not info:
         return []
-    info = dict(build_info)
     sha = sha256_file(library) if library is not None and library.is_file() else info.get("sha256")
     return [{"name": str(info.get("name", "sagebuild ext")), "sha256": sha, "build": _artefact_build(info)}]
 
@@ -165,16 +164,14 @@ def load(path: Path | str) -> dict[str, Any]:
     """Read a lockfile, with a clear error (exit 2) for a missing, malformed, foreign or newer file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise SagebuildError(
             f"cannot read lockfile {path}: {e.strerror or e}",
             fix="check the path; write one with `sagebuild lock --out FILE`",
         ) from None
-    except UnicodeDecodeError:
+    except UnicodeDecodeError:  # a ValueError too: caught before the JSON one
         raise _bad(path, "it is not UTF-8 text") from None
-    try:
-        doc = json.loads(text)
     except ValueError as e:
         line = getattr(e, "lineno", None)
         raise _bad(path, f"invalid JSON{f' at line {line}' if line else ''}") from None
@@ -231,12 +228,12 @@ def _fmt(v: Any) -> str:
 
 
 def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[Drift]:
-    out = []
-    for key in sorted(set(locked) | set(current)):
-        a, b = locked.get(key), current.get(key)
-        if a != b:
-            out.append(Drift(kind, prefix + key, a, b))
-    return out
+    keys = sorted(set(locked) | set(current))
+    return [
+        Drift(kind, prefix + k, locked.get(k), current.get(k))
+        for k in keys
+        if locked.get(k) != current.get(k)
+    ]
 
 
 def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
@@ -284,12 +281,8 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
 # ---- the environment now ---------------------------------------------------------------------
 
 
-def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
-    """Snapshot of ``python``'s environment now (default: this one's), all read from that interpreter."""
-    if facts is None:
-        from sagebuild.probe import collect
-
-        facts = collect(python=python)
+def current(profile: Any | None, facts: Any, python: str | None = None) -> dict[str, Any]:
+    """Snapshot of ``python``'s environment now (default: this one's) from ``facts`` probed there."""
     fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts)
     ext_dir = (fd.get("extension") or {}).get("dir")
     info, lib = None, None
