@@ -20,26 +20,6 @@ def _match_here(root: Path) -> tuple[str, str, list[str]]:
     return profile.name, why, found
 
 
-def list_doc(root: Path = Path("/")) -> dict[str, Any]:
-    """Every bundled profile in short form, and which one this machine matches."""
-    from sagebuild import profiles
-
-    match, why, found = _match_here(root)
-    rows = [
-        {
-            "name": p.name,
-            "vendor": p.vendor,
-            "archs": list(p.archs),
-            "torch": p.versions.torch,
-            "description": p.description,
-            "torch_install": p.torch_install,
-            "matches": p.name == match,
-        }
-        for p in profiles.load_all()
-    ]
-    return {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
-
-
 def show_yaml(profile: Any) -> str:
     """A profile as YAML that ``load_file`` reads back to the same profile (a start for your own)."""
     import yaml
@@ -62,7 +42,22 @@ def register(app: typer.Typer) -> None:
         """List the bundled profiles and mark the one matching this machine's GPU (or cpu)."""
         if ctx.invoked_subcommand is not None:
             return
-        doc = list_doc(root)
+        from sagebuild import profiles
+
+        match, why, found = _match_here(root)
+        rows = [
+            {
+                "name": p.name,
+                "vendor": p.vendor,
+                "archs": list(p.archs),
+                "torch": p.versions.torch,
+                "description": p.description,
+                "torch_install": p.torch_install,
+                "matches": p.name == match,
+            }
+            for p in profiles.load_all()
+        ]
+        doc = {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
         if json:
             emit_json(doc)
             return
