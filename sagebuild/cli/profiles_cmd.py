@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, RootOpt, emit_json, handle_errors, out
+from sagebuild.cli.common import JsonOpt, RootOpt, emit_json, handle_errors, out, respond
 
 
 def _match_here(root: Path) -> tuple[str, str, list[str]]:
@@ -91,11 +92,9 @@ def register(app: typer.Typer) -> None:
         if name == "auto":
             name = _match_here(Path("/"))[0]
         profile, _ = profiles.resolve(name)
-        if json:
-            emit_json({"command": "profiles show", "profile": profile.to_dict()})
-            return
-        import sys
-
-        sys.stdout.write(f"# {profile.name} ({profile.source})\n{show_yaml(profile)}")
+        doc = {"command": "profiles show", "profile": profile.to_dict()}
+        respond(
+            json, doc, lambda: sys.stdout.write(f"# {profile.name} ({profile.source})\n{show_yaml(profile)}")
+        )
 
     app.add_typer(sub, name="profiles")
