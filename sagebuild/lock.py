@@ -253,11 +253,11 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             name = (doc.get("triton") or {}).get("distribution")
             if name:
                 covered.add(dists.canonical_name(str(name)))
-    la, ca = locked["distributions"], current["distributions"]
-    for name in sorted((set(la) | set(ca)) - covered):
-        a, b = la.get(name, {}).get("version"), ca.get(name, {}).get("version")
-        if a != b:
-            drifts.append(Drift("package", name, a, b))
+    versions = [
+        {name: e.get("version") for name, e in doc["distributions"].items() if name not in covered}
+        for doc in (locked, current)
+    ]
+    drifts += _flat("package", *versions)
     lart = {a.get("name"): a for a in locked.get("artefacts") or []}
     cart = {a.get("name"): a for a in current.get("artefacts") or []}
     for name in sorted(set(lart) | set(cart), key=str):
