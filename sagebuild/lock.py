@@ -95,10 +95,7 @@ def snapshot(
             "libc": "-".join(x for x in platform.libc_ver() if x) or None,
         },
         "torch": {
-            "version": t.get("version"),
-            "build": t.get("build"),
-            "hip": t.get("hip"),
-            "cuda": t.get("cuda"),
+            **{k: t.get(k) for k in ("version", "build", "hip", "cuda")},
             "index_url": torch_index_url(t.get("version")),
         },
         "triton": {
@@ -222,9 +219,7 @@ class Drift:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True)
-    return str(v)
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
 
 
 def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[Drift]:
