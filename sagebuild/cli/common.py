@@ -113,8 +113,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def with_bench_options(fn: F) -> F:
-    """Give a command the :data:`_BENCH_OPTIONS` in place of its ``bench`` parameter, which then
-    receives their dict: the options are declared once for every command that benches."""
+    """Put the :data:`_BENCH_OPTIONS` in place of a command's ``bench`` parameter, which gets their dict."""
     from_table = [
         inspect.Parameter(
             name,
