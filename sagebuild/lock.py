@@ -27,12 +27,8 @@ TORCH_INDEX = "https://download.pytorch.org/whl"
 
 def torch_index_url(version: str | None) -> str | None:
     """The PyTorch wheel index a torch local tag implies: ``+cu130`` → ``…/whl/cu130``; None without a tag."""
-    if not version or "+" not in version:
-        return None
-    tag = version.split("+", 1)[1]
-    if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag):
-        return f"{TORCH_INDEX}/{tag}"
-    return None
+    tag = (version or "").partition("+")[2]
+    return f"{TORCH_INDEX}/{tag}" if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag) else None
 
 
 # what of the build record determines the artefact's behaviour (not ninja: it only schedules)
