@@ -246,19 +246,18 @@ sagebuild explain build.log --json   # machine-readable
     rows = load_database()
     lines = [head] + [f"- [{f.title}](#{f.id})" for f in rows]
     for f in rows:
-        lines += [
-            "",
-            f'<a id="{f.id}"></a>',
-            f"## {f.title}",
-            "",
-            f"`{f.id}` · recognised by: " + ", ".join(f"`` {p.pattern} ``" for p in f.patterns),
-            "",
-            f"**Cause.** {f.cause}",
-            "",
-            f"**Fix.** {f.fix}",
-            "",
-            f"*Source: {f.source}.*",
-        ]
+        patterns = ", ".join(f"`` {p.pattern} ``" for p in f.patterns)
+        lines.append(f"""
+<a id="{f.id}"></a>
+## {f.title}
+
+`{f.id}` · recognised by: {patterns}
+
+**Cause.** {f.cause}
+
+**Fix.** {f.fix}
+
+*Source: {f.source}.*""")
     return "\n".join(lines) + "\n"
 
 
