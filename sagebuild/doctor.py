@@ -28,20 +28,8 @@ class DoctorResult:
     checks: list[Check]
 
     @property
-    def verdict(self) -> str:  # ok | warn | fail
-        return checks.overall(self.checks)
-
-    @property
     def ok(self) -> bool:  # warnings pass
-        return self.verdict != "fail"
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return checks.counts(self.checks)
-
-    @property
-    def summary(self) -> str:  # the closing sentence: where the machine stands, what to do next
-        return checks.verdict(self.facts, self.profile, self.why, self.checks)
+        return checks.overall(self.checks) != "fail"
 
     @property
     def failures(self) -> list[Check]:
@@ -49,7 +37,7 @@ class DoctorResult:
 
     def counts_line(self) -> str:
         """``17 ok, 1 warn, 5 skip`` (statuses with no check left out)."""
-        return ", ".join(f"{n} {s}" for s, n in self.counts.items() if n) or "no checks"
+        return ", ".join(f"{n} {s}" for s, n in checks.counts(self.checks).items() if n) or "no checks"
 
     def failure_text(self) -> str:
         """Each failed check on one line: title, what was seen, and its fix."""
@@ -67,9 +55,10 @@ class DoctorResult:
         return {
             "command": "doctor",
             "profile": {"name": self.profile.name, "source": self.profile.source, "why": self.why},
-            "verdict": self.verdict,
-            "summary": self.summary,
-            "counts": self.counts,
+            "verdict": checks.overall(self.checks),
+            # the closing sentence: where the machine stands, what to do next
+            "summary": checks.verdict(self.facts, self.profile, self.why, self.checks),
+            "counts": checks.counts(self.checks),
             "checks": [c.to_dict() for c in self.checks],
             "facts": self.facts.to_dict(),
         }
@@ -80,33 +69,28 @@ def run_doctor(facts: Facts, profile: Profile, why: str = "named") -> DoctorResu
     return DoctorResult(facts, profile, why, checks.run_checks(facts, profile))
 
 
-def validate_inputs(python: Optional[str], timeout: float) -> None:
-    """Refuse an interpreter or timeout the probe cannot use, before anything runs."""
+def diagnose(
+    profile_spec: str = "auto", root: Path = Path("/"), python: Optional[str] = None, timeout: float = 60.0
+) -> DoctorResult:
+    """Probe the machine (or the image under ``root``), pick the profile, run the checks; an
+    interpreter or timeout the probe cannot use is refused before anything runs."""
     if not timeout > 0:  # also refuses NaN
         raise SagebuildError(
             f"--timeout {timeout:g}: the torch probe needs a time limit of more than 0 seconds",
             fix="pass a positive number of seconds, e.g. --timeout 60 (the default)",
         )
-    if python is None:
-        return
-    p = Path(python)
-    if not p.exists():
-        raise SagebuildError(
-            f"--python {python}: no such file",
-            fix="pass the interpreter of the environment to check, e.g. --python .venv/bin/python",
-        )
-    if p.is_dir() or not os.access(p, os.X_OK):
-        raise SagebuildError(
-            f"--python {python}: not an executable file",
-            fix="pass the interpreter itself, e.g. --python .venv/bin/python",
-        )
-
-
-def diagnose(
-    profile_spec: str = "auto", root: Path = Path("/"), python: Optional[str] = None, timeout: float = 60.0
-) -> DoctorResult:
-    """Probe the machine (or the image under ``root``), pick the profile, run the checks."""
-    validate_inputs(python, timeout)
+    if python is not None:
+        p = Path(python)
+        if not p.exists():
+            raise SagebuildError(
+                f"--python {python}: no such file",
+                fix="pass the interpreter of the environment to check, e.g. --python .venv/bin/python",
+            )
+        if p.is_dir() or not os.access(p, os.X_OK):
+            raise SagebuildError(
+                f"--python {python}: not an executable file",
+                fix="pass the interpreter itself, e.g. --python .venv/bin/python",
+            )
     facts = probe.collect(root=root, python=python, timeout=timeout)
     profile, why = profiles.resolve(profile_spec, facts.gpu_archs())
     return run_doctor(facts, profile, why)

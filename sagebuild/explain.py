@@ -35,13 +35,6 @@ class Failure:
     fix: str
     source: str
 
-    def first_hit(self, text: str) -> re.Match[str] | None:
-        """The earliest pattern match in ``text`` when the entry applies, else None."""
-        if any(not r.search(text) for r in self.requires) or any(x.search(text) for x in self.excludes):
-            return None
-        hits = [m for m in (p.search(text) for p in self.patterns) if m is not None]
-        return min(hits, key=lambda m: m.start()) if hits else None
-
 
 @dataclass(frozen=True)
 class Match:
@@ -70,21 +63,17 @@ def _compile(entry_id: str, field: str, raw: Any) -> tuple[re.Pattern[str], ...]
         return ()
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
         raise _bad_database(f"entry {entry_id!r}: {field!r} must be a list of non-empty strings")
-    out = []
-    for pattern in raw:
-        try:
-            out.append(re.compile(pattern, _FLAGS))
-        except re.error as err:
-            raise _bad_database(f"entry {entry_id!r}: bad regex {pattern!r}: {err}") from None
-    return tuple(out)
+    try:
+        return tuple(re.compile(pattern, _FLAGS) for pattern in raw)
+    except re.error as err:
+        raise _bad_database(f"entry {entry_id!r}: bad regex {err.pattern!r}: {err}") from None
 
 
 def parse_database(doc: Any) -> tuple[Failure, ...]:
     """Validate a loaded YAML document and turn it into :class:`Failure` rows (errors name the entry)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("failures"), list):
         raise _bad_database("expected a mapping with a 'failures' list")
-    seen: set[str] = set()
-    rows = []
+    rows: list[Failure] = []
     for i, entry in enumerate(doc["failures"]):
         if not isinstance(entry, dict):
             raise _bad_database(f"entry #{i} is not a mapping")
@@ -95,9 +84,8 @@ def parse_database(doc: Any) -> tuple[Failure, ...]:
         unknown = set(entry) - {*_REQUIRED_KEYS, "requires", "excludes"}
         if unknown:
             raise _bad_database(f"entry {entry_id!r} has unknown keys {sorted(unknown)}")
-        if not _ID_RE.match(entry_id) or entry_id in seen:
+        if not _ID_RE.match(entry_id) or entry_id in {r.id for r in rows}:
             raise _bad_database(f"id {entry_id!r} is not unique kebab-case")
-        seen.add(entry_id)
         rows.append(
             Failure(
                 id=entry_id,
@@ -155,10 +143,9 @@ def read_log(
 ) -> LogText:
     """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters;
     with ``size`` (a regular file's) reading starts ``tail_bytes`` before its end."""
-    skipped = 0
-    if size is not None and size > tail_bytes:
-        stream.seek(size - tail_bytes)
-        skipped = size - tail_bytes
+    skipped = max(0, size - tail_bytes) if size is not None else 0
+    if skipped:
+        stream.seek(skipped)
     kept: deque[bytes] = deque()
     kept_bytes = 0
     cut_lines = 0
@@ -183,18 +170,15 @@ def read_log(
         total += len(chunk)
         parts = chunk.split(b"\n")
         for i, part in enumerate(parts):
-            room = max_line - len(line)
-            if room > 0:
-                line += part[:room]
+            line += part[: max_line - len(line)]  # never negative: line stops at max_line
             line_len += len(part)
             if i < len(parts) - 1:  # a line ends here
                 end_line()
-    if line or line_len:
+    if line_len:  # the last line had no newline
         end_line()
     stopped = total >= max_read  # the cap was reached (an endless stream, or one exactly that long)
-    dropped_head = total - min(total, kept_bytes)
     notes = []
-    if skipped or dropped_head > 0:
+    if skipped or total > kept_bytes:  # the head of the file, or of what was read, was left out
         notes.append(
             f"searched the last {_mib(min(kept_bytes, tail_bytes))} of "
             f"{_mib(skipped + total)}{' read' if stopped else ''}"
@@ -207,28 +191,24 @@ def read_log(
     return LogText(text, skipped + total, bool(notes), "; ".join(notes) or None)
 
 
-def bound_text(text: str, tail_bytes: int = TAIL_BYTES, max_line: int = MAX_LINE) -> str:
-    """The same bounds for text already in memory (a step's error, a compiler's key lines)."""
-    if len(text) <= tail_bytes and all(len(ln) <= max_line for ln in text.split("\n")):
-        return text
-    return read_log(io.BytesIO(text.encode("utf-8", errors="replace")), None, tail_bytes, max_line).text
-
-
 def explain(text: str) -> list[Match]:
     """Every known failure found in ``text``, in the order they first appear in the log."""
-    text = bound_text(text)
+    if len(text) > TAIL_BYTES or any(len(ln) > MAX_LINE for ln in text.split("\n")):
+        # text already in memory (a step's error, a compiler's key lines) gets a log file's bounds
+        text = read_log(io.BytesIO(text.encode("utf-8", errors="replace"))).text
     found: list[tuple[int, Match]] = []
     for f in load_database():
-        hit = f.first_hit(text)
-        if hit is None:
+        if any(not r.search(text) for r in f.requires) or any(x.search(text) for x in f.excludes):
             continue
-        start = hit.start()
+        starts = [m.start() for m in (p.search(text) for p in f.patterns) if m is not None]
+        if not starts:
+            continue
+        start = min(starts)
         line_end = text.find("\n", start)
         line = text[text.rfind("\n", 0, start) + 1 : len(text) if line_end < 0 else line_end]
         number = text.count("\n", 0, start) + 1
         found.append((start, Match(f.id, f.title, f.cause, f.fix, line.strip()[:500], number, f.source)))
-    found.sort(key=lambda pair: pair[0])
-    return [m for _, m in found]
+    return [m for _, m in sorted(found, key=lambda pair: pair[0])]
 
 
 def read_log_file(path: Path) -> LogText:
@@ -250,39 +230,34 @@ def read_log_file(path: Path) -> LogText:
 
 def troubleshooting_markdown() -> str:
     """``docs/troubleshooting.md``, rendered from the database (see scripts/gen_troubleshooting.py)."""
-    lines = [
-        "# Troubleshooting",
-        "",
-        "<!-- Generated by scripts/gen_troubleshooting.py from sagebuild/data/failures.yaml;"
-        " do not edit. -->",
-        "",
-        "Paste a failing build or run log into `sagebuild explain` and it names the failure and the fix:",
-        "",
-        "```bash",
-        "sagebuild explain build.log          # or: some-command 2>&1 | sagebuild explain -",
-        "sagebuild explain build.log --json   # machine-readable",
-        "```",
-        "",
-        "`sagebuild compile`, `verify` and `accept` run the same matcher on their own failures. "
-        "The known failures:",
-        "",
-    ]
+    head = """# Troubleshooting
+
+<!-- Generated by scripts/gen_troubleshooting.py from sagebuild/data/failures.yaml; do not edit. -->
+
+Paste a failing build or run log into `sagebuild explain` and it names the failure and the fix:
+
+```bash
+sagebuild explain build.log          # or: some-command 2>&1 | sagebuild explain -
+sagebuild explain build.log --json   # machine-readable
+```
+
+`sagebuild compile`, `verify` and `accept` run the same matcher on their own failures. The known failures:
+"""
     rows = load_database()
-    lines += [f"- [{f.title}](#{f.id})" for f in rows]
+    lines = [head] + [f"- [{f.title}](#{f.id})" for f in rows]
     for f in rows:
-        lines += [
-            "",
-            f'<a id="{f.id}"></a>',
-            f"## {f.title}",
-            "",
-            f"`{f.id}` · recognised by: " + ", ".join(f"`` {p.pattern} ``" for p in f.patterns),
-            "",
-            f"**Cause.** {f.cause}",
-            "",
-            f"**Fix.** {f.fix}",
-            "",
-            f"*Source: {f.source}.*",
-        ]
+        patterns = ", ".join(f"`` {p.pattern} ``" for p in f.patterns)
+        lines.append(f"""
+<a id="{f.id}"></a>
+## {f.title}
+
+`{f.id}` · recognised by: {patterns}
+
+**Cause.** {f.cause}
+
+**Fix.** {f.fix}
+
+*Source: {f.source}.*""")
     return "\n".join(lines) + "\n"
 
 

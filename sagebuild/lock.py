@@ -27,12 +27,8 @@ TORCH_INDEX = "https://download.pytorch.org/whl"
 
 def torch_index_url(version: str | None) -> str | None:
     """The PyTorch wheel index a torch local tag implies: ``+cu130`` → ``…/whl/cu130``; None without a tag."""
-    if not version or "+" not in version:
-        return None
-    tag = version.split("+", 1)[1]
-    if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag):
-        return f"{TORCH_INDEX}/{tag}"
-    return None
+    tag = (version or "").partition("+")[2]
+    return f"{TORCH_INDEX}/{tag}" if re.fullmatch(r"cu\d+|rocm\d+(\.\d+)*|cpu|xpu", tag) else None
 
 
 # what of the build record determines the artefact's behaviour (not ninja: it only schedules)
@@ -54,12 +50,11 @@ def _compilers(doc: Mapping[str, Any] | None) -> dict[str, str | None]:
     return {k: recorded[k] for k in _BEHAVIOUR_COMPILERS if k in recorded}
 
 
-def _artefacts(build_info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
+def _artefacts(info: Mapping[str, Any] | None, library: Path | None) -> list[dict[str, Any]]:
     """The built extension as recorded, its hash re-read from ``library`` when there (a library
     changed after its build must drift)."""
-    if not build_info:
+    if not info:
         return []
-    info = dict(build_info)
     sha = sha256_file(library) if library is not None and library.is_file() else info.get("sha256")
     return [{"name": str(info.get("name", "sagebuild ext")), "sha256": sha, "build": _artefact_build(info)}]
 
@@ -96,10 +91,7 @@ def snapshot(
             "libc": "-".join(x for x in platform.libc_ver() if x) or None,
         },
         "torch": {
-            "version": t.get("version"),
-            "build": t.get("build"),
-            "hip": t.get("hip"),
-            "cuda": t.get("cuda"),
+            **{k: t.get(k) for k in ("version", "build", "hip", "cuda")},
             "index_url": torch_index_url(t.get("version")),
         },
         "triton": {
@@ -165,16 +157,14 @@ def load(path: Path | str) -> dict[str, Any]:
     """Read a lockfile, with a clear error (exit 2) for a missing, malformed, foreign or newer file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise SagebuildError(
             f"cannot read lockfile {path}: {e.strerror or e}",
             fix="check the path; write one with `sagebuild lock --out FILE`",
         ) from None
-    except UnicodeDecodeError:
+    except UnicodeDecodeError:  # a ValueError too: caught before the JSON one
         raise _bad(path, "it is not UTF-8 text") from None
-    try:
-        doc = json.loads(text)
     except ValueError as e:
         line = getattr(e, "lineno", None)
         raise _bad(path, f"invalid JSON{f' at line {line}' if line else ''}") from None
@@ -225,18 +215,16 @@ class Drift:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True)
-    return str(v)
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
 
 
 def _flat(kind: str, locked: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[Drift]:
-    out = []
-    for key in sorted(set(locked) | set(current)):
-        a, b = locked.get(key), current.get(key)
-        if a != b:
-            out.append(Drift(kind, prefix + key, a, b))
-    return out
+    keys = sorted(set(locked) | set(current))
+    return [
+        Drift(kind, prefix + k, locked.get(k), current.get(k))
+        for k in keys
+        if locked.get(k) != current.get(k)
+    ]
 
 
 def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
@@ -256,11 +244,11 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             name = (doc.get("triton") or {}).get("distribution")
             if name:
                 covered.add(dists.canonical_name(str(name)))
-    la, ca = locked["distributions"], current["distributions"]
-    for name in sorted((set(la) | set(ca)) - covered):
-        a, b = la.get(name, {}).get("version"), ca.get(name, {}).get("version")
-        if a != b:
-            drifts.append(Drift("package", name, a, b))
+    versions = [
+        {name: e.get("version") for name, e in doc["distributions"].items() if name not in covered}
+        for doc in (locked, current)
+    ]
+    drifts += _flat("package", *versions)
     lart = {a.get("name"): a for a in locked.get("artefacts") or []}
     cart = {a.get("name"): a for a in current.get("artefacts") or []}
     for name in sorted(set(lart) | set(cart), key=str):
@@ -284,12 +272,8 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
 # ---- the environment now ---------------------------------------------------------------------
 
 
-def current(profile: Any | None, facts: Any | None = None, python: str | None = None) -> dict[str, Any]:
-    """Snapshot of ``python``'s environment now (default: this one's), all read from that interpreter."""
-    if facts is None:
-        from sagebuild.probe import collect
-
-        facts = collect(python=python)
+def current(profile: Any | None, facts: Any, python: str | None = None) -> dict[str, Any]:
+    """Snapshot of ``python``'s environment now (default: this one's) from ``facts`` probed there."""
     fd = facts.to_dict() if hasattr(facts, "to_dict") else dict(facts)
     ext_dir = (fd.get("extension") or {}).get("dir")
     info, lib = None, None

@@ -41,11 +41,8 @@ def render(res: Any) -> None:
     # A narrow terminal drops the spread, RMSE, max abs, TFLOPS and back-to-back columns (the JSON
     # and the report keep them) before any number would lose digits; words wrap.
     for optional in ("p20–p80 ms", "RMSE", "max abs", "TFLOPS", "back-to-back ms"):
-        if optional not in cols:
-            continue
-        if sum(width(c) + 3 for c in cols) <= out.width:
-            break
-        cols.remove(optional)
+        if optional in cols and sum(width(c) + 3 for c in cols) > out.width:
+            cols.remove(optional)
     table = Table(title=f"sagebuild bench — {label}", title_justify="left")
     for col in cols:
         if col in ("provider", "kind", "kernel"):
@@ -59,11 +56,9 @@ def render(res: Any) -> None:
         if r["timing"] is None:
             what = f"{escape(r['provider'])} @ seq {r['seq']}: {escape(r['error'] or '')}"
             out.print(f"[red]error[/] {what}", highlight=False)
-    out.print(
-        escape(f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"), highlight=False
-    )
-    out.print(escape(f"timing: {res.method}"), highlight=False)
-    out.print(escape(res.note), highlight=False)
+    backend = f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"
+    for line in (backend, f"timing: {res.method}", res.note):
+        out.print(escape(line), highlight=False)
     for f in res.failures:
         out.print(f"[bold red]below threshold:[/] {escape(f)}", highlight=False)
 

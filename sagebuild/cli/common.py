@@ -70,89 +70,69 @@ ArchOpt = Annotated[
         help="Target archs: 'gfx1201', 'gfx1201,gfx1100', '9.0', 'sm90' (default: the detected GPUs).",
     ),
 ]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", help="Bench batch size (default: profile).")]
-HeadsOpt = Annotated[Optional[int], typer.Option("--heads", help="Bench attention heads (default: profile).")]
-SeqOpt = Annotated[
-    Optional[str],
-    typer.Option("--seq", help="Bench sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."),
-]
-HeadDimOpt = Annotated[Optional[int], typer.Option("--head-dim", help="Bench head dim (default: profile).")]
-CausalOpt = Annotated[Optional[bool], typer.Option("--causal/--no-causal", help="Bench with a causal mask.")]
-WarmupOpt = Annotated[Optional[int], typer.Option("--warmup", help="Bench warm-up calls (default: profile).")]
-RepsOpt = Annotated[Optional[int], typer.Option("--reps", help="Bench timed calls (default: profile).")]
-SustainOpt = Annotated[
-    Optional[float],
-    typer.Option(
+# the bench options ``bench`` and ``accept`` share, as ``bench.config_from_profile`` takes them:
+# (parameter, type, option, help); each defaults to None, which keeps the profile's value
+_BENCH_OPTIONS = (
+    ("batch", int, "--batch", "Bench batch size (default: profile)."),
+    ("heads", int, "--heads", "Bench attention heads (default: profile)."),
+    ("seq", str, "--seq", "Bench sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."),
+    ("head_dim", int, "--head-dim", "Bench head dim (default: profile)."),
+    ("causal", bool, "--causal/--no-causal", "Bench with a causal mask."),
+    ("warmup", int, "--warmup", "Bench warm-up calls (default: profile)."),
+    ("reps", int, "--reps", "Bench timed calls (default: profile)."),
+    (
+        "rounds",
+        int,
+        "--rounds",
+        "Split the timed calls into this many rounds, each timing every provider (default 5).",
+    ),
+    (
+        "sustain_s",
+        float,
         "--sustain",
-        help="Also time each provider over this many seconds of back-to-back calls per round: the "
+        "Also time each provider over this many seconds of back-to-back calls per round: the "
         "GPU at its power limit, what a long job sees (GPU only; default 0 = off).",
     ),
-]
-MinSpeedupOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--min-speedup",
-        help="Also fail when sageattn's speed-up over SDPA is below this (an explicit SDPA-relative gate; "
-        "the default gate compares with the speed-up the profile recorded for this GPU).",
-    ),
-]
-GateOnOpt = Annotated[
-    Optional[str],
-    typer.Option(
+    (
+        "gate_on",
+        str,
         "--gate-on",
-        help="Which speed-up the profile's speed gate compares: cold (default; L2 flushed before "
+        "Which speed-up the profile's speed gate compares: cold (default; L2 flushed before "
         "each call) or sustained (needs --sustain: the GPU at its power limit, steadier in CI).",
     ),
-]
-RoundsOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--rounds",
-        help="Split the timed calls into this many rounds, each timing every provider (default 5).",
+    (
+        "min_speedup",
+        float,
+        "--min-speedup",
+        "Also fail when sageattn's speed-up over SDPA is below this (an explicit SDPA-relative gate; "
+        "the default gate compares with the speed-up the profile recorded for this GPU).",
     ),
-]
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def bench_overrides(
-    batch: BatchOpt = None,
-    heads: HeadsOpt = None,
-    seq: SeqOpt = None,
-    head_dim: HeadDimOpt = None,
-    causal: CausalOpt = None,
-    warmup: WarmupOpt = None,
-    reps: RepsOpt = None,
-    rounds: RoundsOpt = None,
-    sustain: SustainOpt = None,
-    gate_on: GateOnOpt = None,
-    min_speedup: MinSpeedupOpt = None,
-) -> dict[str, Any]:
-    """The bench options ``bench`` and ``accept`` share, as ``bench.config_from_profile`` takes
-    them (None keeps the profile's value)."""
-    from sagebuild.bench import parse_int_list
-
-    return {
-        "batch": batch, "heads": heads, "seq": parse_int_list(seq, "seq") if seq else None,
-        "head_dim": head_dim, "causal": causal, "warmup": warmup, "reps": reps, "rounds": rounds,
-        "sustain_s": sustain, "gate_on": gate_on, "min_speedup": min_speedup,
-    }  # fmt: skip
-
-
 def with_bench_options(fn: F) -> F:
-    """Give a command :func:`bench_overrides`' options in place of its ``bench`` parameter, which
-    then receives their dict: the options are declared once for every command that benches."""
-
-    def params(f: Callable[..., Any]) -> list[inspect.Parameter]:  # annotations resolved (typer reads them)
-        hints = get_type_hints(f, include_extras=True)
-        return [p.replace(annotation=hints[p.name]) for p in inspect.signature(f).parameters.values()]
-
-    shared = params(bench_overrides)
-    merged = [q for p in params(fn) for q in (shared if p.name == "bench" else [p])]
+    """Put the :data:`_BENCH_OPTIONS` in place of a command's ``bench`` parameter, which gets their dict."""
+    from_table = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None,
+            annotation=Annotated[Optional[typ], typer.Option(flag, help=text)],
+        )
+        for name, typ, flag, text in _BENCH_OPTIONS
+    ]
+    hints = get_type_hints(fn, include_extras=True)  # resolved: typer reads the annotations
+    own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(fn).parameters.values()]
+    merged = [q for p in own for q in (from_table if p.name == "bench" else [p])]
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
-        bench = bench_overrides(**{p.name: kwargs.pop(p.name) for p in shared})
+        from sagebuild.bench import parse_int_list
+
+        bench = {p.name: kwargs.pop(p.name) for p in from_table}
+        bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] else None
         return fn(**kwargs, bench=bench)
 
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
@@ -203,19 +183,6 @@ def as_user_error(exc: BaseException) -> SagebuildError:
     return internal_error(exc)
 
 
-def fail(err: SagebuildError, json_out: bool = False, command: str | None = None) -> None:
-    """Print ``err`` (and, with ``--json``, a JSON document carrying it) and exit with its code."""
-    console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
-    if err.fix:
-        console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
-    if json_out:
-        doc: dict[str, Any] = {"ok": False, "error": err.to_dict()}
-        if command:
-            doc = {"command": command, **doc}
-        emit_json(doc)
-    raise typer.Exit(int(err.code))
-
-
 def _passthrough() -> tuple[type[BaseException], ...]:
     """The CLI framework's own exits and usage errors: typer's, and click's where installed."""
     types: list[type[BaseException]] = [typer.Exit, typer.Abort]
@@ -238,8 +205,6 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        json_out = kwargs.get("json_out", kwargs.get("json")) is True
-        command = fn.__name__.removesuffix("_cmd").removesuffix("_command").rstrip("_")
         try:
             return fn(*args, **kwargs)
         except _PASSTHROUGH:
@@ -248,10 +213,17 @@ def handle_errors(fn: F) -> F:
             console.print("[yellow]interrupted[/]")
             raise typer.Exit(int(Exit.INTERRUPTED)) from None
         except Exception as exc:  # noqa: BLE001 - every error ends in one line and an exit code
+            json_out = kwargs.get("json_out", kwargs.get("json")) is True
+            command = fn.__name__.removesuffix("_cmd").removesuffix("_command").rstrip("_")
             err = as_user_error(exc)
             if err.code == Exit.INTERNAL and DEBUG:
                 traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-            fail(err, json_out, command)
+            console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
+            if err.fix:
+                console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
+            if json_out:
+                emit_json({"command": command, "ok": False, "error": err.to_dict()})
+            raise typer.Exit(int(err.code)) from None
 
     return wrapper  # type: ignore[return-value]
 

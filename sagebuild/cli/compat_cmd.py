@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors
+from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors, respond
 
 TargetOpt = Annotated[
     Optional[str],
@@ -73,10 +73,7 @@ def register(app: typer.Typer) -> None:
         from sagebuild.compat.target import status
 
         st = status(python)
-        if json:
-            emit_json({"command": "compat status", **st})
-            return
-        _print_status(st)
+        respond(json, {"command": "compat status", **st}, lambda: _print_status(st))
 
     @sub.command("remove")
     @handle_errors

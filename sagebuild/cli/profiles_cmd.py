@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from sagebuild.cli.common import JsonOpt, RootOpt, emit_json, handle_errors, out
+from sagebuild.cli.common import JsonOpt, RootOpt, emit_json, handle_errors, out, respond
 
 
 def _match_here(root: Path) -> tuple[str, str, list[str]]:
@@ -18,26 +19,6 @@ def _match_here(root: Path) -> tuple[str, str, list[str]]:
     found = facts.gpu_archs()
     profile, why = profiles.match(found)
     return profile.name, why, found
-
-
-def list_doc(root: Path = Path("/")) -> dict[str, Any]:
-    """Every bundled profile in short form, and which one this machine matches."""
-    from sagebuild import profiles
-
-    match, why, found = _match_here(root)
-    rows = [
-        {
-            "name": p.name,
-            "vendor": p.vendor,
-            "archs": list(p.archs),
-            "torch": p.versions.torch,
-            "description": p.description,
-            "torch_install": p.torch_install,
-            "matches": p.name == match,
-        }
-        for p in profiles.load_all()
-    ]
-    return {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
 
 
 def show_yaml(profile: Any) -> str:
@@ -62,7 +43,22 @@ def register(app: typer.Typer) -> None:
         """List the bundled profiles and mark the one matching this machine's GPU (or cpu)."""
         if ctx.invoked_subcommand is not None:
             return
-        doc = list_doc(root)
+        from sagebuild import profiles
+
+        match, why, found = _match_here(root)
+        rows = [
+            {
+                "name": p.name,
+                "vendor": p.vendor,
+                "archs": list(p.archs),
+                "torch": p.versions.torch,
+                "description": p.description,
+                "torch_install": p.torch_install,
+                "matches": p.name == match,
+            }
+            for p in profiles.load_all()
+        ]
+        doc = {"command": "profiles", "match": match, "why": why, "detected_archs": found, "profiles": rows}
         if json:
             emit_json(doc)
             return
@@ -96,11 +92,9 @@ def register(app: typer.Typer) -> None:
         if name == "auto":
             name = _match_here(Path("/"))[0]
         profile, _ = profiles.resolve(name)
-        if json:
-            emit_json({"command": "profiles show", "profile": profile.to_dict()})
-            return
-        import sys
-
-        sys.stdout.write(f"# {profile.name} ({profile.source})\n{show_yaml(profile)}")
+        doc = {"command": "profiles show", "profile": profile.to_dict()}
+        respond(
+            json, doc, lambda: sys.stdout.write(f"# {profile.name} ({profile.source})\n{show_yaml(profile)}")
+        )
 
     app.add_typer(sub, name="profiles")
