@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from typing import Any, Optional
 
+from packaging.utils import canonicalize_name
+
 from sagebuild.errors import Exit, SagebuildError
 
 _TIMEOUT_S = 120.0
+canonical_name = canonicalize_name  # PEP 503: ``Foo_Bar.baz`` → ``foo-bar-baz``
 
 # Defines collect(); runs in this interpreter, or in the target one (Python >= 3.9, stdlib only).
 _COLLECT = r"""
@@ -47,11 +49,6 @@ def collect():
     return dict(sorted(found.items()))
 """
 _SCRIPT = _COLLECT + "\njson.dump(collect(), sys.stdout)\n"
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def is_this_interpreter(python: Optional[str]) -> bool:

@@ -173,7 +173,8 @@ def check_arch_env(facts: Facts, profile: Profile) -> Verdict:
     entries = [x for x in re.split(r"[;,\s]+", val) if x]
     found = facts.gpu_archs()
     want = [a for a in found if a in profile.archs] or found or list(profile.archs)
-    spelled = ";".join(archs.get(a).cuda_arch_list_entry or a if a in archs.ARCHS else a for a in want)
+    cuda = {a.name for a in archs.ARCHS.values() if a.vendor == "cuda"}
+    spelled = ";".join(archs.arch_list_entry(a) if a in cuda else a for a in want)
     fix = f"export {var}='{spelled}' (or unset {var}: sagebuild compile sets it)"
     bad = _not_arch_names(entries, profile.vendor)
     if bad:

@@ -74,11 +74,11 @@ class Root:
 
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     """The env vars that matter, secret-looking values redacted."""
-    out = {}
-    for name in sorted(env):
-        if name in ENV_VARS or name.startswith(ENV_PREFIXES):
-            out[name] = REDACTED if _SECRET.search(name) else env[name]
-    return out
+    return {
+        name: REDACTED if _SECRET.search(name) else env[name]
+        for name in sorted(env)
+        if name in ENV_VARS or name.startswith(ENV_PREFIXES)
+    }
 
 
 def wsl_kind(root: Root, env: Mapping[str, str]) -> str:
@@ -170,13 +170,10 @@ def kfd_archs(root: Root) -> list[str]:
     def order(p: Path) -> tuple[int, str]:
         return (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
 
-    found: list[str] = []
-    for node in sorted(nodes.iterdir(), key=order):
-        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", read_text_capped(node / "properties") or "", re.M)
-        name = archs.decode_gfx_target_version(int(m.group(1))) if m else None
-        if name:
-            found.append(name)
-    return list(dict.fromkeys(found))
+    props = (read_text_capped(node / "properties") or "" for node in sorted(nodes.iterdir(), key=order))
+    found = (re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.M) for text in props)
+    names = (archs.decode_gfx_target_version(int(m.group(1))) for m in found if m)
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def driver_version(root: Root) -> Optional[str]:

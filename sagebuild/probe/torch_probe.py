@@ -199,14 +199,6 @@ def _fields_of(cls: type, raw: dict, **given: Any) -> Any:
     return cls(**{**{k: v for k, v in raw.items() if k in names}, **given})
 
 
-def python_facts(py: Optional[dict], python: str) -> PythonFacts:
-    if py is None:
-        return PythonFacts(executable=python)
-    return _fields_of(
-        PythonFacts, py, executable=py.get("executable") or python, in_venv=bool(py.get("in_venv"))
-    )
-
-
 def triton_facts(tri: dict, requires: list[str], marker_env: Optional[dict]) -> TritonFacts:
     """Compare the distribution that provides ``triton`` with torch's declared pin. Its markers are
     evaluated here with the target's marker environment, so the target needs only the stdlib."""
@@ -292,4 +284,8 @@ def probe(
     """Probe ``python`` (default: this interpreter) → (python facts, torch facts, raw python dict)."""
     python = python or sys.executable
     py, tor, err, seconds = run_script(python, os.environ if env is None else env, timeout)
-    return python_facts(py, python), torch_facts(tor, err, (py or {}).get("marker_env"), seconds), py or {}
+    py = py or {}
+    facts = _fields_of(
+        PythonFacts, py, executable=py.get("executable") or python, in_venv=bool(py.get("in_venv"))
+    )
+    return facts, torch_facts(tor, err, py.get("marker_env"), seconds), py
