@@ -22,6 +22,6 @@ from sagebuild.checks.registry import (  # noqa: F401 - the package's API
     overall,
     run_checks,
     skip,
+    verdict,
     warn,
 )
-from sagebuild.checks.summary import verdict  # noqa: F401
