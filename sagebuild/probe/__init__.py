@@ -101,7 +101,7 @@ def collect(
     return Facts(
         root=str(root),
         cwd=str(cwd),
-        system=system.system_facts(rt, env),
+        system=system.system_facts(rt),
         python=py_facts,
         devices=system.device_facts(rt),
         driver=system.driver_version(rt),

@@ -81,7 +81,7 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def wsl_kind(root: Root, env: Mapping[str, str]) -> str:
+def wsl_kind(root: Root) -> str:
     """``"2"`` for a WSL2 kernel (``microsoft-standard``), ``"1"`` for WSL1, ``"none"`` otherwise."""
     text = " ".join(t for t in (root.read("proc/version"), root.read("proc/sys/kernel/osrelease")) if t)
     low = text.lower()
@@ -124,7 +124,7 @@ def _distro(root: Root) -> Optional[str]:
     return None
 
 
-def system_facts(root: Root, env: Mapping[str, str]) -> SystemFacts:
+def system_facts(root: Root) -> SystemFacts:
     kernel = (root.read("proc/sys/kernel/osrelease") or "").strip() or None
     if kernel is None and root.is_host:
         kernel = platform.release()
@@ -137,7 +137,7 @@ def system_facts(root: Root, env: Mapping[str, str]) -> SystemFacts:
         os=platform.system() if root.is_host else "Linux",
         distro=_distro(root),
         kernel=kernel,
-        wsl=wsl_kind(root, env),
+        wsl=wsl_kind(root),
         cpu_count=_cpu_count(root),
         mem_total_gb=total,
         mem_available_gb=avail,
