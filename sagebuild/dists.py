@@ -88,9 +88,8 @@ def run_json(python: str, script: str, *args: str, what: str, timeout: float = _
 def installed_distributions(python: Optional[str] = None) -> dict[str, Any]:
     """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins) by name:
     its version and, when not from an index, how it was installed (editable / url)."""
-    if is_this_interpreter(python):
-        ns: dict[str, Any] = {}
-        exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
-        return ns["collect"]()
-    assert python is not None
-    return run_json(python, _SCRIPT, what="list the distributions")
+    if python and not is_this_interpreter(python):
+        return run_json(python, _SCRIPT, what="list the distributions")
+    ns: dict[str, Any] = {}
+    exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
+    return ns["collect"]()

@@ -118,11 +118,9 @@ else:
             devices.append({"index": i, "name": "error: %s" % e, "raw_arch": None})
     out["devices"] = devices
     for line in attempt(lambda: torch._C._show_config(), "").splitlines():
-        s = line.strip()
-        if s.startswith("HIP Runtime"):
-            out["hip_runtime"] = s.split()[-1]
-        elif s.startswith("MIOpen"):
-            out["miopen"] = s.split()[-1]
+        for key, prefix in (("hip_runtime", "HIP Runtime"), ("miopen", "MIOpen")):
+            if line.strip().startswith(prefix):
+                out[key] = line.split()[-1]
     if out["cuda"]:
         out["cudnn"] = attempt(lambda: str(torch.backends.cudnn.version() or "") or None)
     out["torch_requires"] = attempt(lambda: md.requires("torch") or [], [])
