@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, astuple, dataclass
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, get_args
 
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
 
 Status = Literal["ok", "warn", "fail", "skip"]
-STATUSES: tuple[str, ...] = ("ok", "warn", "fail", "skip")
+STATUSES: tuple[str, ...] = get_args(Status)
 
 
 @dataclass

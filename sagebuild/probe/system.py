@@ -118,10 +118,8 @@ def _cpu_count(root: Root) -> Optional[int]:
 
 
 def _distro(root: Root) -> Optional[str]:
-    for line in (root.read("etc/os-release") or "").splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
+    m = re.search(r"^PRETTY_NAME=(.*)$", root.read("etc/os-release") or "", re.M)
+    return m.group(1).strip().strip('"') if m else None
 
 
 def system_facts(root: Root) -> SystemFacts:
