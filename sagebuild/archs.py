@@ -30,11 +30,6 @@ class Arch:
             return ("cuda", int(self.name[2:]), 32)
         return ("hip", self.name, self.warp_size)
 
-    @property
-    def cuda_arch_list_entry(self) -> str | None:
-        """The ``TORCH_CUDA_ARCH_LIST`` spelling ("9.0") of a CUDA arch; None for AMD."""
-        return arch_list_entry(self.name) if self.vendor == "cuda" else None
-
 
 _WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
 _WMMA_FP8 = r"v_wmma_f32_16x16x16_fp8_fp8"  # RDNA4's OCP e4m3 WMMA (fp32 accumulator)
@@ -125,8 +120,7 @@ def of_device_properties(props: Any, hip: bool) -> str:
     """``torch.cuda.get_device_properties(i)`` → canonical name (ROCm's ``gcnArchName``, CUDA's
     compute capability); "" when a ROCm build does not report one."""
     if hip:
-        raw = getattr(props, "gcnArchName", "")
-        return normalize(raw) if raw else ""
+        return normalize(getattr(props, "gcnArchName", None) or "")
     return cuda_arch(props.major, props.minor)
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from typing import Any, Optional
 
+from packaging.utils import canonicalize_name
+
 from sagebuild.errors import Exit, SagebuildError
 
 _TIMEOUT_S = 120.0
+canonical_name = canonicalize_name  # PEP 503: ``Foo_Bar.baz`` → ``foo-bar-baz``
 
 # Defines collect(); runs in this interpreter, or in the target one (Python >= 3.9, stdlib only).
 _COLLECT = r"""
@@ -47,11 +49,6 @@ def collect():
     return dict(sorted(found.items()))
 """
 _SCRIPT = _COLLECT + "\njson.dump(collect(), sys.stdout)\n"
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503 normalised distribution name (``Foo_Bar.baz`` → ``foo-bar-baz``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def is_this_interpreter(python: Optional[str]) -> bool:
@@ -91,9 +88,8 @@ def run_json(python: str, script: str, *args: str, what: str, timeout: float = _
 def installed_distributions(python: Optional[str] = None) -> dict[str, Any]:
     """Every distribution visible to ``python`` (default: this one; first on ``sys.path`` wins) by name:
     its version and, when not from an index, how it was installed (editable / url)."""
-    if is_this_interpreter(python):
-        ns: dict[str, Any] = {}
-        exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
-        return ns["collect"]()
-    assert python is not None
-    return run_json(python, _SCRIPT, what="list the distributions")
+    if python and not is_this_interpreter(python):
+        return run_json(python, _SCRIPT, what="list the distributions")
+    ns: dict[str, Any] = {}
+    exec(compile(_COLLECT, "<sagebuild.dists>", "exec"), ns)  # noqa: S102 - our own constant
+    return ns["collect"]()

@@ -101,7 +101,6 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
-_PLAN_NAMES = tuple(k.name for k in KNOBS if k.plan)
 _values: dict[str, Optional[str]] = {}  # filled on first use
 _plan_values: tuple = ()
 
@@ -114,7 +113,7 @@ def refresh() -> None:
     """Re-read every knob from the environment (values are cached per process otherwise)."""
     global _values, _plan_values
     _values = {k.name: os.environ.get(k.name) for k in KNOBS}
-    _plan_values = tuple(_values[n] for n in _PLAN_NAMES)
+    _plan_values = tuple(_values[k.name] for k in KNOBS if k.plan)
 
 
 def raw(name: str) -> Optional[str]:

@@ -147,19 +147,13 @@ _TORCH_NAMED_CUDA_ARCHS = (
 _ARCH_SHAPE = {"rocm": re.compile(r"gfx[0-9a-f]{3,4}"), "cuda": re.compile(r"sm\d{2,3}")}
 
 
-def _not_arch_names(entries: list[str], vendor: str) -> list[str]:
-    """The entries of an arch list that name no arch of ``vendor``."""
-    bad = []
-    for entry in entries:
-        if vendor == "cuda" and entry.lower() in _TORCH_NAMED_CUDA_ARCHS:
-            continue
-        name = archs.normalize(entry)
-        known = archs.ARCHS.get(name)
-        if (known is not None and known.vendor != vendor) or (
-            known is None and not _ARCH_SHAPE[vendor].fullmatch(name)
-        ):
-            bad.append(entry)
-    return bad
+def _names_an_arch(entry: str, vendor: str) -> bool:
+    """Whether an arch list entry names an arch of ``vendor`` (a table row, or a name shaped like one)."""
+    if vendor == "cuda" and entry.lower() in _TORCH_NAMED_CUDA_ARCHS:
+        return True
+    name = archs.normalize(entry)
+    known = archs.ARCHS.get(name)
+    return known.vendor == vendor if known else bool(_ARCH_SHAPE[vendor].fullmatch(name))
 
 
 @check("arch-env", "Arch list env var includes the GPU")
@@ -173,9 +167,10 @@ def check_arch_env(facts: Facts, profile: Profile) -> Verdict:
     entries = [x for x in re.split(r"[;,\s]+", val) if x]
     found = facts.gpu_archs()
     want = [a for a in found if a in profile.archs] or found or list(profile.archs)
-    spelled = ";".join(archs.get(a).cuda_arch_list_entry or a if a in archs.ARCHS else a for a in want)
+    cuda = {a.name for a in archs.ARCHS.values() if a.vendor == "cuda"}
+    spelled = ";".join(archs.arch_list_entry(a) if a in cuda else a for a in want)
     fix = f"export {var}='{spelled}' (or unset {var}: sagebuild compile sets it)"
-    bad = _not_arch_names(entries, profile.vendor)
+    bad = [x for x in entries if not _names_an_arch(x, profile.vendor)]
     if bad:
         return warn(
             f"{var}={val}: {', '.join(repr(b) for b in bad)} names no {profile.vendor} GPU arch; a build "

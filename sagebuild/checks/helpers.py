@@ -38,7 +38,7 @@ def in_range(version: Optional[str], spec: str) -> Optional[bool]:
 def range_verdict(what: str, version: Optional[str], spec: str, profile: Profile, fix: str) -> Verdict:
     """ok when ``version`` satisfies the profile's ``spec``, else fail (an unreadable one too)."""
     if in_range(version, spec):
-        return ok(f"{what} {version} satisfies '{spec or 'any'}'")
+        return ok(f"{what} {version} satisfies {profile.name}'s '{spec or 'any'}'")
     return fail(f"{what} {version} is outside {profile.name}'s range '{spec}'", fix)
 
 

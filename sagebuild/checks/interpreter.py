@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagebuild.checks.helpers import in_range
+from sagebuild.checks.helpers import range_verdict
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
 from sagebuild.profiles import Profile
@@ -16,14 +16,12 @@ def check_python_version(facts: Facts, profile: Profile) -> Verdict:
             f"could not run the interpreter {facts.python.executable} ({facts.torch.error})",
             "pass an existing Linux interpreter with --python, e.g. --python .venv/bin/python",
         )
-    fits = in_range(v, profile.versions.python)
-    if fits:
-        return ok(f"Python {v} satisfies {profile.name}'s '{profile.versions.python or 'any'}'")
-    return fail(
-        f"Python {v} is outside {profile.name}'s range '{profile.versions.python}'",
-        f"create a venv with a Python in '{profile.versions.python}' (3.10 or 3.11 are safest): "
-        "python3.11 -m venv .venv && . .venv/bin/activate",
+    spec = profile.versions.python
+    fix = (
+        f"create a venv with a Python in '{spec}' (3.10 or 3.11 are safest): "
+        "python3.11 -m venv .venv && . .venv/bin/activate"
     )
+    return range_verdict("Python", v, spec, profile, fix)
 
 
 @check("python-linux", "Interpreter is a Linux one")

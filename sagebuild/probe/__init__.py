@@ -93,10 +93,7 @@ def collect(
 
     requested = rt.unroot(python) if python else None
     py_facts.under_mnt = (
-        py_facts.under_mnt
-        or _under_mnt(requested)
-        or _under_mnt(py_facts.executable)
-        or py_facts.platform == "win32"
+        _under_mnt(requested) or _under_mnt(py_facts.executable) or py_facts.platform == "win32"
     )
     found = tools.find(rt, ("python3", "python"), env)
     py_facts.path_python = rt.unroot(found) if found else None
@@ -104,7 +101,7 @@ def collect(
     return Facts(
         root=str(root),
         cwd=str(cwd),
-        system=system.system_facts(rt, env),
+        system=system.system_facts(rt),
         python=py_facts,
         devices=system.device_facts(rt),
         driver=system.driver_version(rt),

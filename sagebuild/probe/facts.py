@@ -166,7 +166,4 @@ class Facts:
         return self.tools.get(name, ToolFact())
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["hsa_override"] = self.hsa_override
-        d["gpu_archs"] = self.gpu_archs()
-        return d
+        return {**asdict(self), "hsa_override": self.hsa_override, "gpu_archs": self.gpu_archs()}

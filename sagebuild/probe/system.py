@@ -74,14 +74,14 @@ class Root:
 
 def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     """The env vars that matter, secret-looking values redacted."""
-    out = {}
-    for name in sorted(env):
-        if name in ENV_VARS or name.startswith(ENV_PREFIXES):
-            out[name] = REDACTED if _SECRET.search(name) else env[name]
-    return out
+    return {
+        name: REDACTED if _SECRET.search(name) else env[name]
+        for name in sorted(env)
+        if name in ENV_VARS or name.startswith(ENV_PREFIXES)
+    }
 
 
-def wsl_kind(root: Root, env: Mapping[str, str]) -> str:
+def wsl_kind(root: Root) -> str:
     """``"2"`` for a WSL2 kernel (``microsoft-standard``), ``"1"`` for WSL1, ``"none"`` otherwise."""
     text = " ".join(t for t in (root.read("proc/version"), root.read("proc/sys/kernel/osrelease")) if t)
     low = text.lower()
@@ -118,13 +118,11 @@ def _cpu_count(root: Root) -> Optional[int]:
 
 
 def _distro(root: Root) -> Optional[str]:
-    for line in (root.read("etc/os-release") or "").splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
+    m = re.search(r"^PRETTY_NAME=(.*)$", root.read("etc/os-release") or "", re.M)
+    return m.group(1).strip().strip('"') if m else None
 
 
-def system_facts(root: Root, env: Mapping[str, str]) -> SystemFacts:
+def system_facts(root: Root) -> SystemFacts:
     kernel = (root.read("proc/sys/kernel/osrelease") or "").strip() or None
     if kernel is None and root.is_host:
         kernel = platform.release()
@@ -137,7 +135,7 @@ def system_facts(root: Root, env: Mapping[str, str]) -> SystemFacts:
         os=platform.system() if root.is_host else "Linux",
         distro=_distro(root),
         kernel=kernel,
-        wsl=wsl_kind(root, env),
+        wsl=wsl_kind(root),
         cpu_count=_cpu_count(root),
         mem_total_gb=total,
         mem_available_gb=avail,
@@ -170,13 +168,10 @@ def kfd_archs(root: Root) -> list[str]:
     def order(p: Path) -> tuple[int, str]:
         return (int(p.name), "") if p.name.isdigit() else (1 << 30, p.name)
 
-    found: list[str] = []
-    for node in sorted(nodes.iterdir(), key=order):
-        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", read_text_capped(node / "properties") or "", re.M)
-        name = archs.decode_gfx_target_version(int(m.group(1))) if m else None
-        if name:
-            found.append(name)
-    return list(dict.fromkeys(found))
+    props = (read_text_capped(node / "properties") or "" for node in sorted(nodes.iterdir(), key=order))
+    found = (re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.M) for text in props)
+    names = (archs.decode_gfx_target_version(int(m.group(1))) for m in found if m)
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def driver_version(root: Root) -> Optional[str]:

@@ -118,11 +118,9 @@ else:
             devices.append({"index": i, "name": "error: %s" % e, "raw_arch": None})
     out["devices"] = devices
     for line in attempt(lambda: torch._C._show_config(), "").splitlines():
-        s = line.strip()
-        if s.startswith("HIP Runtime"):
-            out["hip_runtime"] = s.split()[-1]
-        elif s.startswith("MIOpen"):
-            out["miopen"] = s.split()[-1]
+        for key, prefix in (("hip_runtime", "HIP Runtime"), ("miopen", "MIOpen")):
+            if line.strip().startswith(prefix):
+                out[key] = line.split()[-1]
     if out["cuda"]:
         out["cudnn"] = attempt(lambda: str(torch.backends.cudnn.version() or "") or None)
     out["torch_requires"] = attempt(lambda: md.requires("torch") or [], [])
@@ -197,14 +195,6 @@ def _fields_of(cls: type, raw: dict, **given: Any) -> Any:
     """``cls`` from the probe's JSON: the keys that are fields of ``cls``, then ``given``."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{**{k: v for k, v in raw.items() if k in names}, **given})
-
-
-def python_facts(py: Optional[dict], python: str) -> PythonFacts:
-    if py is None:
-        return PythonFacts(executable=python)
-    return _fields_of(
-        PythonFacts, py, executable=py.get("executable") or python, in_venv=bool(py.get("in_venv"))
-    )
 
 
 def triton_facts(tri: dict, requires: list[str], marker_env: Optional[dict]) -> TritonFacts:
@@ -292,4 +282,8 @@ def probe(
     """Probe ``python`` (default: this interpreter) → (python facts, torch facts, raw python dict)."""
     python = python or sys.executable
     py, tor, err, seconds = run_script(python, os.environ if env is None else env, timeout)
-    return python_facts(py, python), torch_facts(tor, err, (py or {}).get("marker_env"), seconds), py or {}
+    py = py or {}
+    facts = _fields_of(
+        PythonFacts, py, executable=py.get("executable") or python, in_venv=bool(py.get("in_venv"))
+    )
+    return facts, torch_facts(tor, err, py.get("marker_env"), seconds), py
