@@ -49,8 +49,3 @@ def available_variants(device: torch.device | str | int) -> list[str]:
         return list(VARIANTS.values())
     plan.default_pv(arch, 0, 0)  # an unsupported arch is a clear error
     return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if archs.get(arch).fp8_dtype else [])
-
-
-def fp8_dtype(arch: str) -> torch.dtype:
-    """The FP8 E4M3 dtype the arch's matrix units take, or a clear error when it has none."""
-    return getattr(torch, plan.fp8_dtype_name(arch))

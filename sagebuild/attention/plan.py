@@ -19,11 +19,8 @@ from sagebuild.kernels.triton.configs import LaunchConfig
 INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
 VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
 GRANULARITIES = ("per_warp", "per_block")
-BACKENDS = ("auto", "triton", "ext")
-PV_ACCUM = ("fp32+fp32", "fp32")
 LAYOUTS = ("HND", "NHD", "varlen")
 MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
-LOG2E = 1.4426950408889634
 
 
 class AttentionInputError(SagebuildError, ValueError):
@@ -194,16 +191,6 @@ def head_dim_ok(d: int) -> bool:
     return d >= 1 and configs.padded_head_dim(d) is not None
 
 
-def check_head_dim(d: int) -> None:
-    if not head_dim_ok(d):
-        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
-        raise AttentionInputError(
-            f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
-            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
-
-
 def check_sm_scale(sm_scale: Any, head_dim: int) -> float:
     """The softmax scale: 1/sqrt(head_dim) by default, else a positive finite number."""
     if sm_scale is None:
@@ -247,19 +234,26 @@ def make_plan(
     """Decide a call: variant, launch config, quantization and every kernel feature (bad values
     raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown).
     ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
-    check_choice(
-        "qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"
-    )
-    check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
-    check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
-    check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
-    check_choice("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None")
+    for name, value, allowed, fix in (
+        ("qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"),
+        ("quantization_backend", backend, ("auto", "triton", "ext"), "pass 'auto', 'triton' or 'ext'"),
+        ("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'"),
+        ("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'"),
+        ("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None"),
+    ):
+        check_choice(name, value, allowed, fix)
     if mask != "none" and layout == "varlen":
         raise AttentionInputError(
             "packed (varlen) sequences take no attn_mask",
             "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
         )
-    check_head_dim(head_dim)
+    if not head_dim_ok(head_dim):
+        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
+        raise AttentionInputError(
+            f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
+            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
     dp = configs.padded_head_dim(head_dim)
     row = _arch_row(arch)
     family = family_of(arch)
@@ -269,15 +263,11 @@ def make_plan(
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
     if fp8:
-        check_choice(
-            "pv_accum_dtype", accum, PV_ACCUM,
-            "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
-        )  # fmt: skip
-    fp8_dtype = fp8_dtype_name(arch) if fp8 else None
-    varlen = layout == "varlen"
+        fix = "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)"
+        check_choice("pv_accum_dtype", accum, ("fp32+fp32", "fp32"), fix)
+    fp8_dtype = fp8_dtype_name(arch) if fp8 else None  # no FP8 units: an error before any other
     quantization = "extension" if backend == "ext" else "triton"
-    ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
-    v_key_order = fp8 and ours and features.enabled("v_key_order", family)
+    ours = quantization == "triton" and layout != "varlen"  # K/V laid out by our dense quantization launch
     # K/V as our quantization lays them out, dense or packed (16-byte aligned rows)
     tma_layout = fp8 and quantization == "triton"
     split = configs.split_head_dim(head_dim, dp)
@@ -321,7 +311,7 @@ def make_plan(
         pdl=ours and features.enabled("pdl", family, n_k=n_k),
         wgmma_pipe=pipe,
         q_from_memory=pipe and 2 * head_dim >= dp,  # an output row holds the INT8 Q row
-        v_key_order=v_key_order,
+        v_key_order=fp8 and ours and features.enabled("v_key_order", family),
         row_sum_parts=parts if cfg.block_n % parts == 0 else 1,
         return_lse=bool(return_lse),
         smooth_k=bool(smooth_k),
