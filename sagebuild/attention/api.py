@@ -100,19 +100,15 @@ def _replay_key(key: Optional[tuple], inputs: tuple) -> Optional[tuple]:
 
 
 def _run(rkey: Optional[tuple], inputs: tuple, execute: Callable[[], Any]) -> Any:
-    """Execute a planned call, under a ``replay.Recorder`` when ``rkey`` is given and not yet
-    recorded. Callers pass it from a signature's second call: recording costs ~0.3 ms of host
-    time once, so one-off shapes (prefills of varying length) never pay it."""
-    if rkey is None or rkey in _REPLAYS or _capturing(inputs[0]):
+    """Execute a planned call, under a ``replay.Recorder`` when ``rkey`` is given, not yet recorded
+    and no CUDA graph is being captured. Callers pass it from a signature's second call: recording
+    costs ~0.3 ms of host time once, so one-off shapes (prefills of varying length) never pay it."""
+    if rkey is None or rkey in _REPLAYS or (inputs[0].is_cuda and torch.cuda.is_current_stream_capturing()):
         return execute()
     with replay.Recorder() as rec:
         result = execute()
     _put(_REPLAYS, rkey, rec.build(inputs, result))
     return result
-
-
-def _capturing(q: torch.Tensor) -> bool:
-    return q.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:

@@ -145,7 +145,7 @@ def family_of(arch: str) -> str:
     return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
 
 
-def _arch_row(arch: str) -> Optional[archs.Arch]:
+def arch_row(arch: str) -> Optional[archs.Arch]:
     """The arch table's row (None for the interpreter); an unsupported arch is a clear error."""
     if arch == INTERPRETER:
         return None
@@ -160,7 +160,7 @@ def _arch_row(arch: str) -> Optional[archs.Arch]:
 
 def fp8_dtype_name(arch: str) -> str:
     """The FP8 E4M3 format the arch's matrix units take, or a clear error when it has none."""
-    row = _arch_row(arch)
+    row = arch_row(arch)
     if row is None:
         return "float8_e4m3fn"
     if row.fp8_dtype is None:
@@ -174,7 +174,7 @@ def fp8_dtype_name(arch: str) -> str:
 def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     """What ``sageattn`` runs on an arch: ("fp16" | "fp8", FP8 accumulation): the arch table's
     P·V path, unless the config module records the other one as measurably faster here."""
-    row = _arch_row(arch)
+    row = arch_row(arch)
     if row is None:
         return "fp16", "fp32+fp32"
     dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
@@ -255,7 +255,7 @@ def make_plan(
             "use torch.nn.functional.scaled_dot_product_attention for this head dim",
         )
     dp = configs.padded_head_dim(head_dim)
-    row = _arch_row(arch)
+    row = arch_row(arch)
     family = family_of(arch)
     if pv == "auto":
         pv, accum = default_pv(arch, head_dim, n_k)
