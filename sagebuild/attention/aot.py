@@ -156,12 +156,8 @@ def compile_variant(
             raise ValueError(f"{row.name} has no INT8 matrix instruction in the arch table")
         asm = assembly(compile_attention(variant, row, head_dim, causal, n_k, accum)[0], row)
         found = []
-        for label, pattern in (
-            ("int8", row.int8_mma),
-            ("fp8", row.fp8_mma if variant.endswith("fp8") else None),
-        ):
-            if not pattern:
-                continue
+        patterns = {"int8": row.int8_mma, **({"fp8": row.fp8_mma} if variant.endswith("fp8") else {})}
+        for label, pattern in patterns.items():
             m = re.search(pattern, asm)
             if m is None:
                 return result(

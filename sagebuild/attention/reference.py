@@ -61,8 +61,7 @@ def exact_attention(
             lses.append(lse)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
-    out = torch.cat(outs, dim=2)
-    out = out.transpose(1, 2) if tensor_layout == "NHD" else out
+    out = _to_hnd(torch.cat(outs, dim=2), tensor_layout)  # back to NHD: the same swap
     return (out, torch.cat(lses, dim=2)) if return_lse else out
 
 
