@@ -54,9 +54,6 @@ def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
 
 
-_INT32 = 2**31
-
-
 # Per-call decisions beyond the plan: the layout's transposes, the copy of a strided last dim,
 # the extension's ops. A NamedTuple: built once per signature, read on every call.
 class _Call(NamedTuple):
@@ -255,9 +252,7 @@ def _execute(
 def _int32_rows(plan: LaunchPlan, v: torch.Tensor, token_dim: int) -> torch.Tensor:
     """V with every tile's row offsets within 32 bits where the kernel reads it as the caller
     passed it (FP16 P·V): a copy when its token stride breaks that."""
-    if not plan.fp8 and abs(v.stride(token_dim)) * plan.config.block_n >= _INT32:
-        return v.contiguous()
-    return v
+    return v.contiguous() if not plan.fp8 and abs(v.stride(token_dim)) * plan.config.block_n >= 2**31 else v
 
 
 def _fp8_torch_dtype(plan: LaunchPlan) -> Optional[torch.dtype]:
