@@ -155,10 +155,9 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
         )
     if view.stride(-1) * 256 >= 2**31:  # the kernel steps along keys at 32-bit offsets within a tile
         view = view.contiguous()
-    kind = MASK_DTYPES[mask.dtype]
     if mask.dtype == torch.bool:
         view = view.view(torch.uint8)
-    return view, kind, nq > 1 and view.stride(2) != 0
+    return view, MASK_DTYPES[mask.dtype], nq > 1 and view.stride(2) != 0
 
 
 def check_grid(batch: int, heads: int, what: str) -> None:
