@@ -19,6 +19,7 @@ from sagebuild.attention import (
     sageattn_qk_int8_pv_fp16_triton,
 )
 from sagebuild.attention.metrics import accuracy
+from sagebuild.attention.plan import fp8_dtype_name
 from sagebuild.attention.reference import exact_attention, golden_attention
 from sagebuild.kernels.triton import configs
 
@@ -142,7 +143,7 @@ def test_kernel_matches_golden_model(variant, causal):
     pv = "fp8" if variant.endswith("fp8") else "fp16"
     out, lse = FNS[variant](q, k, v, is_causal=causal, return_lse=True, quantization_backend="triton")
     cfg = api.plan_dense(q, k, v, is_causal=causal, pv=pv, pv_accum="fp32+fp32", return_lse=True).config
-    fp8 = dispatch.fp8_dtype(arch) if pv == "fp8" else torch.float8_e4m3fn
+    fp8 = getattr(torch, fp8_dtype_name(arch)) if pv == "fp8" else torch.float8_e4m3fn
     ref, ref_lse = golden_attention(
         q, k, v, variant, is_causal=causal, return_lse=True, config=cfg, fp8_dtype=fp8
     )
@@ -165,7 +166,9 @@ def test_long_sequence_rows_match_golden_model(pv_accum):
     if dispatch.family(arch) == "Hopper":
         assert cfg.block_n == 128 and cfg.k_blk == 128, cfg
     out = sageattn_qk_int8_pv_fp8_triton(q, k, v, quantization_backend="triton", pv_accum_dtype=pv_accum)
-    ref = golden_attention(q, k, v, "qk_int8_pv_fp8", config=cfg, fp8_dtype=dispatch.fp8_dtype(arch))
+    ref = golden_attention(
+        q, k, v, "qk_int8_pv_fp8", config=cfg, fp8_dtype=getattr(torch, fp8_dtype_name(arch))
+    )
     acc = accuracy(out, ref)
     assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
     _check(accuracy(out, exact_attention(q, k, v)), "qk_int8_pv_fp8")
@@ -413,7 +416,13 @@ def test_tma_rows_serve_sageattn_on_hopper(d, n, spec, k_blk, causal, monkeypatc
     out = sageattn(q, k, v, is_causal=causal)
     cfg = configs.parse_config(plan["config"])
     ref = golden_attention(
-        q, k, v, "qk_int8_pv_fp8", is_causal=causal, config=cfg, fp8_dtype=dispatch.fp8_dtype(arch)
+        q,
+        k,
+        v,
+        "qk_int8_pv_fp8",
+        is_causal=causal,
+        config=cfg,
+        fp8_dtype=getattr(torch, fp8_dtype_name(arch)),
     )
     acc = accuracy(out, ref)
     assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sagebuild import archs
-from sagebuild.attention import dispatch, sageattn_qk_int8_pv_fp8_triton
+from sagebuild.attention import plan, sageattn_qk_int8_pv_fp8_triton
 from sagebuild.attention.metrics import accuracy
 from sagebuild.attention.reference import exact_attention
 from sagebuild.kernels.triton import configs, quant
@@ -49,7 +49,7 @@ def test_rdna4_settings_are_wave32_tiles_and_ocp_e4m3():
     for name in RDNA4:
         row = archs.get(name)
         assert row.family == "RDNA4" and row.warp_size == 32 and row.fp8_mma, row
-        assert dispatch.fp8_dtype(name) == dispatch.fp8_dtype(dispatch.INTERPRETER) == torch.float8_e4m3fn
+        assert plan.fp8_dtype_name(name) == plan.fp8_dtype_name(plan.INTERPRETER) == "float8_e4m3fn"
     assert quant.fp8_max(torch.float8_e4m3fn) == 448.0
     for d in (64, 128):
         for causal in (False, True):

@@ -80,11 +80,12 @@ def _source(
         row.name, head_dim=head_dim, n_k=n_k, pv="fp8" if fp8 else "fp16", pv_accum=accum,
         causal=causal, config=config,
     )  # fmt: skip
+    v_type = _fp8_type(row) if fp8 else "fp16"
     ptr = {
         "QF": "*fp16",
         "K": "*i8",
         "KS": "*fp32",
-        "V": f"*{_fp8_type(row)}" if fp8 else "*fp16",
+        "V": f"*{v_type}",
         "VS": "*fp32",
         "KM": "*fp32",
         "Out": "*fp16",
@@ -93,7 +94,6 @@ def _source(
         "CUK": "*i32",
         "AM": "*i8",  # the attn_mask (unused: no mask)
     }
-    v_type = _fp8_type(row) if fp8 else "fp16"
     if plan.tma:  # host-built descriptors (attn_fwd._kv_descriptors): their dtype and box
         boxes = kv_desc_boxes(plan.head_dim_pad, plan.config.block_n, plan.split_head_dim)
         types = ("i8", v_type, "i8", v_type)
@@ -101,7 +101,7 @@ def _source(
             name: f"tensordesc<{t}{box}>" for name, t, box in zip(("KD", "VD", "KD2", "VD2"), types, boxes)
         }
     else:  # the K/V pointers again, unused
-        ptr |= {"KD": ptr["K"], "VD": f"*{v_type}", "KD2": ptr["K"], "VD2": f"*{v_type}"}
+        ptr |= {"KD": ptr["K"], "VD": ptr["V"], "KD2": ptr["K"], "VD2": ptr["V"]}
     constexprs = plan.constexprs()
     # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
     # channel-major (token stride 1).
@@ -156,12 +156,8 @@ def compile_variant(
             raise ValueError(f"{row.name} has no INT8 matrix instruction in the arch table")
         asm = assembly(compile_attention(variant, row, head_dim, causal, n_k, accum)[0], row)
         found = []
-        for label, pattern in (
-            ("int8", row.int8_mma),
-            ("fp8", row.fp8_mma if variant.endswith("fp8") else None),
-        ):
-            if not pattern:
-                continue
+        patterns = {"int8": row.int8_mma, **({"fp8": row.fp8_mma} if variant.endswith("fp8") else {})}
+        for label, pattern in patterns.items():
             m = re.search(pattern, asm)
             if m is None:
                 return result(

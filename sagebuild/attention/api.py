@@ -54,9 +54,6 @@ def _pad(x: torch.Tensor, dp: int) -> torch.Tensor:
     return x if x.shape[-1] == dp else torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
 
 
-_INT32 = 2**31
-
-
 # Per-call decisions beyond the plan: the layout's transposes, the copy of a strided last dim,
 # the extension's ops. A NamedTuple: built once per signature, read on every call.
 class _Call(NamedTuple):
@@ -100,19 +97,15 @@ def _replay_key(key: Optional[tuple], inputs: tuple) -> Optional[tuple]:
 
 
 def _run(rkey: Optional[tuple], inputs: tuple, execute: Callable[[], Any]) -> Any:
-    """Execute a planned call, under a ``replay.Recorder`` when ``rkey`` is given and not yet
-    recorded. Callers pass it from a signature's second call: recording costs ~0.3 ms of host
-    time once, so one-off shapes (prefills of varying length) never pay it."""
-    if rkey is None or rkey in _REPLAYS or _capturing(inputs[0]):
+    """Execute a planned call, under a ``replay.Recorder`` when ``rkey`` is given, not yet recorded
+    and no CUDA graph is being captured. Callers pass it from a signature's second call: recording
+    costs ~0.3 ms of host time once, so one-off shapes (prefills of varying length) never pay it."""
+    if rkey is None or rkey in _REPLAYS or (inputs[0].is_cuda and torch.cuda.is_current_stream_capturing()):
         return execute()
     with replay.Recorder() as rec:
         result = execute()
     _put(_REPLAYS, rkey, rec.build(inputs, result))
     return result
-
-
-def _capturing(q: torch.Tensor) -> bool:
-    return q.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
@@ -259,9 +252,7 @@ def _execute(
 def _int32_rows(plan: LaunchPlan, v: torch.Tensor, token_dim: int) -> torch.Tensor:
     """V with every tile's row offsets within 32 bits where the kernel reads it as the caller
     passed it (FP16 P·V): a copy when its token stride breaks that."""
-    if not plan.fp8 and abs(v.stride(token_dim)) * plan.config.block_n >= _INT32:
-        return v.contiguous()
-    return v
+    return v.contiguous() if not plan.fp8 and abs(v.stride(token_dim)) * plan.config.block_n >= 2**31 else v
 
 
 def _fp8_torch_dtype(plan: LaunchPlan) -> Optional[torch.dtype]:

@@ -8,10 +8,9 @@ import torch
 
 from sagebuild import archs
 from sagebuild.attention import plan
+from sagebuild.attention.plan import INTERPRETER, VARIANTS
 from sagebuild.attention.validate import AttentionInputError, interpreter_enabled
 
-INTERPRETER = plan.INTERPRETER
-VARIANTS = plan.VARIANTS
 family = plan.family_of  # the arch family that keys the launch-config and features tables
 
 
@@ -38,19 +37,10 @@ def _gpu_arch(index: int) -> str:
 
 def variant_for_device(device: torch.device | str | int) -> str:
     """The arch table's default variant for a device (``archs.Arch.pv``)."""
-    arch = device_arch(device)
-    return VARIANTS["fp16"] if arch == INTERPRETER else VARIANTS[plan.default_pv(arch, 0, 0)[0]]
+    return VARIANTS[plan.default_pv(device_arch(device), 0, 0)[0]]  # the interpreter's: FP16
 
 
 def available_variants(device: torch.device | str | int) -> list[str]:
     """Every variant that runs on a device: FP16 P·V wherever INT8 runs, FP8 where the arch has FP8."""
-    arch = device_arch(device)
-    if arch == INTERPRETER:
-        return list(VARIANTS.values())
-    plan.default_pv(arch, 0, 0)  # an unsupported arch is a clear error
-    return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if archs.get(arch).fp8_dtype else [])
-
-
-def fp8_dtype(arch: str) -> torch.dtype:
-    """The FP8 E4M3 dtype the arch's matrix units take, or a clear error when it has none."""
-    return getattr(torch, plan.fp8_dtype_name(arch))
+    row = plan.arch_row(device_arch(device))  # None for the interpreter, which runs both
+    return [VARIANTS["fp16"]] + ([VARIANTS["fp8"]] if row is None or row.fp8_dtype else [])

@@ -66,11 +66,7 @@ def enabled(feature: str, family: str, *, config_choice: bool = False, n_k: int 
     forced = knobs.switch(KNOB[feature])
     if forced is not None:
         return forced
-    if mode == "config":
-        return config_choice
-    if mode == "short":
-        return 0 < n_k <= PDL_MAX_KEYS
-    return mode == "on"
+    return {"config": config_choice, "short": 0 < n_k <= PDL_MAX_KEYS}.get(mode, mode == "on")
 
 
 def possible(feature: str, family: str) -> bool:

@@ -186,8 +186,7 @@ def _cuda_named(
     x = _extras(kwargs, quantization_backend="auto", config=None, attn_mask=None, dropout_p=0.0)
     x["qk_quant_gran"] = qk_quant_gran
     accum = _fp8_accum(pv_accum_dtype)  # validates the name for either P·V
-    if pv == "fp16":
-        accum = "fp32+fp32"  # FP16 P·V always accumulates in FP32
+    accum = "fp32+fp32" if pv == "fp16" else accum  # FP16 P·V always accumulates in FP32
     return _dense(where, pv, accum, q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, x)
 
 
@@ -279,9 +278,7 @@ def sageattn_varlen(
                                            bool(is_causal), sm_scale)  # fmt: skip
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, bool(is_causal), sm_scale,
             bool(smooth_k), _gran(x["qk_quant_gran"]), x["pv"], _config(x["config"]))  # fmt: skip
-    if _use_ops():
-        return ops.attention_varlen(*args)
-    return ops.run_varlen(*args)
+    return (ops.attention_varlen if _use_ops() else ops.run_varlen)(*args)
 
 
 __all__ = [*UPSTREAM_NAMES, "UPSTREAM_NAMES", "sageattn_qk_int8_pv_fp8_triton"]

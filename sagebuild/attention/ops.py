@@ -84,11 +84,10 @@ def run_reference(
     hq = qh.shape[1]
     check_heads(hq, kh.shape[1], vh.shape[1], tensor_layout)
     kh, vh = expand_kv(kh, hq), expand_kv(vh, hq)
-    n_q, n_k = qh.shape[2], kh.shape[2]
     scale = sm_scale if sm_scale is not None else qh.shape[-1] ** -0.5
     mask = attn_mask
     if is_causal:
-        causal = causal_mask(n_q, n_k, qh.device)
+        causal = causal_mask(qh.shape[2], kh.shape[2], qh.device)
         if mask is None:
             mask = causal
         elif mask.dtype == torch.bool:

@@ -19,11 +19,8 @@ from sagebuild.kernels.triton.configs import LaunchConfig
 INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
 VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
 GRANULARITIES = ("per_warp", "per_block")
-BACKENDS = ("auto", "triton", "ext")
-PV_ACCUM = ("fp32+fp32", "fp32")
 LAYOUTS = ("HND", "NHD", "varlen")
 MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
-LOG2E = 1.4426950408889634
 
 
 class AttentionInputError(SagebuildError, ValueError):
@@ -148,7 +145,7 @@ def family_of(arch: str) -> str:
     return INTERPRETER if arch == INTERPRETER else archs.get(arch).family
 
 
-def _arch_row(arch: str) -> Optional[archs.Arch]:
+def arch_row(arch: str) -> Optional[archs.Arch]:
     """The arch table's row (None for the interpreter); an unsupported arch is a clear error."""
     if arch == INTERPRETER:
         return None
@@ -163,7 +160,7 @@ def _arch_row(arch: str) -> Optional[archs.Arch]:
 
 def fp8_dtype_name(arch: str) -> str:
     """The FP8 E4M3 format the arch's matrix units take, or a clear error when it has none."""
-    row = _arch_row(arch)
+    row = arch_row(arch)
     if row is None:
         return "float8_e4m3fn"
     if row.fp8_dtype is None:
@@ -177,7 +174,7 @@ def fp8_dtype_name(arch: str) -> str:
 def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     """What ``sageattn`` runs on an arch: ("fp16" | "fp8", FP8 accumulation): the arch table's
     P·V path, unless the config module records the other one as measurably faster here."""
-    row = _arch_row(arch)
+    row = arch_row(arch)
     if row is None:
         return "fp16", "fp32+fp32"
     dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
@@ -192,16 +189,6 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
 def head_dim_ok(d: int) -> bool:
     """Head dims 1 to the largest native one are served (the native ones as they are, others padded)."""
     return d >= 1 and configs.padded_head_dim(d) is not None
-
-
-def check_head_dim(d: int) -> None:
-    if not head_dim_ok(d):
-        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
-        raise AttentionInputError(
-            f"head dim {d} is not supported: the kernels run head dims {native} natively and pad "
-            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
 
 
 def check_sm_scale(sm_scale: Any, head_dim: int) -> float:
@@ -247,21 +234,28 @@ def make_plan(
     """Decide a call: variant, launch config, quantization and every kernel feature (bad values
     raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown).
     ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
-    check_choice(
-        "qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"
-    )
-    check_choice("quantization_backend", backend, BACKENDS, "pass 'auto', 'triton' or 'ext'")
-    check_choice("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'")
-    check_choice("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'")
-    check_choice("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None")
+    for name, value, allowed, fix in (
+        ("qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"),
+        ("quantization_backend", backend, ("auto", "triton", "ext"), "pass 'auto', 'triton' or 'ext'"),
+        ("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'"),
+        ("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'"),
+        ("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None"),
+    ):
+        check_choice(name, value, allowed, fix)
     if mask != "none" and layout == "varlen":
         raise AttentionInputError(
             "packed (varlen) sequences take no attn_mask",
             "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
         )
-    check_head_dim(head_dim)
+    if not head_dim_ok(head_dim):
+        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
+        raise AttentionInputError(
+            f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
+            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
     dp = configs.padded_head_dim(head_dim)
-    row = _arch_row(arch)
+    row = arch_row(arch)
     family = family_of(arch)
     if pv == "auto":
         pv, accum = default_pv(arch, head_dim, n_k)
@@ -269,15 +263,11 @@ def make_plan(
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
     if fp8:
-        check_choice(
-            "pv_accum_dtype", accum, PV_ACCUM,
-            "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)",
-        )  # fmt: skip
-    fp8_dtype = fp8_dtype_name(arch) if fp8 else None
-    varlen = layout == "varlen"
+        fix = "pass 'fp32+fp32' (two-level, the accurate default) or 'fp32' (MMA-accumulated)"
+        check_choice("pv_accum_dtype", accum, ("fp32+fp32", "fp32"), fix)
+    fp8_dtype = fp8_dtype_name(arch) if fp8 else None  # no FP8 units: an error before any other
     quantization = "extension" if backend == "ext" else "triton"
-    ours = quantization == "triton" and not varlen  # K/V laid out by our dense quantization launch
-    v_key_order = fp8 and ours and features.enabled("v_key_order", family)
+    ours = quantization == "triton" and layout != "varlen"  # K/V laid out by our dense quantization launch
     # K/V as our quantization lays them out, dense or packed (16-byte aligned rows)
     tma_layout = fp8 and quantization == "triton"
     split = configs.split_head_dim(head_dim, dp)
@@ -321,7 +311,7 @@ def make_plan(
         pdl=ours and features.enabled("pdl", family, n_k=n_k),
         wgmma_pipe=pipe,
         q_from_memory=pipe and 2 * head_dim >= dp,  # an output row holds the INT8 Q row
-        v_key_order=v_key_order,
+        v_key_order=fp8 and ours and features.enabled("v_key_order", family),
         row_sum_parts=parts if cfg.block_n % parts == 0 else 1,
         return_lse=bool(return_lse),
         smooth_k=bool(smooth_k),

@@ -61,8 +61,7 @@ def exact_attention(
             lses.append(lse)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
-    out = torch.cat(outs, dim=2)
-    out = out.transpose(1, 2) if tensor_layout == "NHD" else out
+    out = _to_hnd(torch.cat(outs, dim=2), tensor_layout)  # back to NHD: the same swap
     return (out, torch.cat(lses, dim=2)) if return_lse else out
 
 
@@ -117,7 +116,6 @@ def golden_attention(
     if variant not in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
         raise ValueError(f"unknown variant {variant!r}")
     qh, kh, vh = (_to_hnd(t, tensor_layout) for t in (q, k, v))
-    in_dtype = qh.dtype
     qf, kf, vf = qh.float(), kh.float(), vh.float()
     b, heads, n_q, d = qf.shape
     n_k = kf.shape[2]
@@ -156,7 +154,7 @@ def golden_attention(
         if fp8:
             part = torch.matmul((p * fmax).to(fp8_dtype).float(), vt)
         else:
-            part = torch.matmul(p.to(in_dtype).float(), vt.float())
+            part = torch.matmul(p.to(qh.dtype).float(), vt.float())
         acc = acc * alpha[..., None] + part
         m = m_new
     inv_l = torch.where(l_sum > 0, 1.0 / l_sum, 0.0)

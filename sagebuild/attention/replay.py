@@ -231,9 +231,7 @@ def _pack(groups: list, launches: list, outputs: Any, n_inputs: int) -> tuple[li
 
 def _spans(t: torch.Tensor, nbytes: int) -> bool:
     """Whether allocating t's shape and strides recreates its whole storage (offset 0, same size)."""
-    if t.storage_offset() != 0:
-        return False
-    return _span(t.shape, t.stride()) * t.element_size() == nbytes
+    return t.storage_offset() == 0 and _span(t.shape, t.stride()) * t.element_size() == nbytes
 
 
 def _span(size: Any, stride: Any) -> int:

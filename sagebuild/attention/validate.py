@@ -98,17 +98,16 @@ def check_dense(
     if tensor_layout == "NHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     (bq, hq, nq, _), (bk, hk, nk, _), (bv, hv, nv, _) = q.shape, k.shape, v.shape
-    lay = tensor_layout
     if not (bq == bk == bv):
         raise AttentionInputError(
             f"batch sizes differ: q {bq}, k {bk}, v {bv}", "pass q, k, v with the same batch size"
         )
     if nk != nv:
         raise AttentionInputError(
-            f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={lay!r}",
+            f"k and v have different sequence lengths ({nk} vs {nv}) for tensor_layout={tensor_layout!r}",
             "check tensor_layout: 'HND' is (batch, heads, seq, dim), 'NHD' is (batch, seq, heads, dim)",
         )
-    check_heads(hq, hk, hv, lay)
+    check_heads(hq, hk, hv, tensor_layout)
     check_grid(bq, hq, "batch entries")
     if nq == 0 or nk == 0 or bq == 0:
         raise AttentionInputError(
@@ -156,10 +155,9 @@ def check_mask(mask: torch.Tensor, q: torch.Tensor, nk: int) -> tuple[torch.Tens
         )
     if view.stride(-1) * 256 >= 2**31:  # the kernel steps along keys at 32-bit offsets within a tile
         view = view.contiguous()
-    kind = MASK_DTYPES[mask.dtype]
     if mask.dtype == torch.bool:
         view = view.view(torch.uint8)
-    return view, kind, nq > 1 and view.stride(2) != 0
+    return view, MASK_DTYPES[mask.dtype], nq > 1 and view.stride(2) != 0
 
 
 def check_grid(batch: int, heads: int, what: str) -> None:
