@@ -75,63 +75,6 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
 
 
 @triton.jit
-def _apply_attn_mask(
-    s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
-    MASKED: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr,
-):  # fmt: skip
-    """The caller's mask on a tile of scores ``s`` (softmax logits s·c − off, per row c > 0):
-    boolean (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
-    keys past its end are never read."""
-    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
-    if ROWS:
-        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
-        ok = row_ok[:, None] & col_ok[None, :] if MASKED else row_ok[:, None]
-        a = tl.load(ptrs, mask=ok, other=0)
-    elif MASKED:
-        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
-    else:
-        a = tl.load(ptrs)[None, :]
-    if MODE == 1:
-        s = tl.where(a != 0, s, float("-inf"))
-    else:
-        # Large finite values keep the exponent in float32's precision (at finfo.min its rounding
-        # alone would be ±1e13): below -3e4 a value is -3e4, whose exp is 0 beside any attended
-        # key; at -1e9 and below (finfo.min masks) the score is dropped too, as it vanishes in
-        # SDPA's sum, so a row of nothing but such values averages V as SDPA's does. -inf stays.
-        a = a.to(tl.float32)
-        absorbed = (a <= -1e9) & (a != float("-inf"))
-        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
-        s = tl.where(absorbed, ((off - 43281.0) / c)[:, None], s + a * (1.4426950408889634 / c)[:, None])
-    return s
-
-
-@triton.jit
-def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.constexpr):
-    """A key mask's extent: (n, plain) with n = 1 + the last key not blocked (False, or additive
-    ≤ -65504: fp16's finfo.min and below, where exp underflows to 0 in float32) and plain = keys
-    [0, n) are all neutral (True, or +0.0). A plain mask is the sequence [0, n) and nothing else:
-    the key loop stops at n and never reads the mask again (key padding at no cost)."""
-    offs = tl.arange(0, SCAN)
-    last = -1
-    neutral = 0
-    for start in range(0, n_k, SCAN):
-        cols = start + offs
-        ok = cols < n_k
-        a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
-        if MODE == 1:
-            keep = ok & (a != 0)
-            neut = keep
-        else:
-            a = a.to(tl.float32)
-            keep = ok & (a > -65504.0)
-            neut = ok & (a == 0.0)
-        last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
-        neutral += tl.sum(neut.to(tl.int32))
-    n = last + 1
-    return n, (n > 0) & (neutral == n)
-
-
-@triton.jit
 def _wgmma_wait(x):
     """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
     statement: Triton keeps a side-effecting asm in program order)."""
@@ -315,7 +258,28 @@ def _attn_fwd_kernel(
         n_loop = n_k  # the keys the loop visits
         apply_mask = MASK_MODE != 0
         if MASK_MODE != 0 and not MASK_ROWS:  # key padding: stop at the last key, mask only holes
-            n_eff, plain = _key_extent(AM, am_base, n_k, stride_mn, MASK_MODE, 1024)
+            # The mask's extent: n_eff = 1 + the last key not blocked (False, or additive ≤ -65504:
+            # fp16's finfo.min and below, where exp underflows to 0 in float32); plain: keys
+            # [0, n_eff) are all neutral (True, or +0.0), so the mask is the sequence [0, n_eff)
+            # and nothing else: the key loop stops there and never reads it again.
+            offs = tl.arange(0, 1024)
+            last = -1
+            neutral = 0
+            for start in range(0, n_k, 1024):
+                cols = start + offs
+                ok = cols < n_k
+                a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
+                if MASK_MODE == 1:
+                    keep = ok & (a != 0)
+                    neut = keep
+                else:
+                    a = a.to(tl.float32)
+                    keep = ok & (a > -65504.0)
+                    neut = ok & (a == 0.0)
+                last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
+                neutral += tl.sum(neut.to(tl.int32))
+            n_eff = last + 1
+            plain = (n_eff > 0) & (neutral == n_eff)
             n_loop = tl.where(plain, n_eff, n_k)
             apply_mask = plain == 0
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
@@ -379,10 +343,34 @@ def _attn_fwd_kernel(
                     c = qs
                     off = tl.zeros_like(qs)
                 if MASK_MODE != 0 and apply_mask:
-                    s = _apply_attn_mask(
-                        s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
-                        masked == 1, MASK_MODE, MASK_ROWS,
-                    )  # fmt: skip
+                    # The caller's mask on the scores (logits s·c − off, per row c > 0): boolean
+                    # (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the
+                    # sequence and keys past its end are never read.
+                    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
+                    if MASK_ROWS:
+                        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
+                        ok = row_ok[:, None] & col_ok[None, :] if masked else row_ok[:, None]
+                        a = tl.load(ptrs, mask=ok, other=0)
+                    elif masked:
+                        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
+                    else:
+                        a = tl.load(ptrs)[None, :]
+                    if MASK_MODE == 1:
+                        s = tl.where(a != 0, s, float("-inf"))
+                    else:
+                        # Large finite values keep the exponent in float32's precision (at finfo.min
+                        # its rounding alone would be ±1e13): below -3e4 a value is -3e4, whose exp is
+                        # 0 beside any attended key; at -1e9 and below (finfo.min masks) the score is
+                        # dropped too, as it vanishes in SDPA's sum, so a row of nothing but such
+                        # values averages V as SDPA's does. -inf stays.
+                        a = a.to(tl.float32)
+                        absorbed = (a <= -1e9) & (a != float("-inf"))
+                        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
+                        s = tl.where(
+                            absorbed,
+                            ((off - 43281.0) / c)[:, None],
+                            s + a * (1.4426950408889634 / c)[:, None],
+                        )
                 if masked:
                     ok = col_ok[None, :]
                     if CAUSAL:
@@ -519,7 +507,7 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     writes a descriptor to global scratch and fences it before its first load. A K tile past a
     sequence's last key reads the next head's or sequence's rows (those scores are masked);
     dense V's key axis ends at N, so its tiles there arrive as zeros, and packed V holds zeros
-    between sequences (``quant._zero_packed_gap``)."""
+    between sequences (``quant._quant_blocks_kernel``)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)

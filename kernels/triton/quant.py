@@ -343,25 +343,22 @@ def _quant_blocks_kernel(
             mask=w_ok[:, None],
         )
         if IS_VARLEN and pid_n == 0:
-            _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK)
-
-
-@triton.jit
-def _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK: tl.constexpr):
-    """Zeros in packed FP8 V from sequence b's written rows (n rounded up to 16) to the next
-    sequence's position, or after the last sequence to the buffer's end (``stride_wd``: each
-    channel row's positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end
-    (a tensor descriptor's box) then meets finite values only, whatever the buffer held."""
-    end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
-    pos = packed_v_position(CU, b, T)
-    gap0 = pos + (n + 15) // 16 * 16
-    gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
-    offs = tl.arange(0, BLK)
-    zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
-    head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
-    for p in range(gap0, gap1, BLK):
-        rows = p + offs
-        tl.store(head + rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(rows < gap1)[:, None])
+            # Zeros from the sequence's written rows (n rounded up to 16) to the next sequence's
+            # position, or after the last one to the buffer's end (``stride_wd``: each channel row's
+            # positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end (a
+            # tensor descriptor's box) then meets finite values only, whatever the buffer held.
+            end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
+            pos = packed_v_position(CU, b, T)
+            gap0 = pos + (n + 15) // 16 * 16
+            gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
+            offs = tl.arange(0, BLK)
+            zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
+            head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
+            for p in range(gap0, gap1, BLK):
+                gap_rows = p + offs
+                tl.store(
+                    head + gap_rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(gap_rows < gap1)[:, None]
+                )
 
 
 def fp8_max(dtype: torch.dtype) -> float:
