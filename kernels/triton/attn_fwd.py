@@ -35,7 +35,6 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher, layout
-from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
@@ -538,13 +537,10 @@ def attention_forward(
     launch_key: Optional[tuple] = None,
 ) -> None:
     """Launch the attention kernel as ``plan`` (``sagebuild.attention.plan.LaunchPlan``) says;
-    writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it).
-
-    ``mask``: the caller's attention mask as a [B, H, N_q, N_k] view (broadcast dims stride 0),
-    uint8 (nonzero attends) or floating (additive), exactly when the plan has one.
-
-    ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
-    per-signature plan key, which fixes the plan)."""
+    writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it). ``mask``: the
+    caller's attention mask as a [B, H, N_q, N_k] view (broadcast dims stride 0), uint8 (nonzero
+    attends) or floating (additive), exactly when the plan has one. ``launch_key``: see
+    ``launcher.launch`` (the API passes its per-signature plan key, which fixes the plan)."""
     cfg = plan.config
     if kv.k_blk != plan.k_blk:
         raise ValueError(f"K was quantized in blocks of {kv.k_blk} tokens; the plan reads {plan.k_blk}")
@@ -614,7 +610,6 @@ def attention_forward(
 
 
 __all__ = [
-    "K_BLK",
     "QuantizedKV",
     "attention_forward",
     "kv_desc_boxes",

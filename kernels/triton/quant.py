@@ -12,14 +12,9 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 
 The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
 float32 is ``div.full.f32`` on NVIDIA, within 2 ulp); each element costs one rounded product,
-never a division (an IEEE division per element makes the quantization launch issue-bound),
-and the product is rounded on its own before the INT8 rounding
-(``to_int8``), as torch and the extension compute it.
-
-K and V together: the statistics (mean of K, amax of V: inside the quantization launch for short
-dense inputs, else ``kv_stats``), then one Triton pass quantizing K's blocks and V's blocks. Q is
-normally quantized inside the attention kernel (no launch at all); ``quant_blocks`` quantizes Q
-on its own for the pre-quantized path.
+never a division (an IEEE division per element makes the quantization launch issue-bound), and
+the product is rounded on its own before the INT8 rounding (``to_int8``), as torch and the
+extension compute it. Q is quantized inside the attention kernel (no launch at all).
 """
 
 from __future__ import annotations
@@ -64,10 +59,9 @@ assert math.isclose(LOG2E, math.log2(math.e))
 
 @triton.jit
 def scale_and_inverse(amax, top):
-    """The contract's scale of a block or channel, max(amax, 1e-8) / top (127 for INT8, FP8_MAX for
-    V; the floor makes an all-zero block quantize to zeros, not NaN), and its reciprocal, which the
-    elements are multiplied by: both IEEE quotients (one division per block or channel, none per
-    element)."""
+    """The contract's scale max(amax, 1e-8) / top (127 for INT8, FP8_MAX for V; the floor makes an
+    all-zero block quantize to zeros, not NaN) and its reciprocal, both IEEE quotients: one division
+    per block or channel, none per element."""
     s = tl.math.div_rn(tl.maximum(amax, 1e-8), top)
     return s, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
 
@@ -123,10 +117,8 @@ def packed_v_position(CU, b, T):
 
 @triton.jit
 def packed_v_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
-    """``seq_base`` for FP8 V stored channel-major (tokens contiguous): a packed sequence starts
-    at ``packed_v_position``, so every sequence's rows start 16-byte aligned and the compiler
-    can prove it (vectorised, asynchronous copies); the buffer holds ``layout.packed_v_tokens``
-    positions. Dense inputs: as ``seq_base``."""
+    """``seq_base`` for channel-major FP8 V: a packed sequence starts at ``packed_v_position``, so
+    its rows start 16-byte aligned, provably (vectorised, asynchronous copies)."""
     base, n = seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN)
     if IS_VARLEN:
         base = packed_v_position(CU, b, T).to(tl.int64) * stride_n
@@ -203,8 +195,8 @@ def _kv_finalize_kernel(
     KP, VP, KM, VA, CU, H, N, T, NPART,
     BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per sequence·KV head: K's mean and V's amax from the NPART parts, in part
-    order (deterministic, unlike float atomics)."""
+    """Per sequence·KV head: K's mean and V's amax from the NPART parts, in part order
+    (deterministic, unlike float atomics)."""
     pid_bh = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
