@@ -74,20 +74,6 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
 
 
 @triton.jit
-def _wgmma_wait(x):
-    """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
-    statement: Triton keeps a side-effecting asm in program order)."""
-    tl.inline_asm_elementwise(
-        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
-        "=r,r",
-        [x],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
 def _attn_fwd_kernel(
     QF,
     K,
@@ -423,8 +409,15 @@ def _attn_fwd_kernel(
                             V_PADDED,
                         )
                     acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
-                if WGMMA_WAIT:
-                    _wgmma_wait(start_n)
+                if WGMMA_WAIT:  # every committed wgmma (start_n only anchors the asm in program order)
+                    tl.inline_asm_elementwise(
+                        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
+                        "=r,r",
+                        [start_n],
+                        dtype=tl.int32,
+                        is_pure=False,
+                        pack=1,
+                    )
                 m_i = m_new
 
         if ROW_SUM_PARTS > 1:
