@@ -25,6 +25,7 @@ Which constexprs a call gets is decided by ``LaunchPlan.constexprs``; nothing he
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -34,7 +35,6 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher, layout
-from .configs import K_BLK
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
@@ -71,249 +71,6 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
     else:
         acc = tl.dot(p, v, acc)
     return acc
-
-
-@triton.jit
-def _apply_attn_mask(
-    s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
-    MASKED: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr,
-):  # fmt: skip
-    """The caller's mask on a tile of scores ``s`` (softmax logits s·c − off, per row c > 0):
-    boolean (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
-    keys past its end are never read."""
-    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
-    if ROWS:
-        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
-        ok = row_ok[:, None] & col_ok[None, :] if MASKED else row_ok[:, None]
-        a = tl.load(ptrs, mask=ok, other=0)
-    elif MASKED:
-        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
-    else:
-        a = tl.load(ptrs)[None, :]
-    if MODE == 1:
-        s = tl.where(a != 0, s, float("-inf"))
-    else:
-        # Large finite values keep the exponent in float32's precision (at finfo.min its rounding
-        # alone would be ±1e13): below -3e4 a value is -3e4, whose exp is 0 beside any attended
-        # key; at -1e9 and below (finfo.min masks) the score is dropped too, as it vanishes in
-        # SDPA's sum, so a row of nothing but such values averages V as SDPA's does. -inf stays.
-        a = a.to(tl.float32)
-        absorbed = (a <= -1e9) & (a != float("-inf"))
-        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
-        s = tl.where(absorbed, ((off - 43281.0) / c)[:, None], s + a * (1.4426950408889634 / c)[:, None])
-    return s
-
-
-@triton.jit
-def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.constexpr):
-    """A key mask's extent: (n, plain) with n = 1 + the last key not blocked (False, or additive
-    ≤ -65504: fp16's finfo.min and below, where exp underflows to 0 in float32) and plain = keys
-    [0, n) are all neutral (True, or +0.0). A plain mask is the sequence [0, n) and nothing else:
-    the key loop stops at n and never reads the mask again (key padding at no cost)."""
-    offs = tl.arange(0, SCAN)
-    last = -1
-    neutral = 0
-    for start in range(0, n_k, SCAN):
-        cols = start + offs
-        ok = cols < n_k
-        a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
-        if MODE == 1:
-            keep = ok & (a != 0)
-            neut = keep
-        else:
-            a = a.to(tl.float32)
-            keep = ok & (a > -65504.0)
-            neut = ok & (a == 0.0)
-        last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
-        neutral += tl.sum(neut.to(tl.int32))
-    n = last + 1
-    return n, (n > 0) & (neutral == n)
-
-
-@triton.jit
-def _wgmma_wait(x):
-    """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
-    statement: Triton keeps a side-effecting asm in program order)."""
-    tl.inline_asm_elementwise(
-        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
-        "=r,r",
-        [x],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
-def _attn_tiles(
-    acc,
-    acc2,
-    l_i,
-    m_i,
-    q,
-    q2,
-    qs,
-    K,
-    V,
-    KS,
-    k_base,
-    v_base,
-    ks_base,
-    n_k,
-    lo,
-    hi,
-    diag,
-    stride_kn,
-    stride_vn,
-    stride_vd,
-    offs_m,
-    offs_d,
-    offs_d2,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    KS_BLK: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PV_FP8: tl.constexpr,
-    FP8_MAX: tl.constexpr,
-    V_PADDED: tl.constexpr,
-    P_SHIFT: tl.constexpr,
-    PV_DIRECT: tl.constexpr,
-    SPLIT_D: tl.constexpr,
-    k_desc,
-    v_desc,
-    k2_desc,
-    v2_desc,
-    k_row0,
-    k_col0,
-    v_row0,
-    v_col0,
-    USE_TMA: tl.constexpr,
-    WGMMA_WAIT: tl.constexpr,
-    V_KEY_ORDER: tl.constexpr,
-    ROW_SUM_PARTS: tl.constexpr,
-    AM,
-    am_base,
-    stride_mm,
-    stride_mn,
-    row_ok,
-    apply_mask,
-    MASK_MODE: tl.constexpr,
-    MASK_ROWS: tl.constexpr,
-):
-    """Key tiles [lo, hi): scores, online softmax, P·V. MASKED tiles check bounds and causality.
-
-    MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean (nonzero attends), 2 additive
-    (natural-log units, added to sm_scale·q·kᵀ). MASK_ROWS: the mask varies along query rows;
-    otherwise one [BLOCK_N] vector per tile serves every row (key padding). ``apply_mask``
-    (run time): False when the keys [0, n_k) are all attended as they are (``_key_extent``).
-
-    V_KEY_ORDER: FP8 V stored in wgmma key order (``layout.KEY_GROUP``), its rows padded with zeros
-    to whole groups: a ragged tile reads V rows up to the padded end, where stored positions
-    past n_k hold keys before it.
-
-    WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not across the loop
-    edge, where ptxas serialises every wgmma.
-
-    SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
-    acc2), instead of one padded tile; otherwise q2/acc2 are unused.
-    """
-    offs_n = tl.arange(0, BLOCK_N)
-    d_ok = offs_d < HEAD_DIM
-    d2_ok = offs_d2 < HEAD_DIM
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < n_k
-        v_ok = cols < key_rows_of(n_k) if V_KEY_ORDER else col_ok
-        # the tile's start in 64 bits (a scalar), its rows' offsets in 32: BLOCK_N·stride < 2³¹ holds
-        # for our K and FP8 V, and the API copies a 16-bit V whose token stride would break it
-        k_rows = K + (k_base + tl.cast(start_n, tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
-        if USE_TMA:  # the copy engine fetches the tile (rows past n_k: masked scores)
-            k = k_desc.load([k_row0 + start_n, k_col0])
-        else:
-            k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, MASKED, False)
-        # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
-        # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
-        # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
-        # accumulator. The offset is removed per row or per column, never per score.
-        si = tl.dot(q, tl.trans(k)) + MAGIC_I
-        if SPLIT_D:  # the second channel piece accumulates onto the first
-            if USE_TMA:
-                k2 = k2_desc.load([k_row0 + start_n, k_col0 + BLOCK_D // 2])
-            else:
-                k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, MASKED, False)
-            si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
-        s = si.to(tl.float32, bitcast=True)
-        # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
-        # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
-        if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
-            c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
-            off = c * MAGIC_F
-        else:
-            if MASKED:
-                ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
-            else:
-                ks = tl.load(KS + ks_base + cols // KS_BLK)
-            s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
-            c = qs
-            off = tl.zeros_like(qs)
-        if MASK_MODE != 0 and apply_mask:
-            s = _apply_attn_mask(
-                s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
-                MASKED, MASK_MODE, MASK_ROWS,
-            )  # fmt: skip
-        if MASKED:
-            ok = col_ok[None, :]
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
-            s = tl.where(ok, s, float("-inf"))
-        if MASKED or MASK_MODE != 0:  # a row may have no key yet
-            m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            if KS_BLK % BLOCK_N == 0:
-                # One scale for the tile, so the row max is taken on the INT32 bits, which grow
-                # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
-                # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
-                top = tl.max(si, axis=1).to(tl.float32, bitcast=True)
-            else:
-                top = tl.max(s, axis=1)
-            m_new = tl.maximum(m_i, top * c - off)
-            m_use = m_new
-        # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
-        # (summed from the same P) carries the same factor, which cancels in acc / l.
-        p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        if ROW_SUM_PARTS > 1:  # [rows, ROW_SUM_PARTS] partial sums: no shuffles per tile
-            parts = tl.reshape(p, (p.shape[0], BLOCK_N // ROW_SUM_PARTS, ROW_SUM_PARTS))
-            l_i = l_i * alpha[:, None] + tl.sum(parts, axis=1)
-        else:
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-        v_rows = V + (v_base + tl.cast(start_n, tl.int64) * stride_vn) + offs_n[:, None] * stride_vn
-        if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
-            v = tl.trans(v_desc.load([v_row0, v_col0 + start_n]))
-        else:
-            v = _load_rows(
-                v_rows + offs_d.to(tl.int64)[None, :] * stride_vd, v_ok, d_ok, 0.0, MASKED, V_PADDED
-            )
-        # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
-        # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
-        # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
-        two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
-        acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
-        if SPLIT_D:
-            if USE_TMA:
-                v2 = tl.trans(v2_desc.load([v_row0 + BLOCK_D // 2, v_col0 + start_n]))
-            else:
-                v2 = _load_rows(
-                    v_rows + offs_d2.to(tl.int64)[None, :] * stride_vd, v_ok, d2_ok, 0.0, MASKED, V_PADDED
-                )
-            acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
-        if WGMMA_WAIT:
-            _wgmma_wait(start_n)
-        m_i = m_new
-    return acc, acc2, l_i, m_i
 
 
 @triton.jit
@@ -465,16 +222,15 @@ def _attn_fwd_kernel(
 
         if PDL:  # launched before the K/V quantization finished: its results are read from here on
             gdc_wait()
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
         if ROW_SUM_PARTS > 1:
             l_i = tl.zeros([BLOCK_M, ROW_SUM_PARTS], dtype=tl.float32)
         else:
             l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, D1], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         ks_base = kv_bh * KS_NBLK
-        k_col0 = 0
-        v_col0 = 0
+        k_row0, k_col0, v_row0, v_col0 = 0, 0, 0, 0
         if USE_TMA and IS_VARLEN:  # descriptors over packed tokens: K [T, H·Dp], FP8 V [H·Dp, positions]
             k_row0 = tl.minimum(tl.maximum(tl.load(CUK + b), 0), T_K)
             k_col0 = hk * BLOCK_D
@@ -483,14 +239,32 @@ def _attn_fwd_kernel(
         elif USE_TMA:  # host-built descriptors over every head: K rows (b, h, n), FP8 V rows (b, h, d)
             k_row0 = (kv_bh * N_K).to(tl.int32)
             v_row0 = (kv_bh * BLOCK_D).to(tl.int32)
-        else:
-            k_row0 = 0
-            v_row0 = 0
         am_base = b.to(tl.int64) * stride_mb + h.to(tl.int64) * stride_mh
         n_loop = n_k  # the keys the loop visits
         apply_mask = MASK_MODE != 0
         if MASK_MODE != 0 and not MASK_ROWS:  # key padding: stop at the last key, mask only holes
-            n_eff, plain = _key_extent(AM, am_base, n_k, stride_mn, MASK_MODE, 1024)
+            # The mask's extent: n_eff = 1 + the last key not blocked (False, or additive ≤ -65504:
+            # fp16's finfo.min and below, where exp underflows to 0 in float32); plain: keys
+            # [0, n_eff) are all neutral (True, or +0.0), so the mask is the sequence [0, n_eff)
+            # and nothing else: the key loop stops there and never reads it again.
+            offs = tl.arange(0, 1024)
+            last = -1
+            neutral = 0
+            for start in range(0, n_k, 1024):
+                cols = start + offs
+                ok = cols < n_k
+                a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
+                if MASK_MODE == 1:
+                    keep = ok & (a != 0)
+                    neut = keep
+                else:
+                    a = a.to(tl.float32)
+                    keep = ok & (a > -65504.0)
+                    neut = ok & (a == 0.0)
+                last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
+                neutral += tl.sum(neut.to(tl.int32))
+            n_eff = last + 1
+            plain = (n_eff > 0) & (neutral == n_eff)
             n_loop = tl.where(plain, n_eff, n_k)
             apply_mask = plain == 0
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
@@ -502,65 +276,149 @@ def _attn_fwd_kernel(
         else:
             hi = n_loop
             full = n_loop // BLOCK_N * BLOCK_N
-        # the unmasked tiles, then the masked ones: one loop, unrolled at compile time
+        # The unmasked tiles, then the masked ones (masked: bounds and causality checked): one loop,
+        # unrolled at compile time. MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean
+        # (nonzero attends), 2 additive (natural-log units, added to sm_scale·q·kᵀ); MASK_ROWS: it
+        # varies along query rows, else one [BLOCK_N] vector per tile serves every row (key padding).
+        # V_KEY_ORDER: FP8 V in wgmma key order (``layout.KEY_GROUP``), its rows zero-padded to whole
+        # groups: a ragged tile reads V rows up to the padded end, where positions past n_loop hold
+        # keys before it. WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not
+        # across the loop edge, where ptxas serialises every wgmma. SPLIT_D: the head dim runs as two
+        # channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2, acc2), instead of one padded tile.
+        offs_n = tl.arange(0, BLOCK_N)
+        # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
+        # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
+        # and one accumulator's registers fewer. FP16 P·V always accumulates in the MMA.
+        two_level: tl.constexpr = PV_FP8 and not PV_DIRECT
         for masked in tl.static_range(2):
-            acc, acc2, l_i, m_i = _attn_tiles(
-                acc,
-                acc2,
-                l_i,
-                m_i,
-                q,
-                q2,
-                qs,
-                K,
-                V,
-                KS,
-                k_base,
-                v_base,
-                ks_base,
-                n_loop,
-                full if masked else 0,
-                hi if masked else full,
-                diag,
-                stride_kn,
-                stride_vn,
-                stride_vd,
-                offs_m,
-                offs_d,
-                offs_d2,
-                HEAD_DIM,
-                BLOCK_D,
-                BLOCK_N,
-                KS_BLK,
-                masked == 1,
-                CAUSAL,
-                PV_FP8,
-                FP8_MAX,
-                V_PADDED,
-                P_SHIFT,
-                PV_DIRECT,
-                SPLIT_D,
-                KD,
-                VD,
-                KD2,
-                VD2,
-                k_row0,
-                k_col0,
-                v_row0,
-                v_col0,
-                USE_TMA,
-                WGMMA_WAIT,
-                V_KEY_ORDER,
-                ROW_SUM_PARTS,
-                AM,
-                am_base,
-                stride_mm,
-                stride_mn,
-                row_ok,
-                apply_mask,
-                MASK_MODE,
-                MASK_ROWS,
-            )
+            for start_n in range(full if masked else 0, hi if masked else full, BLOCK_N):
+                cols = start_n + offs_n
+                col_ok = cols < n_loop
+                v_ok = cols < key_rows_of(n_loop) if V_KEY_ORDER else col_ok
+                # the tile's start in 64 bits (a scalar), its rows' offsets in 32: BLOCK_N·stride < 2³¹ holds
+                # for our K and FP8 V, and the API copies a 16-bit V whose token stride would break it
+                k_rows = K + (k_base + tl.cast(start_n, tl.int64) * stride_kn) + offs_n[:, None] * stride_kn
+                if USE_TMA:  # the copy engine fetches the tile (rows past n_loop: masked scores)
+                    k = KD.load([k_row0 + start_n, k_col0])
+                else:
+                    k = _load_rows(k_rows + offs_d[None, :], col_ok, d_ok, 0, masked == 1, False)
+                # INT32 scores to FP32 without the conversion unit (I2F issues at 16/clk/SM on sm80-90,
+                # like the exp): adding 1.5·2²³'s bit pattern makes the bits read as the float
+                # MAGIC_F + s exactly (|s| ≤ 127²·256 < 2²²); Triton folds the add into the MMA's
+                # accumulator. The offset is removed per row or per column, never per score.
+                si = tl.dot(q, tl.trans(k)) + MAGIC_I
+                if SPLIT_D:  # the second channel piece accumulates onto the first
+                    if USE_TMA:
+                        k2 = KD2.load([k_row0 + start_n, k_col0 + BLOCK_D // 2])
+                    else:
+                        k2 = _load_rows(k_rows + offs_d2[None, :], col_ok, d2_ok, 0, masked == 1, False)
+                    si = tl.dot(q2, tl.trans(k2), si, out_dtype=tl.int32)
+                s = si.to(tl.float32, bitcast=True)
+                # Scores are s·c with c = q_scale·k_scale > 0, so max(s·c) = max(s)·c and the softmax
+                # needs one FMA per score (s·c − m) instead of two multiplies and a subtraction.
+                if KS_BLK % BLOCK_N == 0:  # the tile lies in one K block: one K scale for the tile
+                    c = qs * tl.load(KS + ks_base + start_n // KS_BLK)
+                    off = c * MAGIC_F
+                else:
+                    if masked:
+                        ks = tl.load(KS + ks_base + cols // KS_BLK, mask=col_ok, other=0.0)
+                    else:
+                        ks = tl.load(KS + ks_base + cols // KS_BLK)
+                    s = s * ks[None, :] - (ks * MAGIC_F)[None, :]  # one FMA per score
+                    c = qs
+                    off = tl.zeros_like(qs)
+                if MASK_MODE != 0 and apply_mask:
+                    # The caller's mask on the scores (logits s·c − off, per row c > 0): boolean
+                    # (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the
+                    # sequence and keys past its end are never read.
+                    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
+                    if MASK_ROWS:
+                        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
+                        ok = row_ok[:, None] & col_ok[None, :] if masked else row_ok[:, None]
+                        a = tl.load(ptrs, mask=ok, other=0)
+                    elif masked:
+                        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
+                    else:
+                        a = tl.load(ptrs)[None, :]
+                    if MASK_MODE == 1:
+                        s = tl.where(a != 0, s, float("-inf"))
+                    else:
+                        # Large finite values keep the exponent in float32's precision (at finfo.min
+                        # its rounding alone would be ±1e13): below -3e4 a value is -3e4, whose exp is
+                        # 0 beside any attended key; at -1e9 and below (finfo.min masks) the score is
+                        # dropped too, as it vanishes in SDPA's sum, so a row of nothing but such
+                        # values averages V as SDPA's does. -inf stays.
+                        a = a.to(tl.float32)
+                        absorbed = (a <= -1e9) & (a != float("-inf"))
+                        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
+                        s = tl.where(
+                            absorbed,
+                            ((off - 43281.0) / c)[:, None],
+                            s + a * (1.4426950408889634 / c)[:, None],
+                        )
+                if masked:
+                    ok = col_ok[None, :]
+                    if CAUSAL:
+                        ok = ok & (cols[None, :] <= offs_m[:, None] + diag)
+                    s = tl.where(ok, s, float("-inf"))
+                if masked or MASK_MODE != 0:  # a row may have no key yet
+                    m_new = tl.maximum(m_i, tl.max(s, axis=1) * c - off)
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                else:
+                    if KS_BLK % BLOCK_N == 0:
+                        # One scale for the tile, so the row max is taken on the INT32 bits, which grow
+                        # with the score (MAGIC_F + s > 0): the same float, and ptxas fuses integer max
+                        # chains into sm90's three-input VIMNMX3 (FMNMX takes two): half the instructions.
+                        top = tl.max(si, axis=1).to(tl.float32, bitcast=True)
+                    else:
+                        top = tl.max(s, axis=1)
+                    m_new = tl.maximum(m_i, top * c - off)
+                    m_use = m_new
+                # FP8 P·V: P is wanted times FP8_MAX; exp2(x + log2(FP8_MAX)) does it for free, and l
+                # (summed from the same P) carries the same factor, which cancels in acc / l.
+                p = tl.math.exp2(s * c[:, None] - (m_use + off - P_SHIFT)[:, None])
+                alpha = tl.math.exp2(m_i - m_use)
+                if ROW_SUM_PARTS > 1:  # [rows, ROW_SUM_PARTS] partial sums: no shuffles per tile
+                    parts = tl.reshape(p, (p.shape[0], BLOCK_N // ROW_SUM_PARTS, ROW_SUM_PARTS))
+                    l_i = l_i * alpha[:, None] + tl.sum(parts, axis=1)
+                else:
+                    l_i = l_i * alpha + tl.sum(p, axis=1)
+                v_rows = V + (v_base + tl.cast(start_n, tl.int64) * stride_vn) + offs_n[:, None] * stride_vn
+                if USE_TMA:  # FP8 V is channel-major: a [D, BLOCK_N] box, used transposed
+                    v = tl.trans(VD.load([v_row0, v_col0 + start_n]))
+                else:
+                    v = _load_rows(
+                        v_rows + offs_d.to(tl.int64)[None, :] * stride_vd,
+                        v_ok,
+                        d_ok,
+                        0.0,
+                        masked == 1,
+                        V_PADDED,
+                    )
+                acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
+                if SPLIT_D:
+                    if USE_TMA:
+                        v2 = tl.trans(VD2.load([v_row0 + BLOCK_D // 2, v_col0 + start_n]))
+                    else:
+                        v2 = _load_rows(
+                            v_rows + offs_d2.to(tl.int64)[None, :] * stride_vd,
+                            v_ok,
+                            d2_ok,
+                            0.0,
+                            masked == 1,
+                            V_PADDED,
+                        )
+                    acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
+                if WGMMA_WAIT:  # every committed wgmma (start_n only anchors the asm in program order)
+                    tl.inline_asm_elementwise(
+                        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
+                        "=r,r",
+                        [start_n],
+                        dtype=tl.int32,
+                        is_pure=False,
+                        pack=1,
+                    )
+                m_i = m_new
 
         if ROW_SUM_PARTS > 1:
             l_i = tl.sum(l_i, axis=1)
@@ -641,7 +499,7 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     writes a descriptor to global scratch and fences it before its first load. A K tile past a
     sequence's last key reads the next head's or sequence's rows (those scores are masked);
     dense V's key axis ends at N, so its tiles there arrive as zeros, and packed V holds zeros
-    between sequences (``quant._zero_packed_gap``)."""
+    between sequences (``quant._quant_blocks_kernel``)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)
@@ -653,16 +511,12 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
         k_shape, k_strides = [kv.k.batch * kv.k.heads * n, head_dim_pad], [head_dim_pad, 1]
         v_shape = [kv.v.batch * hd, layout.key_rows(n, kv.v_key_order)]
     v_strides = [kv.v.stride_d, 1]  # rows v.stride_d apart
-    kd = TensorDescriptor(kv.k.t, k_shape, k_strides, k_box)
-    vd = TensorDescriptor(kv.v.t, v_shape, v_strides, v_box)
+    k_desc = functools.partial(TensorDescriptor, kv.k.t, k_shape, k_strides)
+    v_desc = functools.partial(TensorDescriptor, kv.v.t, v_shape, v_strides)
+    kd, vd = k_desc(k_box), v_desc(v_box)
     if not split:  # the same boxes: the same descriptors
         return kd, vd, kd, vd
-    return (
-        kd,
-        vd,
-        TensorDescriptor(kv.k.t, k_shape, k_strides, k2_box),
-        TensorDescriptor(kv.v.t, v_shape, v_strides, v2_box),
-    )
+    return kd, vd, k_desc(k2_box), v_desc(v2_box)
 
 
 def attention_forward(
@@ -676,13 +530,10 @@ def attention_forward(
     launch_key: Optional[tuple] = None,
 ) -> None:
     """Launch the attention kernel as ``plan`` (``sagebuild.attention.plan.LaunchPlan``) says;
-    writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it).
-
-    ``mask``: the caller's attention mask as a [B, H, N_q, N_k] view (broadcast dims stride 0),
-    uint8 (nonzero attends) or floating (additive), exactly when the plan has one.
-
-    ``launch_key``: see ``launcher.launch`` and ``launcher.constexprs`` (the API passes its
-    per-signature plan key, which fixes the plan)."""
+    writes ``out`` (and ``lse`` [B, H, N_q] float32, when the plan returns it). ``mask``: the
+    caller's attention mask as a [B, H, N_q, N_k] view (broadcast dims stride 0), uint8 (nonzero
+    attends) or floating (additive), exactly when the plan has one. ``launch_key``: see
+    ``launcher.launch`` (the API passes its per-signature plan key, which fixes the plan)."""
     cfg = plan.config
     if kv.k_blk != plan.k_blk:
         raise ValueError(f"K was quantized in blocks of {kv.k_blk} tokens; the plan reads {plan.k_blk}")
@@ -752,7 +603,6 @@ def attention_forward(
 
 
 __all__ = [
-    "K_BLK",
     "QuantizedKV",
     "attention_forward",
     "kv_desc_boxes",

@@ -75,11 +75,7 @@ class LaunchConfig:
 
     def spec(self) -> str:
         """The config as ``parse_config`` reads it: ``"64,128,4,2,168,tma"``."""
-        return (
-            ",".join(map(str, self.as_tuple()))
-            + (",tma" if self.tma else "")
-            + (",pipe" if self.pipe else "")
-        )
+        return ",".join([*map(str, self.as_tuple()), *(f for f in _CONFIG_FLAGS if getattr(self, f))])
 
     def as_tuple(self) -> tuple[int, ...]:
         base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
@@ -331,7 +327,4 @@ def split_head_dim(head_dim: int, head_dim_pad: int) -> bool:
 
 def padded_head_dim(head_dim: int) -> int | None:
     """The native head dim a head dim is padded to, or None when it is too large."""
-    for native in NATIVE_HEAD_DIMS:
-        if head_dim <= native:
-            return native
-    return None
+    return next((native for native in NATIVE_HEAD_DIMS if head_dim <= native), None)

@@ -151,9 +151,8 @@ def _cache_key(fn: Any, key: Hashable, consts: tuple, options: dict, device: int
 
 
 def _bound(kernel: Any, grid: tuple, consts: tuple) -> tuple:
-    g1 = grid[1] if len(grid) > 1 else 1
-    g2 = grid[2] if len(grid) > 2 else 1
-    return (kernel.run, grid[0], g1, g2, kernel.function, kernel.packed_metadata, consts)
+    g0, g1, g2 = (*grid, 1, 1)[:3]  # a 1- or 2-D grid's missing dims are 1
+    return (kernel.run, g0, g1, g2, kernel.function, kernel.packed_metadata, consts)
 
 
 def run_bound(bound: tuple, args: Sequence[Any], stream: int) -> None:

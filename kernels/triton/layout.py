@@ -33,11 +33,8 @@ def key_rows_of(n):
 
 
 class SeqView(NamedTuple):
-    """A tensor plus the strides and sizes the kernels index it with.
-
-    A NamedTuple, not a frozen dataclass: several are built per attention call, and at small
-    shapes the host path is the whole call.
-    """
+    """A tensor plus the strides and sizes the kernels index it with (a NamedTuple, not a frozen
+    dataclass: several are built per call, and at small shapes the host path is the whole call)."""
 
     t: torch.Tensor
     stride_b: int  # 0 for varlen: sequences start at cu[b] tokens instead

@@ -12,14 +12,9 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
 
 The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
 float32 is ``div.full.f32`` on NVIDIA, within 2 ulp); each element costs one rounded product,
-never a division (an IEEE division per element makes the quantization launch issue-bound),
-and the product is rounded on its own before the INT8 rounding
-(``to_int8``), as torch and the extension compute it.
-
-K and V together: the statistics (mean of K, amax of V: inside the quantization launch for short
-dense inputs, else ``kv_stats``), then one Triton pass quantizing K's blocks and V's blocks. Q is
-normally quantized inside the attention kernel (no launch at all); ``quant_blocks`` quantizes Q
-on its own for the pre-quantized path.
+never a division (an IEEE division per element makes the quantization launch issue-bound), and
+the product is rounded on its own before the INT8 rounding (``to_int8``), as torch and the
+extension compute it. Q is quantized inside the attention kernel (no launch at all).
 """
 
 from __future__ import annotations
@@ -64,10 +59,9 @@ assert math.isclose(LOG2E, math.log2(math.e))
 
 @triton.jit
 def scale_and_inverse(amax, top):
-    """The contract's scale of a block or channel, max(amax, 1e-8) / top (127 for INT8, FP8_MAX for
-    V; the floor makes an all-zero block quantize to zeros, not NaN), and its reciprocal, which the
-    elements are multiplied by: both IEEE quotients (one division per block or channel, none per
-    element)."""
+    """The contract's scale max(amax, 1e-8) / top (127 for INT8, FP8_MAX for V; the floor makes an
+    all-zero block quantize to zeros, not NaN) and its reciprocal, both IEEE quotients: one division
+    per block or channel, none per element."""
     s = tl.math.div_rn(tl.maximum(amax, 1e-8), top)
     return s, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
 
@@ -123,10 +117,8 @@ def packed_v_position(CU, b, T):
 
 @triton.jit
 def packed_v_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN: tl.constexpr):
-    """``seq_base`` for FP8 V stored channel-major (tokens contiguous): a packed sequence starts
-    at ``packed_v_position``, so every sequence's rows start 16-byte aligned and the compiler
-    can prove it (vectorised, asynchronous copies); the buffer holds ``layout.packed_v_tokens``
-    positions. Dense inputs: as ``seq_base``."""
+    """``seq_base`` for channel-major FP8 V: a packed sequence starts at ``packed_v_position``, so
+    its rows start 16-byte aligned, provably (vectorised, asynchronous copies)."""
     base, n = seq_base(CU, b, N, T, stride_b, stride_n, IS_VARLEN)
     if IS_VARLEN:
         base = packed_v_position(CU, b, T).to(tl.int64) * stride_n
@@ -203,8 +195,8 @@ def _kv_finalize_kernel(
     KP, VP, KM, VA, CU, H, N, T, NPART,
     BLOCK_D: tl.constexpr, SMOOTH_K: tl.constexpr, V_FP8: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per sequence·KV head: K's mean and V's amax from the NPART parts, in part
-    order (deterministic, unlike float atomics)."""
+    """Per sequence·KV head: K's mean and V's amax from the NPART parts, in part order
+    (deterministic, unlike float atomics)."""
     pid_bh = tl.program_id(0)
     offs_d = tl.arange(0, BLOCK_D)
     base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
@@ -268,19 +260,15 @@ def _quant_blocks_kernel(
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
-    ROW_UNIT: X's and V's (the inputs') strides came divided by it (``layout.row_unit``).
-
-    V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
-    block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
-    multiple of ``layout.KEY_GROUP`` written as zeros.
-
-    PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
-    programmatic dependent) start once all of them have started; it waits for this grid's
-    results before reading them (``attn_fwd``'s PDL).
-
-    INLINE_STATS (short sequences, dense or packed): every program computes its head's K mean and V amax
-    itself (the head's other blocks are re-read from L2) instead of reading them from KM/VA,
-    and the first block's program writes the mean to KM: no reduction launches at all.
+    ROW_UNIT: X's and V's strides came divided by it (``layout.row_unit``). V_KEY_ORDER (dense):
+    V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the block's rows: a
+    register permutation, so the stores stay coalesced), rows up to the next multiple of
+    ``layout.KEY_GROUP`` written as zeros. PDL_TRIGGER: every program lets the next launch (the
+    attention kernel, a programmatic dependent that waits for this grid's results before reading
+    them, ``attn_fwd``'s PDL) start once all of them have started. INLINE_STATS (short sequences,
+    dense or packed): every program computes its head's K mean and V amax itself (re-reading the
+    head's other blocks from L2) instead of reading KM/VA, and the first block's program writes
+    the mean to KM: no reduction launches at all.
     """
     stride_xb, stride_xh, stride_xn = stride_xb * ROW_UNIT, stride_xh * ROW_UNIT, stride_xn * ROW_UNIT
     stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
@@ -347,25 +335,22 @@ def _quant_blocks_kernel(
             mask=w_ok[:, None],
         )
         if IS_VARLEN and pid_n == 0:
-            _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK)
-
-
-@triton.jit
-def _zero_packed_gap(VQ, CU, b, n, h, H, T, stride_wh, stride_wn, stride_wd, offs_d, BLK: tl.constexpr):
-    """Zeros in packed FP8 V from sequence b's written rows (n rounded up to 16) to the next
-    sequence's position, or after the last sequence to the buffer's end (``stride_wd``: each
-    channel row's positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end
-    (a tensor descriptor's box) then meets finite values only, whatever the buffer held."""
-    end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
-    pos = packed_v_position(CU, b, T)
-    gap0 = pos + (n + 15) // 16 * 16
-    gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
-    offs = tl.arange(0, BLK)
-    zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
-    head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
-    for p in range(gap0, gap1, BLK):
-        rows = p + offs
-        tl.store(head + rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(rows < gap1)[:, None])
+            # Zeros from the sequence's written rows (n rounded up to 16) to the next sequence's
+            # position, or after the last one to the buffer's end (``stride_wd``: each channel row's
+            # positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end (a
+            # tensor descriptor's box) then meets finite values only, whatever the buffer held.
+            end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
+            pos = packed_v_position(CU, b, T)
+            gap0 = pos + (n + 15) // 16 * 16
+            gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
+            offs = tl.arange(0, BLK)
+            zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
+            head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
+            for p in range(gap0, gap1, BLK):
+                gap_rows = p + offs
+                tl.store(
+                    head + gap_rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(gap_rows < gap1)[:, None]
+                )
 
 
 def fp8_max(dtype: torch.dtype) -> float:
@@ -398,17 +383,21 @@ def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> in
     return launcher.cdiv(launcher.cdiv(n, count), chunk) * chunk
 
 
-def _part_stats(
+def kv_stats(
     k: SeqView,
     v: Optional[SeqView],
     head_dim_pad: int,
     smooth_k: bool,
-    launch_key: Optional[tuple],
+    fp8_dtype: Optional[torch.dtype],
+    launch_key: Optional[tuple] = None,
     row_unit: int = 1,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """K's mean and V's amax per sequence and head: column statistics per part of the tokens (K
-    and V read once, side by side, about PART_WAVES programs per SM), then one small launch
-    combining each head's parts. Packed sequences are parted by the longest one."""
+    """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None
+    when there is no FP8 dtype), per sequence for packed inputs: column statistics per part of
+    the tokens (K and V read once, side by side, about PART_WAVES programs per SM), then one small
+    launch combining each head's parts. Packed sequences are parted by the longest one."""
+    if fp8_dtype is None:  # V's amax serves only FP8 V
+        v = None
     if not smooth_k and v is None:
         return None, None
     rows = part_rows(k.max_len, k.batch * k.heads, k.t.device, head_dim_pad)
@@ -460,23 +449,6 @@ def _part_stats(
     return (stats[0] if smooth_k else None), (stats[1] if v is not None else None)
 
 
-def kv_stats(
-    k: SeqView,
-    v: Optional[SeqView],
-    head_dim_pad: int,
-    smooth_k: bool,
-    fp8_dtype: Optional[torch.dtype],
-    launch_key: Optional[tuple] = None,
-    row_unit: int = 1,
-) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """(km float32 [B, Hkv, Dp] or None, amax of |V| per channel float32 [B, Hkv, Dp] or None),
-    per sequence for packed inputs: two Triton launches (``_part_stats``)."""
-    want_v = v is not None and fp8_dtype is not None
-    if not smooth_k and not want_v:
-        return None, None
-    return _part_stats(k, v if want_v else None, head_dim_pad, smooth_k, launch_key, row_unit)
-
-
 def quant_blocks(
     x: SeqView,
     km: Optional[torch.Tensor],
@@ -492,37 +464,28 @@ def quant_blocks(
     v_key_order: bool = False,
     row_unit: int = 1,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
-    """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given.
-    ``row_unit``: x's and v's strides go divided by it (``layout.row_unit`` of both).
-
-    ``pdl_trigger``: the next launch is a programmatic dependent (``LaunchPlan.pdl``).
-    ``v_key_order`` (dense): FP8 V's tokens in wgmma key order (``layout.KEY_GROUP``).
-
-    ``inline_stats``: the statistics are computed in the launch instead of read:
-    km (when given) is filled with K's mean, and V is quantized whenever v and fp8_dtype are
-    given (v_amax is not needed).
+    """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given
+    (``inline_stats``: the statistics computed in the launch instead, km, when given, filled with
+    K's mean, and V quantized whenever v and fp8_dtype are given). ``row_unit``: x's and v's
+    strides go divided by it (``layout.row_unit`` of both); ``pdl_trigger``: the next launch is a
+    programmatic dependent (``LaunchPlan.pdl``); ``v_key_order`` (dense): FP8 V's tokens in wgmma
+    key order (``layout.KEY_GROUP``).
 
     Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None, v_scale
-    float32 [B, H, Dp] or None). INT8 output is contiguous with the padded head dim; FP8 V is
-    channel-major (see ``layout.empty_like_view``).
-    """
+    float32 [B, H, Dp] or None): INT8 contiguous with the padded head dim, FP8 V channel-major
+    (``layout.empty_like_view``)."""
     xq = empty_like_view(x, head_dim_pad, torch.int8)
     nblk = launcher.cdiv(x.max_len, blk)
     xs = torch.empty((x.batch, x.heads, nblk), dtype=torch.float32, device=x.t.device)
     want_v = v is not None and fp8_dtype is not None and (v_amax is not None or inline_stats)
     if v_key_order and (x.is_varlen or blk % KEY_GROUP):
         raise ValueError(f"v_key_order needs dense inputs and blocks of a multiple of {KEY_GROUP} tokens")
-    vq = (
-        empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True, key_order=v_key_order)
-        if want_v
-        else None
-    )
-    vs = (
-        torch.empty((v.batch, v.heads, head_dim_pad), dtype=torch.float32, device=xs.device)
-        if want_v
-        else None
-    )
-    vv, ww = (v, vq) if want_v else (x, xq)
+    vq = vs = None
+    vv, ww = x, xq  # stand-ins for V's arguments, never read without V
+    if want_v:
+        vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True, key_order=v_key_order)
+        vs = torch.empty((v.batch, v.heads, head_dim_pad), dtype=torch.float32, device=xs.device)
+        vv, ww = v, vq
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
@@ -585,26 +548,17 @@ def quant_kv(
     pdl_trigger: bool = False,
     v_key_order: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
-    """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel.
-    ``pdl_trigger``: the attention launch follows as a programmatic dependent (``quant_blocks``);
-    ``v_key_order``: FP8 V in wgmma key order (``configs.use_v_key_order``).
-
-    Statistics (K's mean, V's amax): inside the quantization launch up to
-    INLINE_STATS_MAX_ELEMENTS keys (the longest packed sequence) × head dim, else ``kv_stats``;
-    then one Triton launch
-    quantizing K's and V's blocks. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale
-    or None).
-    """
+    """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel, by one Triton
+    launch; K's mean and V's amax computed inside it up to INLINE_STATS_MAX_ELEMENTS keys (the
+    longest packed sequence) × head dim, else by ``kv_stats``. ``pdl_trigger``, ``v_key_order``:
+    as ``quant_blocks``. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale or None)."""
     inline = k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     # the launch key fixes the strides, hence the unit: decided once per key
     unit = launcher.constexprs(quant_kv, launch_key, lambda: {"ROW_UNIT": row_unit((k, v))})["ROW_UNIT"]
     if inline:  # statistics computed inside the quantization launch: km is filled there
-        km = (
-            torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
-            if smooth_k
-            else None
-        )
-        va = None
+        km, va = None, None
+        if smooth_k:
+            km = torch.empty((k.batch, k.heads, head_dim_pad), dtype=torch.float32, device=k.t.device)
     else:
         km, va = kv_stats(k, v, head_dim_pad, smooth_k, fp8_dtype, launch_key, unit)
     kq, ks, vq, vs = quant_blocks(
