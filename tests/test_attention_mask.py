@@ -87,8 +87,8 @@ def test_full_boolean_and_additive_masks_with_gqa_and_nhd(kind):
     "name", ["bool with holes", "bool left padding", "fp16 finfo.min padding", "bf16 -inf with a bias"]
 )
 def test_key_vectors_that_are_not_plain_prefixes(name):
-    """Key masks the kernel's extent scan cannot reduce to a shorter sequence are applied per tile;
-    HF-style fp16 padding (finfo.min) is a prefix and stops the loop."""
+    """Key masks the kernel cannot reduce to a shorter sequence (``_key_extent``) are applied per
+    tile; HF-style fp16 padding (finfo.min) is a prefix and stops the loop."""
     q, k, v = _qkv(seed=9)
     keep = torch.ones(2, 72, dtype=torch.bool, device=DEV)
     if name == "bool with holes":

@@ -74,6 +74,77 @@ def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr
 
 
 @triton.jit
+def _apply_attn_mask(
+    s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+    MASKED: tl.constexpr, MODE: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
+    """The caller's mask on a tile of scores ``s`` (softmax logits s·c − off, per row c > 0):
+    boolean (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the sequence and
+    keys past its end are never read."""
+    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
+    if ROWS:
+        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
+        ok = row_ok[:, None] & col_ok[None, :] if MASKED else row_ok[:, None]
+        a = tl.load(ptrs, mask=ok, other=0)
+    elif MASKED:
+        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
+    else:
+        a = tl.load(ptrs)[None, :]
+    if MODE == 1:
+        s = tl.where(a != 0, s, float("-inf"))
+    else:
+        # Large finite values keep the exponent in float32's precision (at finfo.min its rounding
+        # alone would be ±1e13): below -3e4 a value is -3e4, whose exp is 0 beside any attended
+        # key; at -1e9 and below (finfo.min masks) the score is dropped too, as it vanishes in
+        # SDPA's sum, so a row of nothing but such values averages V as SDPA's does. -inf stays.
+        a = a.to(tl.float32)
+        absorbed = (a <= -1e9) & (a != float("-inf"))
+        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
+        s = tl.where(absorbed, ((off - 43281.0) / c)[:, None], s + a * (1.4426950408889634 / c)[:, None])
+    return s
+
+
+@triton.jit
+def _key_extent(AM, am_base, n_k, stride_mn, MODE: tl.constexpr, SCAN: tl.constexpr):
+    """A key mask's extent: (n, plain) with n = 1 + the last key not blocked (False, or additive
+    ≤ -65504: fp16's finfo.min and below, where exp underflows to 0 in float32) and plain = keys
+    [0, n) are all neutral (True, or +0.0). A plain mask is the sequence [0, n) and nothing else:
+    the key loop stops at n and never reads the mask again (key padding at no cost)."""
+    offs = tl.arange(0, SCAN)
+    last = -1
+    neutral = 0
+    for start in range(0, n_k, SCAN):
+        cols = start + offs
+        ok = cols < n_k
+        a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
+        if MODE == 1:
+            keep = ok & (a != 0)
+            neut = keep
+        else:
+            a = a.to(tl.float32)
+            keep = ok & (a > -65504.0)
+            neut = ok & (a == 0.0)
+        last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
+        neutral += tl.sum(neut.to(tl.int32))
+    n = last + 1
+    return n, (n > 0) & (neutral == n)
+
+
+@triton.jit
+def _wgmma_wait(x):
+    """Wait for every wgmma this warpgroup has committed (sm90 PTX; ``x`` only anchors the
+    statement: Triton keeps a side-effecting asm in program order)."""
+    tl.inline_asm_elementwise(
+        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
+        "=r,r",
+        [x],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _attn_fwd_kernel(
     QF,
     K,
@@ -243,28 +314,7 @@ def _attn_fwd_kernel(
         n_loop = n_k  # the keys the loop visits
         apply_mask = MASK_MODE != 0
         if MASK_MODE != 0 and not MASK_ROWS:  # key padding: stop at the last key, mask only holes
-            # The mask's extent: n_eff = 1 + the last key not blocked (False, or additive ≤ -65504:
-            # fp16's finfo.min and below, where exp underflows to 0 in float32); plain: keys
-            # [0, n_eff) are all neutral (True, or +0.0), so the mask is the sequence [0, n_eff)
-            # and nothing else: the key loop stops there and never reads it again.
-            offs = tl.arange(0, 1024)
-            last = -1
-            neutral = 0
-            for start in range(0, n_k, 1024):
-                cols = start + offs
-                ok = cols < n_k
-                a = tl.load(AM + am_base + cols.to(tl.int64) * stride_mn, mask=ok, other=0)
-                if MASK_MODE == 1:
-                    keep = ok & (a != 0)
-                    neut = keep
-                else:
-                    a = a.to(tl.float32)
-                    keep = ok & (a > -65504.0)
-                    neut = ok & (a == 0.0)
-                last = tl.maximum(last, tl.max(tl.where(keep, cols, -1)))
-                neutral += tl.sum(neut.to(tl.int32))
-            n_eff = last + 1
-            plain = (n_eff > 0) & (neutral == n_eff)
+            n_eff, plain = _key_extent(AM, am_base, n_k, stride_mn, MASK_MODE, 1024)
             n_loop = tl.where(plain, n_eff, n_k)
             apply_mask = plain == 0
         # Key tiles [0, full) need no mask; [full, hi) are diagonal or ragged tiles.
@@ -276,15 +326,18 @@ def _attn_fwd_kernel(
         else:
             hi = n_loop
             full = n_loop // BLOCK_N * BLOCK_N
-        # The unmasked tiles, then the masked ones (masked: bounds and causality checked): one loop,
-        # unrolled at compile time. MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean
-        # (nonzero attends), 2 additive (natural-log units, added to sm_scale·q·kᵀ); MASK_ROWS: it
-        # varies along query rows, else one [BLOCK_N] vector per tile serves every row (key padding).
-        # V_KEY_ORDER: FP8 V in wgmma key order (``layout.KEY_GROUP``), its rows zero-padded to whole
-        # groups: a ragged tile reads V rows up to the padded end, where positions past n_loop hold
-        # keys before it. WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not
-        # across the loop edge, where ptxas serialises every wgmma. SPLIT_D: the head dim runs as two
-        # channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2, acc2), instead of one padded tile.
+        # The unmasked tiles, then the masked ones (bounds and causality checked): one loop, unrolled
+        # at compile time.
+        # - MASK_MODE (the caller's ``attn_mask``, every tile): 1 boolean (nonzero attends), 2 additive
+        #   (natural-log units, added to sm_scale·q·kᵀ); MASK_ROWS: it varies along query rows, else
+        #   one [BLOCK_N] vector per tile serves every row (key padding).
+        # - V_KEY_ORDER: FP8 V in wgmma key order (``layout.KEY_GROUP``), its rows zero-padded to whole
+        #   groups: a ragged tile reads V rows up to the padded end, where positions past n_loop hold
+        #   keys before it.
+        # - WGMMA_WAIT (Hopper): the P·V wgmma is waited on inside its iteration, not across the loop
+        #   edge, where ptxas serialises every wgmma.
+        # - SPLIT_D: the head dim runs as two channel pieces, ``offs_d`` (q, acc) and ``offs_d2`` (q2,
+        #   acc2), instead of one padded tile.
         offs_n = tl.arange(0, BLOCK_N)
         # FP8 P·V: each tile's product in a fresh accumulator added into FP32 ("fp32+fp32"), or
         # (PV_DIRECT, "fp32") accumulated by the MMA itself: no FP32 add per output element,
@@ -328,34 +381,10 @@ def _attn_fwd_kernel(
                     c = qs
                     off = tl.zeros_like(qs)
                 if MASK_MODE != 0 and apply_mask:
-                    # The caller's mask on the scores (logits s·c − off, per row c > 0): boolean
-                    # (0 = -inf) or additive (a·log2e/c, so that s·c gains a·log2e). Rows past the
-                    # sequence and keys past its end are never read.
-                    ptrs = AM + (am_base + tl.cast(start_n, tl.int64) * stride_mn) + offs_n * stride_mn
-                    if MASK_ROWS:
-                        ptrs = ptrs[None, :] + offs_m.to(tl.int64)[:, None] * stride_mm
-                        ok = row_ok[:, None] & col_ok[None, :] if masked else row_ok[:, None]
-                        a = tl.load(ptrs, mask=ok, other=0)
-                    elif masked:
-                        a = tl.load(ptrs, mask=col_ok, other=0)[None, :]
-                    else:
-                        a = tl.load(ptrs)[None, :]
-                    if MASK_MODE == 1:
-                        s = tl.where(a != 0, s, float("-inf"))
-                    else:
-                        # Large finite values keep the exponent in float32's precision (at finfo.min
-                        # its rounding alone would be ±1e13): below -3e4 a value is -3e4, whose exp is
-                        # 0 beside any attended key; at -1e9 and below (finfo.min masks) the score is
-                        # dropped too, as it vanishes in SDPA's sum, so a row of nothing but such
-                        # values averages V as SDPA's does. -inf stays.
-                        a = a.to(tl.float32)
-                        absorbed = (a <= -1e9) & (a != float("-inf"))
-                        a = tl.where(a == float("-inf"), a, tl.maximum(a, -3e4))
-                        s = tl.where(
-                            absorbed,
-                            ((off - 43281.0) / c)[:, None],
-                            s + a * (1.4426950408889634 / c)[:, None],
-                        )
+                    s = _apply_attn_mask(
+                        s, c, off, AM, am_base, start_n, offs_n, offs_m, row_ok, col_ok, stride_mm, stride_mn,
+                        masked == 1, MASK_MODE, MASK_ROWS,
+                    )  # fmt: skip
                 if masked:
                     ok = col_ok[None, :]
                     if CAUSAL:
@@ -409,15 +438,8 @@ def _attn_fwd_kernel(
                             V_PADDED,
                         )
                     acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
-                if WGMMA_WAIT:  # every committed wgmma (start_n only anchors the asm in program order)
-                    tl.inline_asm_elementwise(
-                        "wgmma.wait_group.sync.aligned 0;\n\tmov.u32 $0, $1;",
-                        "=r,r",
-                        [start_n],
-                        dtype=tl.int32,
-                        is_pure=False,
-                        pack=1,
-                    )
+                if WGMMA_WAIT:
+                    _wgmma_wait(start_n)
                 m_i = m_new
 
         if ROW_SUM_PARTS > 1:
@@ -499,7 +521,7 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     writes a descriptor to global scratch and fences it before its first load. A K tile past a
     sequence's last key reads the next head's or sequence's rows (those scores are masked);
     dense V's key axis ends at N, so its tiles there arrive as zeros, and packed V holds zeros
-    between sequences (``quant._quant_blocks_kernel``)."""
+    between sequences (``quant._zero_packed_gap``)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)

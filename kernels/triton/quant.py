@@ -260,15 +260,19 @@ def _quant_blocks_kernel(
 ):
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
-    ROW_UNIT: X's and V's strides came divided by it (``layout.row_unit``). V_KEY_ORDER (dense):
-    V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the block's rows: a
-    register permutation, so the stores stay coalesced), rows up to the next multiple of
-    ``layout.KEY_GROUP`` written as zeros. PDL_TRIGGER: every program lets the next launch (the
-    attention kernel, a programmatic dependent that waits for this grid's results before reading
-    them, ``attn_fwd``'s PDL) start once all of them have started. INLINE_STATS (short sequences,
-    dense or packed): every program computes its head's K mean and V amax itself (re-reading the
-    head's other blocks from L2) instead of reading KM/VA, and the first block's program writes
-    the mean to KM: no reduction launches at all.
+    ROW_UNIT: X's and V's (the inputs') strides came divided by it (``layout.row_unit``).
+
+    V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
+    block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
+    multiple of ``layout.KEY_GROUP`` written as zeros.
+
+    PDL_TRIGGER: every program lets the next launch (the attention kernel, launched as a
+    programmatic dependent) start once all of them have started; it waits for this grid's
+    results before reading them (``attn_fwd``'s PDL).
+
+    INLINE_STATS (short sequences, dense or packed): every program computes its head's K mean and
+    V amax itself (the head's other blocks are re-read from L2) instead of reading them from
+    KM/VA, and the first block's program writes the mean to KM: no reduction launches at all.
     """
     stride_xb, stride_xh, stride_xn = stride_xb * ROW_UNIT, stride_xh * ROW_UNIT, stride_xn * ROW_UNIT
     stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
@@ -335,22 +339,25 @@ def _quant_blocks_kernel(
             mask=w_ok[:, None],
         )
         if IS_VARLEN and pid_n == 0:
-            # Zeros from the sequence's written rows (n rounded up to 16) to the next sequence's
-            # position, or after the last one to the buffer's end (``stride_wd``: each channel row's
-            # positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end (a
-            # tensor descriptor's box) then meets finite values only, whatever the buffer held.
-            end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
-            pos = packed_v_position(CU, b, T)
-            gap0 = pos + (n + 15) // 16 * 16
-            gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
-            offs = tl.arange(0, BLK)
-            zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
-            head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
-            for p in range(gap0, gap1, BLK):
-                gap_rows = p + offs
-                tl.store(
-                    head + gap_rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(gap_rows < gap1)[:, None]
-                )
+            _zero_packed_gap(VQ, CU, b, n, h, T, stride_wh, stride_wn, stride_wd, offs_d, BLK)
+
+
+@triton.jit
+def _zero_packed_gap(VQ, CU, b, n, h, T, stride_wh, stride_wn, stride_wd, offs_d, BLK: tl.constexpr):
+    """Zeros in packed FP8 V from sequence b's written rows (n rounded up to 16) to the next
+    sequence's position, or after the last sequence to the buffer's end (``stride_wd``: each
+    channel row's positions, ``layout.packed_v_tokens``): a key tile read past a sequence's end
+    (a tensor descriptor's box) then meets finite values only, whatever the buffer held."""
+    end = tl.minimum(tl.maximum(tl.load(CU + b + 1), 0), T)
+    pos = packed_v_position(CU, b, T)
+    gap0 = pos + (n + 15) // 16 * 16
+    gap1 = tl.where(b == tl.num_programs(2) - 1, stride_wd, (end + 15) // 16 * 16 + 16 * (b + 1))
+    offs = tl.arange(0, BLK)
+    zero = tl.zeros([BLK, offs_d.shape[0]], dtype=VQ.dtype.element_ty)
+    head = VQ + h.to(tl.int64) * stride_wh + offs_d.to(tl.int64)[None, :] * stride_wd
+    for p in range(gap0, gap1, BLK):
+        rows = p + offs
+        tl.store(head + rows.to(tl.int64)[:, None] * stride_wn, zero, mask=(rows < gap1)[:, None])
 
 
 def fp8_max(dtype: torch.dtype) -> float:
