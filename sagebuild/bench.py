@@ -228,8 +228,9 @@ def time_interleaved(
                 if gpu:
                     samples[i] += _gpu_cold_samples(fn, n, flush, device)
                     b2b[i].append(_gpu_back_to_back(fn, max(n, B2B_MIN_CALLS), device))
-                    if sustain_s > 0:  # timed over the second half of sustain_s seconds of calls: the
-                        # first half brings the GPU to the clocks its power limit allows
+                    if sustain_s > 0:
+                        # timed over the second half of sustain_s seconds of calls: the first half
+                        # brings the GPU to the clocks its power limit allows
                         half = max(B2B_MIN_CALLS, int(sustain_s * 1e3 / max(b2b[i][-1], 1e-3) / 2))
                         sustained[i].append(_gpu_back_to_back(fn, half, device, lead=half))
                 else:

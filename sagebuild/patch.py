@@ -289,7 +289,7 @@ def _verdict(args: tuple, support_for: SupportFn) -> DeviceSupport | str:
     )
 
 
-# ``sagebuild::patched_sdpa``: defined by ``_update`` (eagerly: never while Dynamo traces)
+# ``sagebuild::patched_sdpa``: defined by ``_install`` (eagerly: never while Dynamo traces)
 _op: Callable[..., Any] | None = None
 
 
@@ -373,32 +373,47 @@ def is_active() -> bool:
         return _original is not None
 
 
-def _update(depth: int = 0, enabled: bool | None = None) -> None:
-    """Change the scope depth or the enable flag; the wrapper is installed while either holds."""
-    global _depth, _enabled, _original
+def _install() -> None:
+    global _original
     import torch
 
     fn = torch.nn.functional
+    _define_op()
+    if _original is None:
+        current = fn.scaled_dot_product_attention
+        _original = current if current is not scaled_dot_product_attention else None
+        fn.scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def _restore() -> None:
+    global _original
+    import torch
+
+    fn = torch.nn.functional
+    if _original is None:
+        return
+    if fn.scaled_dot_product_attention is scaled_dot_product_attention:
+        fn.scaled_dot_product_attention = _original
+    else:
+        warnings.warn(
+            "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
+            "someone else while the patch was active; leaving their function in place",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    _original = None
+
+
+def _update(depth: int = 0, enabled: bool | None = None) -> None:
+    """Change the scope depth or the enable flag; the wrapper is installed while either holds."""
+    global _depth, _enabled
     with _state_lock:
         _depth += depth
         _enabled = _enabled if enabled is None else enabled
         if _depth or _enabled:
-            _define_op()
-            if _original is None:
-                current = fn.scaled_dot_product_attention
-                _original = current if current is not scaled_dot_product_attention else None
-                fn.scaled_dot_product_attention = scaled_dot_product_attention
-        elif _original is not None:
-            if fn.scaled_dot_product_attention is scaled_dot_product_attention:
-                fn.scaled_dot_product_attention = _original
-            else:
-                warnings.warn(
-                    "sagebuild.patch_sdpa: torch.nn.functional.scaled_dot_product_attention was replaced by "
-                    "someone else while the patch was active; leaving their function in place",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            _original = None
+            _install()
+        else:
+            _restore()
 
 
 def enable() -> None:
@@ -413,7 +428,7 @@ def disable() -> None:
 
 class _Scope(contextlib.ContextDecorator):
     """One ``patch_sdpa()`` scope: reusable and re-entrant (the depth is process-wide; a generator
-    context manager is neither), and its ``__exit__`` is the frame ``_update``'s warning skips."""
+    context manager is neither), and its ``__exit__`` is the frame ``_restore``'s warning skips."""
 
     def __enter__(self) -> _Scope:
         _update(+1)

@@ -4,7 +4,6 @@ schema, loading with clear errors, and matching a probed machine."""
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields
@@ -111,7 +110,11 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         """The profile as JSON holds it (tuples as lists)."""
-        return json.loads(json.dumps(asdict(self)))
+        d = asdict(self)
+        d["archs"] = list(self.archs)
+        d["kernels"] = list(self.kernels)
+        d["bench"]["seq"] = list(self.bench.seq)
+        return d
 
 
 # ---- schema ---------------------------------------------------------------------------------
