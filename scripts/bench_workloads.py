@@ -148,6 +148,7 @@ WORKLOADS: list[tuple[str, str, torch.dtype, Callable[[], Case]]] = [
     ("SD1.5 self-attention, head dim 40", "2×8×4096×40", F16, lambda: dense(2, 8, 4096, 40, F16)),
     ("SD1.5 self-attention, head dim 160", "2×8×256×160", F16, lambda: dense(2, 8, 256, 160, F16)),
     ("small (the mission's bench)", "1×16×1024×64", F16, lambda: dense(1, 16, 1024, 64, F16)),
+    ("short", "2×32×1024×128", F16, lambda: dense(2, 32, 1024, 128, F16)),
     ("medium", "1×16×4096×64", F16, lambda: dense(1, 16, 4096, 64, F16)),
     ("medium", "2×32×2048×128", F16, lambda: dense(2, 32, 2048, 128, F16)),
     ("LLM prefill, head dim 80, causal", "1×32×4096×80", F16, lambda: dense(1, 32, 4096, 80, F16, True)),

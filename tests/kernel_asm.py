@@ -103,14 +103,20 @@ def sass_report(
 
 
 def compile_preprocessing(
-    arch: str, head_dim: int = 128, stages: Optional[int] = None, varlen: bool = False
+    arch: str,
+    head_dim: int = 128,
+    stages: Optional[int] = None,
+    varlen: bool = False,
+    inline: Optional[tuple[int, int, bool]] = None,
 ) -> dict[str, dict]:
     """Compile the dense K/V pre-processing kernels (column statistics per part, the combining
     launch, the INT8 + FP8 block quantization) for ``arch`` without a GPU.
 
     Returns {kernel: {"ok", "error", "asm"}} (asm: PTX or AMDGCN). FP8 V where the arch table
     has an FP8 path; ``stages`` overrides ``quant.PART_STAGES``; the PDL trigger as for an
-    unknown key count (``features``: only with SAGEBUILD_PDL=1); ``varlen``: packed sequences.
+    unknown key count (``features``: only with SAGEBUILD_PDL=1); ``varlen``: packed sequences;
+    ``inline``: the quantization with its in-launch statistics, (rows per load, warps, FP8 V).
+    Each result also has ``shared``: the bytes of shared memory a CTA needs (None on failure).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -119,7 +125,8 @@ def compile_preprocessing(
     from sagebuild.kernels.triton import quant
 
     row = archs.get(archs.normalize(arch))
-    fp8 = bool(row.fp8_mma)
+    fp8 = bool(row.fp8_mma) if inline is None else inline[2]
+    stats = dict(INLINE_STATS=inline is not None, STATS_BLK=128 if inline is None else inline[0])
     both = dict(SMOOTH_K=True, V_FP8=fp8, IS_VARLEN=varlen)
     kernels = {
         "kv_partials": (
@@ -137,7 +144,7 @@ def compile_preprocessing(
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
                  FP8_MAX=240.0 if aot._fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=varlen,
-                 INLINE_STATS=False, STATS_BLK=128, STATS_STAGES=1,
+                 **stats, STATS_STAGES=1 if inline is None else quant.INLINE_STAGES,
                  PDL_TRIGGER=features.enabled("pdl", row.family), V_KEY_ORDER=False, ROW_UNIT=1,
                  stride_wn=1),  # FP8 V's tokens are contiguous: the JIT specialises that 1
             {"X": "*fp16", "KM": "*fp32", "XQ": "*i8", "XS": "*fp32", "V": "*fp16", "VA": "*fp32",
@@ -150,10 +157,12 @@ def compile_preprocessing(
         aligned = lambda a: a == "PART_ROWS" or a.startswith("stride_")  # noqa: E731
         src = aot._ast_source(fn, constexprs, ptr, ("scale_mul",), aligned)
         try:
-            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": 4})
-            out[name] = {"ok": True, "error": None, "asm": aot.assembly(k, row)}
+            warps = inline[1] if inline is not None and name == "quant_blocks" else 4
+            k = triton.compile(src, target=GPUTarget(*row.triton_target), options={"num_warps": warps})
+            out[name] = {"ok": True, "error": None, "asm": aot.assembly(k, row), "shared": k.metadata.shared}
         except Exception as exc:  # report, never raise
-            out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[-500:], "asm": None}
+            error = f"{type(exc).__name__}: {exc}"[-500:]
+            out[name] = {"ok": False, "error": error, "asm": None, "shared": None}
     return out
 
 

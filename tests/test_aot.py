@@ -22,6 +22,7 @@ import kernel_asm
 import pytest
 
 from sagebuild import archs
+from sagebuild.kernels.triton import quant
 
 CASES = [  # (arch, variant, head dim)
     ("gfx1201", "qk_int8_pv_fp16", 128),
@@ -141,6 +142,30 @@ def test_preprocessing_kernels_lower_for_every_vendor():
     assert not res["sm90/1"]["kv_partials"]["cp_async"]
 
 
+_INLINE_SCRIPT = """
+import json, sys
+from kernel_asm import compile_preprocessing
+from sagebuild.kernels.triton import quant
+out = []
+for arch in json.loads(sys.argv[1]):
+    for (dp, reads_v), (rows, warps) in quant.INLINE_LAUNCH.items():
+        r = compile_preprocessing(arch, head_dim=dp, inline=(rows, warps, reads_v))["quant_blocks"]
+        out.append([arch, dp, reads_v, r["ok"], r["error"], r["shared"]])
+print(json.dumps(out))
+"""
+
+
+def test_inline_statistics_launches_fit_every_gpus_shared_memory():
+    """Every row of the in-launch statistics' table compiles for AMD and NVIDIA targets, and its
+    pipelined loads stay within ``quant.INLINE_SMEM_BYTES`` (what sm86/sm89 give a CTA is 99 KB):
+    a larger row would compile and then fail to launch on those GPUs."""
+    res = _compile_in_subprocess(_INLINE_SCRIPT, ["sm89", "sm90", "gfx942"])
+    assert len(res) == 3 * len(quant.INLINE_LAUNCH)
+    for arch, dp, reads_v, ok, error, shared in res:
+        assert ok, (arch, dp, reads_v, error)
+        assert shared <= quant.INLINE_SMEM_BYTES, (arch, dp, reads_v, shared)
+
+
 _STORES_SCRIPT = """
 import json, re, sys
 from kernel_asm import compile_preprocessing
@@ -166,6 +191,7 @@ _TMA_SCRIPT = """
 import json, re, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
+from sagebuild.kernels.triton import quant
 from sagebuild.attention import aot
 out = []
 for arch, n_k in json.loads(sys.argv[1]):
@@ -194,6 +220,7 @@ _PDL_SCRIPT = """
 import json, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
+from sagebuild.kernels.triton import quant
 from sagebuild.attention import aot
 import kernel_asm
 out = []

@@ -33,14 +33,25 @@ from .layout import KEY_GROUP, SeqView, empty_like_view, in_unit, key_rows_of, r
 
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
 # computed inside the K/V quantization launch (saving the statistics launches); each program
-# re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats.
-INLINE_STATS_MAX_ELEMENTS = 1024 * 128
-# The in-launch statistics' loads (``_column_stats``): rows per load by padded head dim, and
-# loads in flight (the H200 sweep's fastest; 64 rows at head dim 128 left too few registers
-# beside the two FP32 accumulators and the block being quantized).
-INLINE_CHUNK_ROWS = {64: 128, 128: 32, 256: 16}
+# re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats
+# (at 1024 keys × 128 the two statistics launches are 10–32 % faster with 24 or more heads).
+INLINE_STATS_MAX_ELEMENTS = 1024 * 64
+# The in-launch statistics' loads (``_column_stats``), INLINE_STAGES in flight: (rows per load,
+# the launch's warps) by (padded head dim, whether V is read too). The sweeps' fastest within
+# INLINE_SMEM_BYTES of loads in shared memory; 64 rows at head dim 128 left too few registers
+# beside the two FP32 accumulators and the block being quantized.
+INLINE_LAUNCH = {
+    (64, False): (256, 8),
+    (64, True): (128, 4),
+    (128, False): (32, 4),
+    (128, True): (32, 4),
+    (256, False): (32, 4),
+    (256, True): (32, 4),
+}
 INLINE_STAGES = 3
-INLINE_WARPS = 4
+# the pipelined loads' buffers (INLINE_STAGES - 1 of rows × head dim × 2 B per tensor read) stay
+# within what every supported NVIDIA GPU gives a CTA (sm86/sm89: 99 KB)
+INLINE_SMEM_BYTES = 64 * 1024
 # Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
@@ -371,6 +382,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def inline_launch(head_dim_pad: int, reads_v: bool) -> tuple[int, int]:
+    """(rows per load, warps) of the quantization launch's in-launch statistics."""
+    return INLINE_LAUNCH.get((head_dim_pad, reads_v), (16, 4))
+
+
 def chunk_rows(head_dim_pad: int) -> int:
     """Rows per load of the statistics launch: PART_CHUNK_ELEMS elements, at least 16 rows."""
     return max(16, PART_CHUNK_ELEMS // head_dim_pad)
@@ -506,7 +522,7 @@ def quant_blocks(
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
             IS_VARLEN=x.is_varlen,
             INLINE_STATS=inline_stats,
-            STATS_BLK=INLINE_CHUNK_ROWS.get(head_dim_pad, 16),
+            STATS_BLK=inline_launch(head_dim_pad, want_v)[0],
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
@@ -538,7 +554,7 @@ def quant_blocks(
             float(scale_mul),
         ),
         consts,
-        num_warps=INLINE_WARPS if inline_stats else 4,
+        num_warps=inline_launch(head_dim_pad, want_v)[1] if inline_stats else 4,
         key=launch_key,
     )
     return xq, xs, vq, vs
