@@ -191,7 +191,6 @@ _TMA_SCRIPT = """
 import json, re, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
-from sagebuild.kernels.triton import quant
 from sagebuild.attention import aot
 out = []
 for arch, n_k in json.loads(sys.argv[1]):
@@ -220,7 +219,6 @@ _PDL_SCRIPT = """
 import json, sys, triton
 from triton.backends.compiler import GPUTarget
 from sagebuild import archs
-from sagebuild.kernels.triton import quant
 from sagebuild.attention import aot
 import kernel_asm
 out = []

@@ -34,7 +34,7 @@ from .layout import KEY_GROUP, SeqView, empty_like_view, in_unit, key_rows_of, r
 # Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
 # computed inside the K/V quantization launch (saving the statistics launches); each program
 # re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats
-# (at 1024 keys × 128 the two statistics launches are 10–32 % faster with 24 or more heads).
+# (already faster at 1024 keys × 128).
 INLINE_STATS_MAX_ELEMENTS = 1024 * 64
 # The in-launch statistics' loads (``_column_stats``), INLINE_STAGES in flight: (rows per load,
 # the launch's warps) by (padded head dim, whether V is read too). The sweeps' fastest within
