@@ -128,8 +128,8 @@ def check_extension(facts: Facts, profile: Profile) -> Verdict:
     missing = [a for a in gpus if built_archs and a not in built_archs]
     if missing:
         return warn(
-            f"{summary}; this machine's {', '.join(missing)} is not in the build (the runtime falls back "
-            "to Triton's quantization for it)",
+            f"{summary}; this machine's {', '.join(missing)} is not in the build (calls that ask for "
+            "quantization_backend='ext' stop with an error there; the default quantizes with Triton)",
             f"sagebuild compile --arch {','.join(sorted(built_archs | set(missing)))}",
         )
     return ok(summary)
