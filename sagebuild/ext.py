@@ -1,6 +1,7 @@
-"""Runtime loader of the bundled C++/CUDA/HIP extension. Loading never breaks an attention call: a
-missing build means Triton's quantization; a broken one keeps its reason for ``unavailable_reason()``
-("built for torch X with CUDA Y, you have Z")."""
+"""Runtime loader of the bundled C++/CUDA/HIP extension. Loading never raises: a missing or broken
+build makes ``get_quant_ops`` return None and keeps its reason for ``unavailable_reason()`` ("built
+for torch X with CUDA Y, you have Z"). Only ``quantization_backend="ext"`` uses the ops, and then
+stops with that reason; the default quantizes with Triton."""
 
 from __future__ import annotations
 

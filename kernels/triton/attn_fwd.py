@@ -13,7 +13,8 @@ One kernel serves every variant through constexpr switches:
   and masks (see ``layout.SeqView``); nothing is copied.
 * ``RETURN_LSE``: log-sum-exp (natural log) of the *unsmoothed* scores sm_scale·q·kᵀ, i.e. the
   smoothed kernel's value plus sm_scale·q·mean(K)ᵀ.
-* FP8 V is read channel-major (``stride_vd`` = N): the K-major B operand Hopper's FP8 wgmma wants.
+* FP8 V is read channel-major (``stride_vd``: ``layout.v_row_stride``): the K-major B operand
+  Hopper's FP8 wgmma wants.
 * ``USE_TMA``: K and V tiles by tensor descriptors built on the host over every head's rows (the
   TMA engine on NVIDIA sm90+; one descriptor per channel piece of a split head dim) instead of
   per-thread copies, where the plan says so (``sagebuild.attention.plan``).
@@ -520,8 +521,8 @@ def _kv_descriptors(kv: QuantizedKV, head_dim_pad: int, block_n: int, split: boo
     rows (``tma_eligible`` layouts): the kernel takes them as launch parameters, so no program
     writes a descriptor to global scratch and fences it before its first load. A K tile past a
     sequence's last key reads the next head's or sequence's rows (those scores are masked);
-    dense V's key axis ends at N, so its tiles there arrive as zeros, and packed V holds zeros
-    between sequences (``quant._zero_packed_gap``)."""
+    dense V's key axis ends at its key rows (``layout.key_rows``), so its tiles there arrive as
+    zeros, and packed V holds zeros between sequences (``quant._zero_packed_gap``)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     k_box, v_box, k2_box, v2_box = kv_desc_boxes(head_dim_pad, block_n, split)

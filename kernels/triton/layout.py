@@ -44,7 +44,8 @@ class SeqView(NamedTuple):
     heads: int
     max_len: int  # N for dense inputs, the longest sequence for varlen
     cu: Optional[torch.Tensor] = None  # int32 [batch + 1] cumulative lengths (varlen only)
-    stride_d: int = 1  # N (not 1) for the FP8 V buffer, stored channel-major for the MMA
+    # FP8 V (channel-major for the MMA): its channel rows' stride (v_row_stride, packed_v_tokens)
+    stride_d: int = 1
 
     @property
     def head_dim(self) -> int:
@@ -113,7 +114,7 @@ def packed_v_tokens(total: int, batch: int) -> int:
 
 def packed_v_start(start: int, b: int) -> int:
     """Where packed sequence b (first token ``start``) begins in channel-major FP8 V: its first
-    token rounded up to 16, plus 16·b (``quant.packed_v_base``, on the host)."""
+    token rounded up to 16, plus 16·b (``quant.packed_v_position``, on the host)."""
     return -(-start // 16) * 16 + 16 * b
 
 

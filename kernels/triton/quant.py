@@ -31,8 +31,8 @@ from triton.language.extra.cuda import gdc_launch_dependents
 from . import launcher
 from .layout import KEY_GROUP, SeqView, empty_like_view, in_unit, key_rows_of, row_unit, wgmma_key_order
 
-# Up to this many keys × padded head dim per head (dense inputs), K's mean and V's amax are
-# computed inside the K/V quantization launch (saving the statistics launches); each program
+# Up to this many keys (packed: of the longest sequence) × padded head dim, K's mean and V's amax
+# are computed inside the K/V quantization launch (saving the statistics launches); each program
 # re-reads its whole head from L2, so the traffic grows with N²·D and longer heads use kv_stats
 # (already faster at 1024 keys × 128).
 INLINE_STATS_MAX_ELEMENTS = 1024 * 64
@@ -52,7 +52,7 @@ INLINE_STAGES = 3
 # the pipelined loads' buffers (INLINE_STAGES - 1 of rows × head dim × 2 B per tensor read) stay
 # within what every supported NVIDIA GPU gives a CTA (sm86/sm89: 99 KB)
 INLINE_SMEM_BYTES = 64 * 1024
-# Longer dense sequences: one launch of column statistics over parts of the tokens (K sums, V
+# Longer sequences: one launch of column statistics over parts of the tokens (K sums, V
 # amaxes), PART_CHUNK_ELEMS elements (chunk_rows: 32 rows at head dim 128) per load and
 # PART_STAGES loads in flight (Triton's pipeliner: asynchronous copies into shared memory,
 # 2 B · 2 tensors · PART_CHUNK_ELEMS · PART_STAGES = 48 KB per program at any head dim, inside
@@ -393,8 +393,9 @@ def chunk_rows(head_dim_pad: int) -> int:
 
 
 def part_rows(n: int, heads: int, device: torch.device, head_dim_pad: int) -> int:
-    """Tokens per statistics part of dense K/V: at most PART_WAVES programs per SM (about that
-    many), each at least PART_MIN_ROWS tokens, a multiple of ``chunk_rows``."""
+    """Tokens per statistics part of K/V (packed: of the longest sequence): at most PART_WAVES
+    programs per SM (about that many), each at least PART_MIN_ROWS tokens, a multiple of
+    ``chunk_rows``."""
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:

@@ -43,7 +43,7 @@ TABLE: dict[str, FamilyFeatures] = {
     "Blackwell": FamilyFeatures(
         "config", "short", "never", "never", "never", "TMA and PDL exist; wgmma-specific ones do not apply"
     ),
-    # the CPU interpreter runs TMA, key order and row-sum parts so the tests cover them
+    # the CPU interpreter runs TMA and row-sum parts so the tests cover them (key order when opted in)
     "interpreter": FamilyFeatures(
         "config", "never", "never", "opt_in", "on", "tests: the interpreter emulates descriptors and reshapes"
     ),

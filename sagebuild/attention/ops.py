@@ -74,8 +74,9 @@ def run_reference(
             _warned.add((where, reason))
         if first:
             warnings.warn(
-                f"sagebuild {where}: {reason}; this call runs torch's scaled_dot_product_attention "
-                "instead, exactly but without the quantized kernels (warned once)",
+                f"sagebuild {where}: {reason}; this call runs exact attention instead (torch's "
+                "scaled_dot_product_attention, or the same maths in float32 when the LSE is returned), "
+                "without the quantized kernels (warned once)",
                 RuntimeWarning,
                 stacklevel=4,
             )

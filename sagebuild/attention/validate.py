@@ -1,7 +1,8 @@
 """Input checks for the attention API: one clear error per user mistake, never a traceback.
 
 The checks never modify their inputs; they return views, and copy only a tensor whose last
-dimension is not contiguous (the kernels need unit stride along the head dim).
+dimension is not contiguous (the kernels need unit stride along the head dim), a mask whose key
+stride would overflow the kernel's 32-bit offsets, and ``cu_seqlens`` (int32 on q's device).
 """
 
 from __future__ import annotations
