@@ -122,7 +122,8 @@ def _staging_dir(out: Path) -> Path:
 
 def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None) -> AcceptResult:
     """Run the pipeline and write the output directory; raises ``SagebuildError`` only when the
-    output cannot be written at all (exit 2), never for a failing step."""
+    output cannot be written at all (exit 2) or ``--python`` cannot be run (exit 3), never for a
+    failing step."""
     out = Path(opts.out).expanduser()
     staging = _staging_dir(out)
     try:
@@ -169,7 +170,7 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)
         benchmem.check_fits(bench_cfg)  # a shape that will not fit: refused before 10 min of build
         stage = "verify"
-        benchmem.check_shape_fits(opts.verify_shape)
+        benchmem.check_shape_fits(opts.verify_shape, option="--verify-shape")
     except Exception as e:  # noqa: BLE001 - reported as the failure of the step the setting is for
         refusal = e
 

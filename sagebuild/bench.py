@@ -440,12 +440,13 @@ def expectation_for(profile: Any, arch: Optional[str], gpu: bool) -> tuple[dict[
     elif exp is None:
         doc["note"] = (
             f"no expected speed-up is recorded for {arch} in profile {profile.name}: "
-            "the gate checks accuracy only (docs/kernels.md says how to report a measurement)"
+            "no regression gate, only accuracy and any explicit minimum speed-up (docs/kernels.md says "
+            "how to report a measurement)"
         )
     else:
         doc["note"] = (
             f"regression gate: sageattn's speed-up ≥ {profile.bench.regression:g} of the recorded one "
-            f"({exp.measured}); shapes without a record are not speed-gated"
+            f"({exp.measured}); shapes without a record are not regression-gated"
         )
     return (exp.speedup if exp else {}), doc
 

@@ -155,30 +155,38 @@ def estimate(cfg: Any, dev: Any) -> Estimate:
     )
 
 
-def check_fits(cfg: Any, device: str = "auto") -> Estimate:
-    """Resolve the device and refuse (exit 3) a bench that would not fit it; returns the estimate."""
+def check_fits(
+    cfg: Any,
+    device: str = "auto",
+    what: str = "bench",
+    options: str = "--seq, --batch, --heads or --head-dim",
+) -> Estimate:
+    """Resolve the device and refuse (exit 3) a run that would not fit it, naming ``what`` and the
+    ``options`` that make it smaller; returns the estimate."""
     dev = resolve_device(device)
     est = estimate(cfg, dev)
     problems = est.problems()
     if problems:
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
-        fix = "pass smaller --seq, --batch, --heads or --head-dim"
+        fix = f"pass smaller {options}"
         if est.device == "cpu":
             fix += " (the CPU golden model holds the whole seq × seq score matrix)"
         raise SagebuildError(
-            f"bench {shape} {' and '.join(problems)}: refused before allocating anything",
+            f"{what} {shape} {' and '.join(problems)}: refused before allocating anything",
             fix=fix,
             code=Exit.ENVIRONMENT,
         )
     return est
 
 
-def check_shape_fits(shape: tuple[int, ...], device: str = "auto") -> Estimate:
-    """:func:`check_fits` for one B,H,N,D call (verify's smoke test): one call per provider."""
+def check_shape_fits(shape: tuple[int, ...], device: str = "auto", option: str = "--shape") -> Estimate:
+    """:func:`check_fits` for one B,H,N,D call (verify's smoke test, its shape given by ``option``):
+    one call per provider."""
     from types import SimpleNamespace
 
     b, h, n, d = shape
-    return check_fits(SimpleNamespace(batch=b, heads=h, seq=(n,), head_dim=d, warmup=0, reps=0), device)
+    cfg = SimpleNamespace(batch=b, heads=h, seq=(n,), head_dim=d, warmup=0, reps=0)
+    return check_fits(cfg, device, what="verify shape", options=f"{option} values")
 
 
 def Eta(cfg: Any, est: Estimate, say: Callable[[str], None]) -> Callable[[str], None]:

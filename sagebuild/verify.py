@@ -65,8 +65,13 @@ class VerifyResult:
 _ARCH_MISSING = {"hip-invalid-device-function", "no-kernel-image", "kernel-not-compiled-for-arch"}
 
 
-def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
-    """Likely cause and fix of a run-time error from the failure database, made exact with the arch."""
+def diagnose(
+    text: str, arch: str | None = None, extension: bool = False, torch_install: str | None = None
+) -> tuple[str, str] | None:
+    """Likely cause and fix of a run-time error from the failure database, made exact for a missing
+    arch: from the compiled extension (``extension``) rebuild it for ``arch``; from an attention
+    call, whose Triton kernels are compiled for the GPU at run time, the missing code is torch's
+    own, and the profile's ``torch_install`` line fixes it."""
     if "float32" in text.lower():  # our own input validation: fp32 is the seed's NaN trap
         return ("the kernels take float16/bfloat16 inputs only", NAN_FIX)
     from sagebuild.explain import explain
@@ -75,20 +80,25 @@ def diagnose(text: str, arch: str | None = None) -> tuple[str, str] | None:
     if not matches:
         return None
     m = matches[0]
-    if m.id in _ARCH_MISSING:
-        target = arch or "<your GPU arch>"
+    target = arch or "<your GPU arch>"
+    if m.id in _ARCH_MISSING and extension:
+        cause = f"the extension was not compiled for this GPU's arch ({target})"
+        return cause, f"sagebuild compile --arch {target}"
+    if m.id in _ARCH_MISSING and torch_install:
         return (
-            f"the kernels or the extension were not compiled for this GPU's arch ({target})",
-            f"sagebuild compile --arch {target}",
+            f"torch has no GPU code for this GPU's arch ({target}); the attention's Triton kernels are "
+            "compiled for it at run time",
+            f"install a torch build that supports {target}: {torch_install}",
         )
     return m.cause, m.fix
 
 
-def _record_error(vc: VariantCheck, e: Exception, arch: str | None = None) -> None:
-    """A variant that raised: its first line, and the likely cause and fix when one is known."""
+def _record_error(vc: VariantCheck, e: Exception, arch: str | None = None, **hints: Any) -> None:
+    """A variant that raised: its first line, and the likely cause and fix when one is known
+    (``hints``: :func:`diagnose`'s extension and torch_install)."""
     text = f"{type(e).__name__}: {e}"
     vc.problems.append(text.splitlines()[0][:500])
-    found = (e.message, e.fix) if isinstance(e, SagebuildError) else diagnose(text, arch)
+    found = (e.message, e.fix) if isinstance(e, SagebuildError) else diagnose(text, arch, **hints)
     if found:
         vc.cause, vc.fix = found
 
@@ -186,7 +196,7 @@ def run_verify(
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
         except Exception as e:  # noqa: BLE001 - every failure becomes a diagnosed result, not a traceback
-            _record_error(vc, e, arch)
+            _record_error(vc, e, arch, torch_install=profile.torch_install)
         else:
             _check_output(vc, out, ref, q, expect_dtype, profile.accuracy.get(aliases.get(name, name)))
         vc.seconds = round(time.perf_counter() - t0, 4)
@@ -209,6 +219,18 @@ def run_verify(
 
 
 EXT_CHECK = "ext:quant_ops"
+
+
+def _arch_or_none(dev: Any) -> str | None:
+    """The GPU's arch name for a fix hint, or None (a CPU device, an unsupported GPU)."""
+    if getattr(dev, "type", None) != "cuda":
+        return None
+    from sagebuild.attention import dispatch
+
+    try:
+        return dispatch.device_arch(dev)
+    except SagebuildError:
+        return None
 
 
 def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck | None:
@@ -257,7 +279,7 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
             )
         vc.shape, vc.dtype = list(kq.shape), _dtype_name(kq.dtype)
     except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
-        _record_error(vc, e)
+        _record_error(vc, e, _arch_or_none(dev), extension=True)
     if vc.problems and not vc.cause:
         vc.cause = "the built extension's quantization does not follow the kernels' contract"
         vc.fix = "rebuild it from the bundled sources: sagebuild compile (then sagebuild verify again)"

@@ -59,12 +59,20 @@ def test_verify_refuses_fp32_naming_the_nan_trap():
 
 
 def test_diagnose_invalid_device_function_names_the_arch():
-    cause, fix = verify.diagnose("RuntimeError: HIP error: invalid device function", "gfx1201")
+    """From the compiled extension, a missing arch is fixed by rebuilding it for this GPU; from an
+    attention call (Triton kernels compiled at run time for the GPU) the failure database's cause
+    and fix stand: ``sagebuild compile`` would not change those kernels."""
+    hip = "RuntimeError: HIP error: invalid device function"
+    cause, fix = verify.diagnose(hip, "gfx1201", extension=True)
     assert "gfx1201" in cause and fix == "sagebuild compile --arch gfx1201"
-    cause, fix = verify.diagnose(
-        "CUDA error: no kernel image is available for execution on the device", "sm90"
-    )
+    cuda = "CUDA error: no kernel image is available for execution on the device"
+    cause, fix = verify.diagnose(cuda, "sm90", extension=True)
     assert fix == "sagebuild compile --arch sm90"
+    line = "pip install torch --index-url https://download.pytorch.org/whl/rocm6.4"
+    for text in (hip, cuda):
+        cause, fix = verify.diagnose(text, "gfx1201", torch_install=line)
+        assert "gfx1201" in cause, cause
+        assert fix == f"install a torch build that supports gfx1201: {line}"
 
 
 def test_cli_verify_exit_30_and_json(tmp_path: Path):

@@ -54,7 +54,7 @@ PythonOpt = Annotated[
     ),
 ]
 
-# options shared by compile/bench and accept
+# options shared by compile and accept
 JobsOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -71,7 +71,8 @@ ArchOpt = Annotated[
     ),
 ]
 # the bench options ``bench`` and ``accept`` share, as ``bench.config_from_profile`` takes them:
-# (parameter, type, option, help); each defaults to None, which keeps the profile's value
+# (parameter, type, option, help); each defaults to None: the profile's value (rounds, sustain and
+# gate-on: BenchConfig's defaults)
 _BENCH_OPTIONS = (
     ("batch", int, "--batch", "Bench batch size (default: profile)."),
     ("heads", int, "--heads", "Bench attention heads (default: profile)."),

@@ -37,7 +37,7 @@ Upstream SageAttention {UPSTREAM_API_VERSION}'s public API on sagebuild's kernel
 {_IMPORTS}from sagebuild.attention.functions import sageattn_qk_int8_pv_fp8_triton
 
 __version__ = "{DIST_VERSION}"
-__provider__ = "sagebuild"  # sagebuild compat status reads it
+__provider__ = "sagebuild"  # whose package this is, for callers (compat status reads the dist-info)
 
 __all__ = {list(NAMES) + ["sageattn_qk_int8_pv_fp8_triton"]!r}
 '''
