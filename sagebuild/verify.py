@@ -202,7 +202,7 @@ def run_verify(
         vc.seconds = round(time.perf_counter() - t0, 4)
         vc.ok = not vc.problems
         results.append(vc)
-    ext_check = check_ext_ops(dev, k, v, layout)
+    ext_check = check_ext_ops(dev, k, v, layout, arch)
     if ext_check is not None:
         results.append(ext_check)
     if not results:
@@ -221,21 +221,12 @@ def run_verify(
 EXT_CHECK = "ext:quant_ops"
 
 
-def _arch_or_none(dev: Any) -> str | None:
-    """The GPU's arch name for a fix hint, or None (a CPU device, an unsupported GPU)."""
-    if getattr(dev, "type", None) != "cuda":
-        return None
-    from sagebuild.attention import dispatch
-
-    try:
-        return dispatch.device_arch(dev)
-    except SagebuildError:
-        return None
-
-
-def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck | None:
+def check_ext_ops(
+    dev: Any, k: Any, v: Any, layout: str = "HND", arch: str | None = None
+) -> VariantCheck | None:
     """The built extension's quantization ops against the reference (None: not built): on a CPU-only
-    machine this proves the compiled ``.so`` follows the INT8/FP8 contract."""
+    machine this proves the compiled ``.so`` follows the INT8/FP8 contract. ``arch``: the GPU's, for
+    the fix of a missing arch."""
     import torch
 
     from sagebuild import ext
@@ -279,7 +270,7 @@ def check_ext_ops(dev: Any, k: Any, v: Any, layout: str = "HND") -> VariantCheck
             )
         vc.shape, vc.dtype = list(kq.shape), _dtype_name(kq.dtype)
     except Exception as e:  # noqa: BLE001 - a broken build is a diagnosed failure
-        _record_error(vc, e, _arch_or_none(dev), extension=True)
+        _record_error(vc, e, arch, extension=True)
     if vc.problems and not vc.cause:
         vc.cause = "the built extension's quantization does not follow the kernels' contract"
         vc.fix = "rebuild it from the bundled sources: sagebuild compile (then sagebuild verify again)"

@@ -505,6 +505,7 @@ def quant_blocks(
     if v_key_order and (x.is_varlen or blk % KEY_GROUP):
         raise ValueError(f"v_key_order needs dense inputs and blocks of a multiple of {KEY_GROUP} tokens")
     vq = vs = None
+    stats_rows, stats_warps = inline_launch(head_dim_pad, want_v)
     vv, ww = x, xq  # stand-ins for V's arguments, never read without V
     if want_v:
         vq = empty_like_view(v, head_dim_pad, fp8_dtype, channel_major=True, key_order=v_key_order)
@@ -523,7 +524,7 @@ def quant_blocks(
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
             IS_VARLEN=x.is_varlen,
             INLINE_STATS=inline_stats,
-            STATS_BLK=inline_launch(head_dim_pad, want_v)[0],
+            STATS_BLK=stats_rows,
             STATS_STAGES=INLINE_STAGES,
             PDL_TRIGGER=pdl_trigger,
             V_KEY_ORDER=want_v and v_key_order,
@@ -555,7 +556,7 @@ def quant_blocks(
             float(scale_mul),
         ),
         consts,
-        num_warps=inline_launch(head_dim_pad, want_v)[1] if inline_stats else 4,
+        num_warps=stats_warps if inline_stats else 4,
         key=launch_key,
     )
     return xq, xs, vq, vs
