@@ -259,7 +259,7 @@ def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> 
     from sagebuild.attention.graphed import capture
 
     g, _ = capture(fn, torch.device("cuda", torch.cuda.current_device()))
-    return do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+    return do_bench(g.replay, warmup=25, rep=rep_ms, return_mode="median")
 
 
 # ---- what SDPA runs -------------------------------------------------------------------------

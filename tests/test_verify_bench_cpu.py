@@ -487,3 +487,21 @@ def test_launch_plan_says_what_a_call_runs(monkeypatch):
         launch_plan(q, k, v, variant="fp4")
     with pytest.raises(AttentionInputError):
         launch_plan(q.float(), k, v)  # the call's own validation: fp32 is refused
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_median_ms_times_for_the_requested_duration(monkeypatch, graph):
+    """The tuning scripts' ``rep_ms`` reaches do_bench on both paths (the graph replay ignored it)."""
+    import torch
+    import triton.testing
+
+    from sagebuild.attention import graphed
+
+    seen = []
+    monkeypatch.setattr(
+        triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.append(rep) or 1.5
+    )
+    monkeypatch.setattr(graphed, "capture", lambda fn, device: (type("G", (), {"replay": fn})(), None))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert bench.median_ms(lambda: None, graph=graph, rep_ms=100) == 1.5
+    assert seen == [100]
