@@ -19,8 +19,10 @@ def test_exact_attention_matches_sdpa():
     q, k, v = _qkv(n=96)
     for causal in (False, True):
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
-        assert torch.allclose(exact_attention(q, k, v, is_causal=causal), ref, atol=1e-5)
+        ref = sdpa(q.double(), k.double(), v.double(), is_causal=causal)
+        # float32 on the CPU: an occasional run is 2e-5 off (1 run in ~10 under pytest; a wrong
+        # softmax or mask is off by more than 1e-2)
+        assert torch.allclose(exact_attention(q, k, v, is_causal=causal).double(), ref, atol=1e-4)
 
 
 def test_golden_within_quantization_bounds():
@@ -55,3 +57,13 @@ def test_lse_is_corrected_for_smoothing():
     # the correction is far from negligible here: without it the LSE would be off by this much
     correction = (q.float() * k.float().mean(dim=2, keepdim=True)).sum(-1) * 64**-0.5
     assert correction.abs().max() > 1.0
+
+
+def test_accuracy_of_zero_and_empty_outputs():
+    """A zero side has no angle: identical outputs score cos 1, anything else 0 (this raised)."""
+    z = torch.zeros(4)
+    assert accuracy(z, z)["cos"] == 1.0 and accuracy(z, z)["max_abs"] == 0.0
+    bad = accuracy(torch.tensor([0.0, 2.0, 0.0, 0.0]), z)
+    assert bad["cos"] == 0.0 and bad["max_abs"] == 2.0
+    empty = accuracy(torch.zeros(0), torch.zeros(0))
+    assert (empty["cos"], empty["max_abs"], empty["rmse"], empty["finite"]) == (1.0, 0.0, 0.0, True)

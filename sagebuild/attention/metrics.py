@@ -17,14 +17,13 @@ def accuracy(out: torch.Tensor, ref: torch.Tensor) -> dict:
     ok = torch.isfinite(o) & torch.isfinite(r)
     o, r = o[ok], r[ok]
     diff = o - r
+    max_abs = float(diff.abs().max()) if diff.numel() else 0.0
     denom = float(o.norm() * r.norm())
-    return {
-        "cos": float((o * r).sum()) / denom
-        if denom > 0
-        else (1.0 if float(diff.abs().max(initial=0)) == 0 else 0.0),
+    return {  # a zero (or empty) side has no angle: identical counts as 1, anything else as 0
+        "cos": float((o * r).sum()) / denom if denom > 0 else float(max_abs == 0),
         "rel_l1": float(diff.abs().sum() / r.abs().sum().clamp_min(1e-30)),
         "rmse": float(diff.pow(2).mean().sqrt()) if diff.numel() else 0.0,
-        "max_abs": float(diff.abs().max()) if diff.numel() else 0.0,
+        "max_abs": max_abs,
         "finite": nan_count == 0 and inf_count == 0,
         "nan_count": nan_count,
         "inf_count": inf_count,
