@@ -5,6 +5,7 @@ Checks read only the facts, so checks are tested on hand-made facts and facts on
 from __future__ import annotations
 
 import os
+import platform
 import re
 import sys
 from collections.abc import Mapping
@@ -49,8 +50,6 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
 
 
 def _this_python() -> PythonFacts:
-    import platform
-
     return PythonFacts(
         version=platform.python_version(),
         executable=sys.executable,
