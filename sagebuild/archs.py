@@ -91,8 +91,7 @@ def normalize(name: str) -> str:
     if s.startswith("sm"):
         return s
     if re.fullmatch(r"\d+\.\d", s):
-        major, minor = s.split(".")
-        return f"sm{major}{minor}"
+        return "sm" + s.replace(".", "")
     if re.fullmatch(r"\d{2,3}", s):
         return f"sm{s}"
     return s

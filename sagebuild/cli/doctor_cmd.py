@@ -8,15 +8,7 @@ from typing import Any
 import typer
 
 from sagebuild import console
-from sagebuild.cli.common import (
-    STATUS_STYLE,
-    JsonOpt,
-    ProfileOpt,
-    PythonOpt,
-    RootOpt,
-    handle_errors,
-    respond,
-)
+from sagebuild.cli.common import STATUS_STYLE, JsonOpt, ProfileOpt, PythonOpt, RootOpt, handle_errors, respond
 from sagebuild.errors import Exit
 
 
@@ -27,19 +19,17 @@ def render(doc: dict[str, Any]) -> None:
 
     out = console.out
     f = doc["facts"]
-    t = f["torch"]
-    wsl = {"none": "", "1": " (WSL1)", "2": " (WSL2)"}[f["system"]["wsl"]]
+    s, py, t = f["system"], f["python"], f["torch"]
+    wsl = {"none": "", "1": " (WSL1)", "2": " (WSL2)"}[s["wsl"]]
     out.print(
-        f"[bold]system[/] {escape(str(f['system']['distro'] or f['system']['os']))}{wsl}, kernel "
-        f"{escape(str(f['system']['kernel']))}, {f['system']['cpu_count']} cores, "
-        f"{f['system']['mem_total_gb']} GB RAM",
+        f"[bold]system[/] {escape(str(s['distro'] or s['os']))}{wsl}, kernel {escape(str(s['kernel']))}, "
+        f"{s['cpu_count']} cores, {s['mem_total_gb']} GB RAM",
         highlight=False,
     )
     out.print(
-        f"[bold]python[/] {f['python']['version']} at {escape(str(f['python']['executable']))}; "
-        "[bold]torch[/] "
-        f"{escape(str(t['version'] or '(not importable)'))} ({t['build'] or '-'}); [bold]GPU archs[/] "
-        f"{escape(', '.join(f['gpu_archs']) or 'none')}",
+        f"[bold]python[/] {py['version']} at {escape(str(py['executable']))}; [bold]torch[/] "
+        f"{escape(str(t['version'] or '(not importable)'))} ({t['build'] or '-'}); "
+        f"[bold]GPU archs[/] {escape(', '.join(f['gpu_archs']) or 'none')}",
         highlight=False,
     )
     if f.get("driver"):

@@ -5,6 +5,7 @@ Checks read only the facts, so checks are tested on hand-made facts and facts on
 from __future__ import annotations
 
 import os
+import platform
 import re
 import sys
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
+from sagebuild.build import paths
 from sagebuild.errors import SagebuildError
 from sagebuild.fsio import sha256_file
 from sagebuild.probe import system, tools, torch_probe
@@ -49,8 +51,6 @@ def _conflicts(raw_py: dict, cwd: Path) -> ConflictFacts:
 
 
 def _this_python() -> PythonFacts:
-    import platform
-
     return PythonFacts(
         version=platform.python_version(),
         executable=sys.executable,
@@ -119,8 +119,6 @@ def collect(
 def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str, str]) -> ExtensionFacts:
     """The extension built for this interpreter + torch: where, its metadata, and whether the
     library on disk is still the one that was verified (its sha256)."""
-    from sagebuild.build import paths
-
     if not torch_facts.version:
         return ExtensionFacts()
     base = paths.ext_dir(torch_facts.version, py_facts.version or None, env, py_facts.prefix)

@@ -88,9 +88,7 @@ def wsl_kind(root: Root) -> str:
     if "microsoft" not in low and "wsl" not in low:
         # WSL_DISTRO_NAME leaks into containers and ssh sessions; the kernel string decides.
         return "none"
-    if "microsoft-standard" in low or "wsl2" in low:
-        return "2"
-    return "1"
+    return "2" if "microsoft-standard" in low or "wsl2" in low else "1"
 
 
 def _meminfo(root: Root) -> tuple[Optional[float], Optional[float]]:
