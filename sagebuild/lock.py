@@ -249,8 +249,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         for doc in (locked, current)
     ]
     drifts += _flat("package", *versions)
-    lart = {a.get("name"): a for a in locked.get("artefacts") or []}
-    cart = {a.get("name"): a for a in current.get("artefacts") or []}
+    lart, cart = ({a.get("name"): a for a in doc.get("artefacts") or []} for doc in (locked, current))
     for name in sorted(set(lart) | set(cart), key=str):
         a, b = lart.get(name), cart.get(name)
         if a is None or b is None:
