@@ -22,9 +22,6 @@ LOCK_VERSION = 1
 TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
-# ---- facts ----------------------------------------------------------------------------------
-
-
 def torch_index_url(version: str | None) -> str | None:
     """The PyTorch wheel index a torch local tag implies: ``+cu130`` → ``…/whl/cu130``; None without a tag."""
     tag = (version or "").partition("+")[2]
@@ -141,9 +138,6 @@ def write(lock: Mapping[str, Any], path: Path | str) -> tuple[Path, Path]:
     write_text_atomic(path, render(lock))
     req = write_text_atomic(path.with_name(path.name + ".requirements.txt"), requirements(lock))
     return path, req
-
-
-# ---- reading and checking -------------------------------------------------------------------
 
 
 def _bad(path: Path, what: str) -> SagebuildError:
@@ -266,9 +260,6 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         else:
             drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
-
-
-# ---- the environment now ---------------------------------------------------------------------
 
 
 def current(profile: Any | None, facts: Any, python: str | None = None) -> dict[str, Any]:
