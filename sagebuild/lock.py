@@ -22,9 +22,6 @@ LOCK_VERSION = 1
 TORCH_INDEX = "https://download.pytorch.org/whl"
 
 
-# ---- facts ----------------------------------------------------------------------------------
-
-
 def torch_index_url(version: str | None) -> str | None:
     """The PyTorch wheel index a torch local tag implies: ``+cu130`` → ``…/whl/cu130``; None without a tag."""
     tag = (version or "").partition("+")[2]
@@ -143,9 +140,6 @@ def write(lock: Mapping[str, Any], path: Path | str) -> tuple[Path, Path]:
     return path, req
 
 
-# ---- reading and checking -------------------------------------------------------------------
-
-
 def _bad(path: Path, what: str) -> SagebuildError:
     return SagebuildError(
         f"{path} is not a usable sagebuild lockfile: {what}",
@@ -249,8 +243,7 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         for doc in (locked, current)
     ]
     drifts += _flat("package", *versions)
-    lart = {a.get("name"): a for a in locked.get("artefacts") or []}
-    cart = {a.get("name"): a for a in current.get("artefacts") or []}
+    lart, cart = ({a.get("name"): a for a in doc.get("artefacts") or []} for doc in (locked, current))
     for name in sorted(set(lart) | set(cart), key=str):
         a, b = lart.get(name), cart.get(name)
         if a is None or b is None:
@@ -267,9 +260,6 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
         else:
             drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
-
-
-# ---- the environment now ---------------------------------------------------------------------
 
 
 def current(profile: Any | None, facts: Any, python: str | None = None) -> dict[str, Any]:

@@ -67,9 +67,6 @@ class BuildPlan:
         return d
 
 
-# ---- jobs -------------------------------------------------------------------------------------
-
-
 def _available_mem_gb(facts: Facts) -> tuple[Optional[float], str]:
     mem = facts.system.mem_available_gb
     if mem is not None:
@@ -111,9 +108,6 @@ def plan_jobs(
     if mem < per_job:
         reason += f"; less than one job's {per_job:g} GiB is free: the build may be killed for memory"
     return n, reason
-
-
-# ---- archs ------------------------------------------------------------------------------------
 
 
 def parse_arch_list(text: str, vendor: str) -> list[str]:
@@ -207,9 +201,6 @@ def plan_archs(
 def arch_env_value(vendor: str, names: list[str]) -> str:
     """The value of ``PYTORCH_ROCM_ARCH`` (``gfx1201;gfx1100``) or ``TORCH_CUDA_ARCH_LIST`` (``9.0;8.9``)."""
     return ";".join(archs.arch_list_entry(n) if vendor == "cuda" else n for n in names)
-
-
-# ---- the plan ---------------------------------------------------------------------------------
 
 
 def make_plan(

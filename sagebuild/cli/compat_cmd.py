@@ -9,12 +9,10 @@ from rich.markup import escape
 
 from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors, respond
 
-TargetOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--python", help="Act on this interpreter's site-packages (default: the one running sagebuild)."
-    ),
-]
+_PYTHON_HELP = "Act on this interpreter's site-packages (default: the one running sagebuild)."
+_FORCE_HELP = "Replace an upstream install (backed up first)."
+_RESTORE_HELP = "Then put back the upstream install backed up by --force."
+TargetOpt = Annotated[Optional[str], typer.Option("--python", help=_PYTHON_HELP)]
 
 
 def _say(line: str) -> None:
@@ -43,9 +41,7 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def compat_install(
         python: TargetOpt = None,
-        force: Annotated[
-            bool, typer.Option("--force", help="Replace an upstream install (backed up first).")
-        ] = False,
+        force: Annotated[bool, typer.Option("--force", help=_FORCE_HELP)] = False,
         json: JsonOpt = False,
     ) -> None:
         """Install `sageattention` (version 2.2.0+sagebuild.VER) into the interpreter's site-packages."""
@@ -79,9 +75,7 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def compat_remove(
         python: TargetOpt = None,
-        restore: Annotated[
-            bool, typer.Option("--restore", help="Then put back the upstream install backed up by --force.")
-        ] = False,
+        restore: Annotated[bool, typer.Option("--restore", help=_RESTORE_HELP)] = False,
         json: JsonOpt = False,
     ) -> None:
         """Remove sagebuild's `sageattention` (as `pip uninstall sageattention` would)."""

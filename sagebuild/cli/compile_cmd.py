@@ -34,11 +34,8 @@ def render_plan(plan: BuildPlan, why: str, dry_run: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(
-        title="sagebuild compile — plan" + (" (dry run)" if dry_run else ""),
-        show_header=False,
-        title_justify="left",
-    )
+    title = "sagebuild compile — plan" + (" (dry run)" if dry_run else "")
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row("profile", escape(f"{plan.profile} ({why})"))

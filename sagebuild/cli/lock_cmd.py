@@ -37,14 +37,13 @@ def lock(
         except Exception:  # noqa: BLE001 - a locked custom profile that is gone is itself drift
             prof = None
         drifts = lk.diff(locked, lk.current(prof, facts))
+        where = escape(str(check))
 
         def show_drift() -> None:
             if not drifts:
-                out_.print(
-                    f"[green]no drift[/]: the environment matches {escape(str(check))}", highlight=False
-                )
+                out_.print(f"[green]no drift[/]: the environment matches {where}", highlight=False)
                 return
-            out_.print(f"[bold red]{len(drifts)} drift(s)[/] from {escape(str(check))}:", highlight=False)
+            out_.print(f"[bold red]{len(drifts)} drift(s)[/] from {where}:", highlight=False)
             for d in drifts:
                 out_.print(f"  - {d}", highlight=False, markup=False)
 
