@@ -6,6 +6,7 @@ never pays for importing torch.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from sagebuild._version import __version__
@@ -34,6 +35,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sagebuild' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)

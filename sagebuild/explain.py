@@ -204,8 +204,7 @@ def explain(text: str) -> list[Match]:
         if not starts:
             continue
         start = min(starts)
-        line_end = text.find("\n", start)
-        line = text[text.rfind("\n", 0, start) + 1 : len(text) if line_end < 0 else line_end]
+        line = text[text.rfind("\n", 0, start) + 1 :].partition("\n")[0]
         number = text.count("\n", 0, start) + 1
         found.append((start, Match(f.id, f.title, f.cause, f.fix, line.strip()[:500], number, f.source)))
     return [m for _, m in sorted(found, key=lambda pair: pair[0])]

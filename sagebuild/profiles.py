@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
+import stat
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -333,8 +334,6 @@ _PICK = "pass a profile YAML file or a bundled name (sagebuild profiles)"
 
 def load_file(path: Path | str) -> Profile:
     """Read a user's profile file: a regular file, at most 256 KiB, UTF-8 text; clear errors else."""
-    import stat
-
     path = Path(path)
     try:
         st = path.stat()

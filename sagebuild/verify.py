@@ -202,8 +202,7 @@ def run_verify(
         vc.seconds = round(time.perf_counter() - t0, 4)
         vc.ok = not vc.problems
         results.append(vc)
-    ext_check = check_ext_ops(dev, k, v, layout, arch)
-    if ext_check is not None:
+    if (ext_check := check_ext_ops(dev, k, v, layout, arch)) is not None:
         results.append(ext_check)
     if not results:
         results.append(

@@ -15,8 +15,7 @@ def _match_here(root: Path) -> tuple[str, str, list[str]]:
     """(matching profile name, why, detected archs) from the device facts alone (no torch import)."""
     from sagebuild import probe, profiles
 
-    facts = probe.collect(root=root, probe_torch=False)
-    found = facts.gpu_archs()
+    found = probe.collect(root=root, probe_torch=False).gpu_archs()
     profile, why = profiles.match(found)
     return profile.name, why, found
 
