@@ -150,6 +150,7 @@ def _dispatch_support(device: Any) -> DeviceSupport | str:
 def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     try:
         from sagebuild.attention import dispatch, plan
+        from sagebuild.kernels.triton import configs
     except Exception as err:  # a broken install must not break the user's model
         return f"attention kernels not importable ({type(err).__name__})"
     try:
@@ -162,8 +163,6 @@ def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     family = dispatch.family(arch)
 
     def min_len(d: int, causal: bool, batch_heads: int) -> int | None:
-        from sagebuild.kernels.triton import configs
-
         try:
             return configs.sdpa_crossover(family, d, causal, batch_heads=batch_heads)
         except ValueError as err:  # a mistyped override must not break the model: say so once

@@ -225,7 +225,7 @@ def _pack(groups: list, launches: list, outputs: Any, n_inputs: int) -> tuple[li
         if pid >= 0:
             packed.append((pid, end))
         packed.extend((vid, end + voff * item) for vid, (_, _, _, voff) in others)
-        end += -(-_span(size, stride) * item // PACK_ALIGN) * PACK_ALIGN
+        end += launcher.cdiv(_span(size, stride) * item, PACK_ALIGN) * PACK_ALIGN
     return packed, kept, end
 
 

@@ -198,8 +198,9 @@ def check_varlen(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated packed [total, H, D] q, k, v and int32 cumulative lengths on the inputs' device.
 
-    The lengths' values are checked when they are on the CPU; on a GPU they are not read here
-    (no host synchronisation per call) and the kernels clamp them."""
+    The lengths' values are checked when they are on the CPU. On a GPU they are not read here (that
+    would synchronise every call): the kernels clamp each sequence to the packed tensor instead, so
+    bad values cannot reach other memory."""
     rule = "be packed as (total_tokens, heads, dim) for sageattn_varlen"
     check_tensors({"q": q, "k": k, "v": v}, 3, rule, "concatenate the sequences along dim 0")
     if k.shape[0] != v.shape[0]:
@@ -220,8 +221,6 @@ def check_varlen(
             )
         if cu.dtype not in (torch.int32, torch.int64):
             raise AttentionInputError(f"{name} must be an integer tensor, got {cu.dtype}", "use torch.int32")
-        # Device values are not read here (that would synchronise every call): the kernels clamp
-        # each sequence to the packed tensor instead, so bad values cannot reach other memory.
         if cu.device.type == "cpu":
             host = cu.detach().to(torch.int64)
             lens = host[1:] - host[:-1]
