@@ -204,7 +204,8 @@ def explain(text: str) -> list[Match]:
         if not starts:
             continue
         start = min(starts)
-        line = text[text.rfind("\n", 0, start) + 1 :].partition("\n")[0]
+        end = text.find("\n", start)  # the matched line, sliced in place (a log can be megabytes)
+        line = text[text.rfind("\n", 0, start) + 1 : end if end >= 0 else None]
         number = text.count("\n", 0, start) + 1
         found.append((start, Match(f.id, f.title, f.cause, f.fix, line.strip()[:500], number, f.source)))
     return [m for _, m in sorted(found, key=lambda pair: pair[0])]

@@ -386,11 +386,11 @@ def _install() -> None:
 
 def _restore() -> None:
     global _original
+    if _original is None:
+        return
     import torch
 
     fn = torch.nn.functional
-    if _original is None:
-        return
     if fn.scaled_dot_product_attention is scaled_dot_product_attention:
         fn.scaled_dot_product_attention = _original
     else:
