@@ -291,12 +291,12 @@ def test_hopper_rows_key_loops_in_sass():
     """The sm90 SASS of Hopper's FP8 rows (table choice, MMA-accumulated): the TMA row's K/V come by
     TMA and its unmasked key loop (64×128 scores: 64 exponentials per thread, plus the
     rescale's) touches no local memory at 168 registers, three CTAs' worth of shared memory; the
-    same config without TMA spills inside that loop (docs/performance.md run 16); a 64-key
+    same config without TMA spills inside that loop; a 64-key
     config (the table's row for short hd64 calls) has half the exponentials per loop; a split
     head dim (96 = 64 + 32) takes a descriptor per channel piece when forced to TMA. The split
-    head dims' own rows from 4K keys (128-key tiles by TMA, pipelined wgmma; run 20) are not
+    head dims' own rows from 4K keys (128-key tiles by TMA, pipelined wgmma) are not
     serialised, do not spill, and fit three (96) or two (192) CTAs per SM. Unmasked rows take
-    their maxima on the INT32 scores, which ptxas turns into three-input integer maxes (run 30)."""
+    their maxima on the INT32 scores, which ptxas turns into three-input integer maxes."""
     cases = [(128, 4096, None), (128, 4096, "64,128,4,2,168"), (128, 0, "64,64,4,3,168"),
              (96, 4096, "64,64,4,3,168,tma"), (96, 4096, None), (192, 4096, None)]  # fmt: skip
     tma_row, no_tma, short_row, split, row96, row192 = _compile_in_subprocess(
@@ -326,7 +326,7 @@ def test_v_key_order_drops_the_p_shuffles():
     """FP8 V in wgmma key order (Hopper's default): in the sm90 SASS of the 4K row and the 64-key
     row, P goes from the Q·Kᵀ wgmma's accumulator into the P·V wgmma's operand without a
     register shuffle, and the unmasked key loop is shorter than with V in plain key order, where
-    the conversion shuffles (docs/performance.md run 21); the same registers, no spill."""
+    the conversion shuffles; the same registers, no spill."""
     cases = [(128, 4096, None), (128, 1024, "64,64,4,3,168")]
     plain = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="0")
     ordered = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_V_KEY_ORDER="")
@@ -344,7 +344,7 @@ def test_wgmma_pipe_unserialises_the_tma_row():
     serialises every wgmma with SAGEBUILD_WGMMA_PIPE=0 (C7513: all eight of a key tile waited on
     one by one); as the table runs it (``pipe``: Q read from shared memory, the P·V wgmma waited
     on in its iteration) the four Q·Kᵀ and the four P·V wgmma are each waited on once, at the
-    same registers and without spills in the unmasked loop (docs/performance.md runs 19, 20)."""
+    same registers and without spills in the unmasked loop."""
     cases = [(128, 4096, None)]
     (off,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE="0")
     (on,) = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_WGMMA_PIPE="")
@@ -358,11 +358,11 @@ def test_wgmma_pipe_unserialises_the_tma_row():
 
 @pytest.mark.triton_version("3.6")  # instruction counts of what Triton 3.6 emits
 def test_row_sum_parts_shorten_the_key_loops():
-    """Hopper's rows keep P's row sums in ``configs.ROW_SUM_PARTS`` parts (the accumulator
-    layout's column classes): in the sm90 SASS each unmasked key loop loses the row sum's warp
-    shuffles and their additions (−8 instructions per tile at the 4K row, docs/performance.md
-    run 31), with no spill in the loop; the frame may grow by one 8-byte slot at most (with
-    64-bit row offsets the 4K row's is 48 bytes against 40; H200 timings unchanged)."""
+    """Hopper's rows keep P's row sums in ``configs.ROW_SUM_PARTS`` parts (the accumulator layout's column
+    classes): in the sm90 SASS each unmasked key loop loses the row sum's warp shuffles and their
+    additions (−8 instructions per tile at the 4K row), with no spill in the loop; the frame may grow by
+    one 8-byte slot at most (with 64-bit row offsets the 4K row's is 48 bytes against 40; H200 timings
+    unchanged)."""
     cases = [(128, 4096, None), (64, 8192, None), (256, 8192, None)]
     one = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="0")
     parts = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="")

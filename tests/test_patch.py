@@ -353,7 +353,7 @@ def test_sdpa_crossover_table_and_override(monkeypatch):
 )
 def test_sdpa_crossover_scales_with_batch_heads(monkeypatch, head_dim, causal, batch_heads, expected):
     """Below ``SDPA_CROSSOVER_BH`` batch × query heads a row's length grows to the length of equal
-    work (B·H·N² as at 16 heads): measured on an H200 (run 28), the row's own length at 1–8 heads
+    work (B·H·N² as at 16 heads): measured on an H200, the row's own length at 1–8 heads
     ran the patched call at 0.35–0.80× SDPA's speed at head dim 128."""
     from sagebuild.kernels.triton import configs
 

@@ -131,7 +131,7 @@ def test_providers_are_timed_in_interleaved_rounds():
 def test_round_orders_vary_each_providers_predecessor(n):
     """Each round times every provider once; over n rounds (even n) every ordered pair of
     providers is adjacent exactly once, so no provider inherits one predecessor's power state
-    in every round (a rotation gave the same pairs in nearly every round: run 18); for odd n,
+    in every round (a rotation gave the same pairs in nearly every round on the H200); for odd n,
     no pair more than twice in 2n rounds."""
     rounds = n if n % 2 == 0 else 2 * n
     orders = [bench._round_order(n, r) for r in range(rounds)]
@@ -180,7 +180,7 @@ def test_gate_speed_only_for_sageattn_on_gpu_accuracy_always():
 
 def test_gate_on_sustained_compares_the_sustained_speed_up():
     """--gate-on sustained: the gate compares the sustained speed-up (cold and sustained can
-    disagree at the power limit: run 18's 4K row was 0.925× cold, 1.093× sustained); it needs
+    disagree at the power limit: on the H200 a 4K row was 0.925× cold, 1.093× sustained); it needs
     --sustain, and a metric not in GATE_METRICS is a usage error before anything runs."""
     row = dataclasses.replace(_row("sageattn", 0.925), sustained_speedup=1.093)
     assert bench.gate([row], 1.0, speed_gate=True) == ["sageattn speed-up 0.925× < 1× at seq=1024"]
