@@ -358,11 +358,11 @@ def test_wgmma_pipe_unserialises_the_tma_row():
 
 @pytest.mark.triton_version("3.6")  # instruction counts of what Triton 3.6 emits
 def test_row_sum_parts_shorten_the_key_loops():
-    """Hopper's rows keep P's row sums in ``configs.ROW_SUM_PARTS`` parts (the accumulator layout's column
-    classes): in the sm90 SASS each unmasked key loop loses the row sum's warp shuffles and their
-    additions (−8 instructions per tile at the 4K row), with no spill in the loop; the frame may grow by
-    one 8-byte slot at most (with 64-bit row offsets the 4K row's is 48 bytes against 40; H200 timings
-    unchanged)."""
+    """Hopper's rows keep P's row sums in ``configs.ROW_SUM_PARTS`` parts (the accumulator layout's
+    column classes): in the sm90 SASS each unmasked key loop loses the row sum's warp shuffles and
+    their additions (−8 instructions per tile at the 4K row), with no spill in the loop; the frame
+    may grow by one 8-byte slot at most (with 64-bit row offsets the 4K row's is 48 bytes against
+    40; H200 timings unchanged)."""
     cases = [(128, 4096, None), (64, 8192, None), (256, 8192, None)]
     one = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="0")
     parts = _compile_in_subprocess(_SASS_SCRIPT, cases, SAGEBUILD_TMA="", SAGEBUILD_ROW_SUM_PARTS="")

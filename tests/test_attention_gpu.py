@@ -395,10 +395,10 @@ def test_inputs_on_another_gpu_than_the_current_one():
 )
 @pytest.mark.parametrize("causal", [False, True])
 def test_tma_rows_serve_sageattn_on_hopper(d, n, spec, k_blk, causal, monkeypatch):
-    """On Hopper `sageattn` takes the table's TMA rows (head dim 128 from 4096 keys: 128-key tiles, 128-token
-    K blocks, 168 registers, two stages, pipelined wgmma; head dim 256: 64-key tiles; the split head dims
-    96 and 192 from 4096 keys like 128): the launch plan says so, and the result matches the golden model
-    quantizing the same way and holds the FP8 bounds."""
+    """On Hopper `sageattn` takes the table's TMA rows (head dim 128 from 4096 keys: 128-key tiles,
+    128-token K blocks, 168 registers, two stages, pipelined wgmma; head dim 256: 64-key tiles; the
+    split head dims 96 and 192 from 4096 keys like 128): the launch plan says so, and the result
+    matches the golden model quantizing the same way and holds the FP8 bounds."""
     from sagebuild.attention.api import launch_plan
 
     arch = dispatch.device_arch(torch.device("cuda"))
