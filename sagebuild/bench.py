@@ -50,6 +50,24 @@ class BenchConfig:
     gate_on: str = "cold"  # the speed-up the gate compares (``GATE_METRICS``)
     # explicit SDPA-relative gate (``--min-speedup``): None takes the profile's (0 there: off)
     min_speedup: Optional[float] = None
+    # cross-attention / GQA: keys per call (None: as many as queries) and K/V heads (None: heads)
+    kv_seq: Optional[int] = None
+    kv_heads: Optional[int] = None
+
+    def kv_shape(self, n: int) -> tuple[int, int, int, int]:
+        """K's and V's B,H,N,D at ``n`` queries."""
+        return (self.batch, self.kv_heads or self.heads, self.kv_seq or n, self.head_dim)
+
+
+def describe(config: dict[str, Any]) -> str:
+    """A bench config (``BenchConfig`` as a dict) in words for tables and reports:
+    ``1×16×N×64 float16 HND, causal, 77 keys, 8 K/V heads`` (N: each row's seq)."""
+    c = config
+    parts = [f"B×H×N×D {c['batch']}×{c['heads']}×N×{c['head_dim']} {c['dtype']} {c['layout']}"]
+    parts += ["causal"] if c["causal"] else []
+    parts += [f"{c['kv_seq']} keys"] if c.get("kv_seq") else []
+    parts += [f"{c['kv_heads']} K/V head" + "s" * (c["kv_heads"] > 1)] if c.get("kv_heads") else []
+    return ", ".join(parts)
 
 
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:
@@ -83,13 +101,24 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     cfg = BenchConfig(**{f: getattr(profile.bench, f) for f in shared})
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     check_inputs(cfg.dtype, cfg.layout)
-    if (
-        min(cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds) < 1
-        or min(cfg.warmup, cfg.sustain_s) < 0
-    ):
+    sizes = [cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds]
+    sizes += [x for x in (cfg.kv_seq, cfg.kv_heads) if x is not None]
+    if min(sizes) < 1 or min(cfg.warmup, cfg.sustain_s) < 0:
         raise SagebuildError(
-            "batch, heads, head-dim, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
+            "batch, heads, head-dim, kv-seq, kv-heads, reps and rounds must be ≥ 1 (warmup and sustain ≥ 0)",
             fix="e.g. --batch 1 --heads 16 --head-dim 64",
+        )
+    if cfg.kv_heads and cfg.heads % cfg.kv_heads:
+        raise SagebuildError(
+            f"--kv-heads {cfg.kv_heads} does not divide --heads {cfg.heads}: each K/V head serves a whole "
+            "group of query heads (GQA)",
+            fix=f"pass a divisor of {cfg.heads} (1: MQA)",
+        )
+    if cfg.causal and cfg.kv_seq and cfg.kv_seq < max(cfg.seq):
+        raise SagebuildError(
+            f"--causal with --kv-seq {cfg.kv_seq} below --seq {max(cfg.seq)}: causal attention is "
+            "bottom-right aligned, so the first queries would see no key (SDPA returns NaN there)",
+            fix=f"pass --kv-seq {max(cfg.seq)} or more, or drop --causal",
         )
     if cfg.gate_on not in GATE_METRICS:
         raise SagebuildError(
@@ -104,10 +133,20 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     return cfg
 
 
-def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
-    """4·B·H·N²·D (two matmuls of 2·N²·D each), half when causal."""
-    f = 4.0 * batch * heads * seq * seq * head_dim
-    return f / 2 if causal else f
+def attention_flops(
+    batch: int, heads: int, seq: int, head_dim: int, causal: bool, kv_seq: Optional[int] = None
+) -> float:
+    """4·B·H·N_q·N_k·D (two matmuls of 2·N_q·N_k·D each) over the score pairs computed: half when
+    causal self-attention, the bottom-right triangle's pairs when causal with other key counts."""
+    nk = kv_seq or seq
+    if not causal:
+        pairs = float(seq * nk)
+    elif nk == seq:
+        pairs = seq * seq / 2
+    else:  # query i sees keys [0, nk - seq + i]: from max(nk - seq + 1, 1) keys per row up to nk
+        lo = max(nk - seq + 1, 1)
+        pairs = (lo + nk) * (nk - lo + 1) / 2
+    return 4.0 * batch * heads * pairs * head_dim
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -265,10 +304,27 @@ def median_ms(fn: Callable[[], Any], graph: bool = False, rep_ms: int = 200) -> 
 # ---- what SDPA runs -------------------------------------------------------------------------
 
 
+def sdpa_call(q: Any, k: Any, v: Any, causal: bool, layout: str = "HND") -> Callable[[], Any]:
+    """What a caller runs instead of ours: SDPA on these tensors, with ``enable_gqa`` for fewer K/V
+    heads and, for causal calls with other key counts, the bottom-right mask our kernels apply
+    (``is_causal`` alone is top-left there)."""
+    import torch.nn.functional as F
+
+    t = (lambda x: x.transpose(1, 2)) if layout == "NHD" else (lambda x: x)
+    qh, kh, vh = t(q), t(k), t(v)
+    kw: dict[str, Any] = {"enable_gqa": True} if kh.shape[1] != qh.shape[1] else {}
+    if causal and kh.shape[2] != qh.shape[2]:
+        from torch.nn.attention.bias import causal_lower_right
+
+        kw["attn_mask"] = causal_lower_right(qh.shape[2], kh.shape[2])
+    else:
+        kw["is_causal"] = causal
+    return lambda: t(F.scaled_dot_product_attention(qh, kh, vh, **kw))
+
+
 def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
     """The backend SDPA's dispatch picked for these inputs: a ``TorchDispatchMode`` recording one
     call sees the op the composite resolved to (math: plain matmuls)."""
-    import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ops: list[str] = []
@@ -278,8 +334,9 @@ def sdpa_backend(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any]:
             ops.append(str(func.overloadpacket).removeprefix("aten."))
             return func(*args, **(kwargs or {}))
 
+    call = sdpa_call(q, k, v, causal)
     with _Recorder():
-        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        call()
     math = any(o in ("bmm", "matmul", "_softmax", "softmax", "baddbmm") for o in ops)
     name = next((_SDPA_OPS[o] for o in ops if o in _SDPA_OPS), "math" if math else "unknown")
     return {
@@ -481,15 +538,26 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def random_qkv(shape: tuple[int, ...], layout: str, dtype: str, seed: int, device: Any) -> tuple[Any, ...]:
-    """Seeded Q, K, V of B,H,N,D ``shape`` in ``layout``: normal draws, cast to ``dtype``, moved."""
+def random_qkv(
+    shape: tuple[int, ...],
+    layout: str,
+    dtype: str,
+    seed: int,
+    device: Any,
+    kv_shape: Optional[tuple[int, ...]] = None,
+) -> tuple[Any, ...]:
+    """Seeded Q of B,H,N,D ``shape`` and K, V of ``kv_shape`` (default: the same) in ``layout``:
+    normal draws, cast to ``dtype``, moved."""
     import torch
 
-    b, h, n, d = shape
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    full = (b, n, h, d) if layout == "NHD" else (b, h, n, d)
     dt = getattr(torch, dtype)
-    return tuple(torch.randn(full, generator=gen, dtype=torch.float32).to(dt).to(device) for _ in range(3))
+
+    def draw(b: int, h: int, n: int, d: int) -> Any:
+        full = (b, n, h, d) if layout == "NHD" else (b, h, n, d)
+        return torch.randn(full, generator=gen, dtype=torch.float32).to(dt).to(device)
+
+    return draw(*shape), draw(*(kv_shape or shape)), draw(*(kv_shape or shape))
 
 
 def run_bench(
@@ -502,7 +570,6 @@ def run_bench(
     """Benchmark every provider at every length of ``cfg`` and apply the profile's gate; ``fits``:
     the caller's ``benchmem.check_fits(cfg, device)`` (its CPU rate measurement is not repeated)."""
     import torch
-    import torch.nn.functional as F
 
     from sagebuild.attention import metrics, reference
     from sagebuild.benchmem import check_fits
@@ -522,10 +589,8 @@ def run_bench(
     limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
-        if layout == "NHD":
-            t = lambda x: x.transpose(1, 2)
-            return lambda: t(F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)), None
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
+        call = sdpa_call(q, k, v, causal, layout)
+        return call, None
 
     def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
         def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
@@ -589,11 +654,15 @@ def run_bench(
     remeasured: list[int] = []  # shapes measured twice (the first time below the regression floor)
     field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
 
-    shape_of = functools.partial(shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=causal)
+    shape_of = functools.partial(
+        shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=causal, kv_seq=cfg.kv_seq,
+        kv_heads=cfg.kv_heads,
+    )  # fmt: skip
     for n in cfg.seq:
-        q, k, v = random_qkv((cfg.batch, cfg.heads, n, cfg.head_dim), layout, cfg.dtype, cfg.seed + n, dev)
+        q_shape = (cfg.batch, cfg.heads, n, cfg.head_dim)
+        q, k, v = random_qkv(q_shape, layout, cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
         ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
-        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal)
+        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal, cfg.kv_seq)
         if not backend:
             qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
             backend = sdpa_backend(qs, ks, vs, causal)

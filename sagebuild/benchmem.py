@@ -81,21 +81,28 @@ def resolve_device(device: str = "auto") -> Any:
     return dev
 
 
+def keys(cfg: Any, seq: int) -> int:
+    """Keys per call at ``seq`` queries: the config's ``kv_seq`` (cross-attention) or ``seq``."""
+    return getattr(cfg, "kv_seq", None) or seq
+
+
 def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
-    """(device bytes, host bytes) at one sequence length; pure arithmetic, no allocation."""
-    bh = cfg.batch * cfg.heads
-    e = bh * seq * cfg.head_dim  # elements of one of Q, K, V
+    """(device bytes, host bytes) at one sequence length; pure arithmetic, no allocation. K/V are
+    counted at every query head (the references expand GQA's K/V heads)."""
+    bh, nk = cfg.batch * cfg.heads, keys(cfg, seq)
+    eq, ekv = bh * seq * cfg.head_dim, bh * nk * cfg.head_dim  # elements of Q, of K or V
+    e = max(eq, ekv)
     rows = min(seq, _EXACT_ROWS)
-    inputs = 3 * e * 2
+    inputs = (eq + 2 * ekv) * 2
     draw = e * 4 + e * 2  # one float32 draw and its 16-bit copy, on the host
-    exact = 3 * e * 4 + 2 * e * 4 + 3 * bh * rows * seq * 4  # float copies, output + chunks, S/P/exp
+    exact = (eq + 2 * ekv) * 4 + 2 * eq * 4 + 3 * bh * rows * nk * 4  # float copies, output + chunks, S/P/exp
     if on_gpu:
         providers = 6 * e * 4  # outputs (float32 for the accuracy diff), quantized K/V, scales
         return inputs + exact + providers + _GPU_FIXED, draw + _HOST_FIXED
     # the golden model: float64 Q/K codes, the full score matrix (float64 dots, float32 scores and
     # the causal mask), one key tile's P and the accumulator
-    golden = 2 * e * 8 + bh * seq * seq * (8 + 4 + 4 + 1) + 4 * e * 4
-    host = draw + inputs + exact + golden + _GOLDEN_PROVIDERS * e * 4 + _HOST_FIXED
+    golden = (eq + ekv) * 8 + bh * seq * nk * (8 + 4 + 4 + 1) + 4 * eq * 4
+    host = draw + inputs + exact + golden + _GOLDEN_PROVIDERS * eq * 4 + _HOST_FIXED
     return host, host
 
 
@@ -121,12 +128,12 @@ def cpu_seconds(cfg: Any) -> float:
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:
-        bh = cfg.batch * cfg.heads
-        flops = 4.0 * bh * n * n * cfg.head_dim
+        scores = cfg.batch * cfg.heads * n * keys(cfg, n)
+        flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
-        golden = flops / mm + 250.0 * bh * n * n / ew
-        sdpa = flops / mm + 4.0 * bh * n * n / ew
-        exact = flops / (2 * mm) + 6.0 * bh * n * n / ew
+        golden = flops / mm + 250.0 * scores / ew
+        sdpa = flops / mm + 4.0 * scores / ew
+        exact = flops / (2 * mm) + 6.0 * scores / ew
         total += calls * (_GOLDEN_PROVIDERS * golden + sdpa) + exact
     return total
 
@@ -168,9 +175,11 @@ def check_fits(
     problems = est.problems()
     if problems:
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
+        if keys(cfg, est.seq) != est.seq:
+            shape += f" ({keys(cfg, est.seq)} keys)"
         fix = f"pass smaller {options}"
         if est.device == "cpu":
-            fix += " (the CPU golden model holds the whole seq × seq score matrix)"
+            fix += " (the CPU golden model holds the whole queries × keys score matrix)"
         raise SagebuildError(
             f"{what} {shape} {' and '.join(problems)}: refused before allocating anything",
             fix=fix,
@@ -191,17 +200,18 @@ def check_shape_fits(shape: tuple[int, ...], device: str = "auto", option: str =
 
 def Eta(cfg: Any, est: Estimate, say: Callable[[str], None]) -> Callable[[str], None]:
     """``say``, on a long CPU run with the elapsed time and an ETA added: from the estimate until one
-    length has finished, then from the pace (work grows as seq²)."""
+    length has finished, then from the pace (work grows as queries × keys)."""
     if est.seconds is None or est.seconds < LONG_RUN_S:
         return say
     t0, seqs = time.monotonic(), list(cfg.seq)
-    total = sum(n * n for n in seqs)
+    work = {n: n * keys(cfg, n) for n in seqs}
+    total = sum(work.values())
 
     def with_eta(message: str) -> None:
         elapsed = time.monotonic() - t0
         m = re.search(r"seq=(\d+)", message)
         seq = int(m.group(1)) if m else None
-        done = sum(n * n for n in seqs[: seqs.index(seq)]) if seq in seqs else 0
+        done = sum(work[n] for n in seqs[: seqs.index(seq)]) if seq in seqs else 0
         left = elapsed / done * (total - done) if done > 0 else max(0.0, est.seconds - elapsed)
         say(f"{message} (elapsed {_hms(elapsed)}, about {_hms(left)} left)")
 

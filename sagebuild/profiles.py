@@ -261,12 +261,23 @@ def parse(data: Any, source: str) -> Profile:
     )
 
 
-_SHAPE_KEY = re.compile(r"\d+x\d+x\d+x\d+c?")
+_SHAPE_KEY = re.compile(r"\d+x\d+(/\d+)?x\d+(:\d+)?x\d+c?")
 
 
-def shape_key(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> str:
-    """The key of a bench shape in ``bench.expected``: ``"1x16x1024x64"``, ``"…c"`` when causal."""
-    return f"{batch}x{heads}x{seq}x{head_dim}" + ("c" if causal else "")
+def shape_key(
+    batch: int,
+    heads: int,
+    seq: int,
+    head_dim: int,
+    causal: bool,
+    kv_seq: int | None = None,
+    kv_heads: int | None = None,
+) -> str:
+    """The key of a bench shape in ``bench.expected``: ``"1x16x1024x64"``, ``"…c"`` when causal;
+    ``"2x10x4096:77x64"`` with 77 keys, ``"1x32/8x4096x128"`` with 8 K/V heads."""
+    h = f"{heads}/{kv_heads}" if kv_heads else str(heads)
+    n = f"{seq}:{kv_seq}" if kv_seq else str(seq)
+    return f"{batch}x{h}x{n}x{head_dim}" + ("c" if causal else "")
 
 
 def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
@@ -281,7 +292,8 @@ def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
         speedups = {}
         for shape in entry["speedup"]:
             if not _SHAPE_KEY.fullmatch(str(shape)):
-                raise ProfileError(source, f"{where}.speedup", "keys like 1x16x1024x64 (c: causal)", shape)
+                keys = "keys like 1x16x1024x64 (c: causal; 1x32/8x4096x128: K/V heads; 2x10x4096:77x64: keys)"
+                raise ProfileError(source, f"{where}.speedup", keys, shape)
             speedups[shape] = _req(entry["speedup"], f"{where}.speedup.{shape}", float, source, **_POSITIVE)
         out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
     return out

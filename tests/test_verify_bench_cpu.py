@@ -505,3 +505,97 @@ def test_median_ms_times_for_the_requested_duration(monkeypatch, graph):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     assert bench.median_ms(lambda: None, graph=graph, rep_ms=100) == 1.5
     assert seen == [100]
+
+
+def test_attention_flops_for_cross_attention_and_bottom_right_causal():
+    """FLOPs count the score pairs computed: N_q·N_k, bottom-right causal's visible pairs."""
+    assert bench.attention_flops(2, 10, 4096, 64, False, kv_seq=77) == 4 * 2 * 10 * 4096 * 77 * 64
+    # 4 queries over 6 keys, bottom-right: the rows see 3, 4, 5 and 6 keys
+    assert bench.attention_flops(1, 1, 4, 1, True, kv_seq=6) == 4 * (3 + 4 + 5 + 6)
+    # more queries than keys: the first two rows see none, then 1, 2, 3
+    assert bench.attention_flops(1, 1, 5, 1, True, kv_seq=3) == 4 * (1 + 2 + 3)
+    assert bench.attention_flops(1, 1, 8, 1, True, kv_seq=8) == bench.attention_flops(1, 1, 8, 1, True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message", "fix"),
+    [
+        ({"kv_heads": 3}, "--kv-heads 3 does not divide --heads 4", "divisor of 4"),
+        ({"kv_seq": 0}, "kv-seq", "--batch 1"),
+        ({"kv_heads": 0}, "kv-heads", "--batch 1"),
+        ({"causal": True, "kv_seq": 32, "seq": (64,)}, "bottom-right", "--kv-seq 64 or more"),
+    ],
+)
+def test_bench_refuses_impossible_cross_attention_and_gqa_shapes(overrides, message, fix):
+    with pytest.raises(SagebuildError, match=message) as e:
+        bench.config_from_profile(CPU, **{"heads": 4, **overrides})
+    assert fix in (e.value.fix or "")
+
+
+def test_sdpa_baseline_is_what_the_caller_runs_for_gqa_and_causal_cross_attention():
+    """GQA goes to SDPA with ``enable_gqa``; causal with fewer queries than keys uses the bottom-right
+    mask, as our kernels do (SDPA's ``is_causal`` alone would be top-left there)."""
+    import torch
+
+    from sagebuild.attention import reference
+
+    q, k, v = bench.random_qkv((1, 4, 16, 32), "NHD", "float16", 0, "cpu", kv_shape=(1, 2, 40, 32))
+    assert q.shape == (1, 16, 4, 32) and k.shape == v.shape == (1, 40, 2, 32)
+    for causal in (False, True):
+        got = bench.sdpa_call(q, k, v, causal, "NHD")()
+        want = reference.exact_attention(q, k, v, tensor_layout="NHD", is_causal=causal)
+        assert got.shape == q.shape
+        assert torch.allclose(got.float(), want.float(), atol=2e-3), causal
+    top_left = torch.nn.functional.scaled_dot_product_attention(
+        *(x.transpose(1, 2) for x in (q, k, v)), is_causal=True, enable_gqa=True
+    )
+    assert not torch.allclose(top_left.transpose(1, 2).float(), want.float(), atol=1e-2)
+
+
+def test_bench_cpu_cross_attention_with_gqa():
+    """``kv_seq`` and ``kv_heads``: K/V of their own shape, FLOPs over N_q·N_k, the golden models'
+    accuracy against the exact reference, a shape key of its own and the shape in the report."""
+    from sagebuild.report.render import to_markdown
+
+    cfg = bench.config_from_profile(CPU, seq=(96,), heads=4, kv_heads=2, kv_seq=40, warmup=0, reps=2)
+    res = bench.run_bench(CPU, cfg)
+    assert res.ok, res.failures
+    for r in res.rows:
+        assert r.error is None, r.error
+        assert r.tflops == pytest.approx(4 * 4 * 96 * 40 * 64 / r.timing.median_ms / 1e9)
+        if r.provider != "sdpa":
+            assert CPU.accuracy[r.provider.split(":")[1]].cos_min <= r.accuracy["cos"] < 1.0
+    doc = res.to_dict()
+    assert doc["config"]["kv_seq"] == 40 and doc["config"]["kv_heads"] == 2
+    text = bench.describe(doc["config"])
+    assert "1×4×N×64" in text and "40 keys" in text and "2 K/V heads" in text
+    report = {"ok": True, "exit_code": 0, "profile": {"name": "cpu", "why": "test"}, "steps": [],
+              "checks": [], "files": {}, "bench": doc, "sagebuild_version": "0",
+              "created": "now"}  # fmt: skip
+    assert text in to_markdown(report)
+
+
+def test_shape_keys_name_keys_and_kv_heads_and_profiles_accept_them():
+    from sagebuild import profiles
+
+    assert profiles.shape_key(1, 16, 1024, 64, False) == "1x16x1024x64"
+    assert profiles.shape_key(2, 10, 4096, 64, False, kv_seq=77) == "2x10x4096:77x64"
+    assert profiles.shape_key(1, 32, 4096, 128, True, kv_heads=8) == "1x32/8x4096x128c"
+    for key in ("1x32/8x4096x128c", "2x10x4096:77x64"):
+        assert profiles._SHAPE_KEY.fullmatch(key)
+    assert not profiles._SHAPE_KEY.fullmatch("2x10x4096:x64")
+
+
+def test_memory_estimate_counts_keys_not_queries_squared():
+    """A cross-attention bench's score matrices are N_q × N_k: 77 keys need far less than 4096²
+    (the golden model's full score matrix is most of a CPU run's 7.6 GB at 2×10×4096×64)."""
+    from types import SimpleNamespace
+
+    from sagebuild import benchmem
+
+    base = dict(batch=2, heads=10, seq=(4096,), head_dim=64, warmup=0, reps=1)
+    self_attn = benchmem.bytes_needed(SimpleNamespace(**base), 4096, on_gpu=False)[0]
+    cross = benchmem.bytes_needed(SimpleNamespace(**base, kv_seq=77), 4096, on_gpu=False)[0]
+    assert cross < self_attn / 5
+    assert benchmem.keys(SimpleNamespace(**base, kv_seq=77), 4096) == 77
+    assert benchmem.keys(SimpleNamespace(**base), 4096) == 4096

@@ -56,8 +56,10 @@ def render(res: Any) -> None:
         if r["timing"] is None:
             what = f"{escape(r['provider'])} @ seq {r['seq']}: {escape(r['error'] or '')}"
             out.print(f"[red]error[/] {what}", highlight=False)
+    from sagebuild.bench import describe
+
     backend = f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"
-    for line in (backend, f"timing: {res.method}", res.note):
+    for line in (f"shape: {describe(d['config'])}", backend, f"timing: {res.method}", res.note):
         out.print(escape(line), highlight=False)
     for f in res.failures:
         out.print(f"[bold red]below threshold:[/] {escape(f)}", highlight=False)

@@ -78,6 +78,13 @@ _BENCH_OPTIONS = (
     ("heads", int, "--heads", "Bench attention heads (default: profile)."),
     ("seq", str, "--seq", "Bench sequence length(s), e.g. 1024 or 1024,4096,16384 (default: profile)."),
     ("head_dim", int, "--head-dim", "Bench head dim (default: profile)."),
+    (
+        "kv_seq",
+        int,
+        "--kv-seq",
+        "Keys per call for cross-attention, e.g. 77 (SDXL's text) or 512 (default: as many as --seq).",
+    ),
+    ("kv_heads", int, "--kv-heads", "K/V heads for GQA/MQA, a divisor of --heads (default: --heads)."),
     ("causal", bool, "--causal/--no-causal", "Bench with a causal mask."),
     ("warmup", int, "--warmup", "Bench warm-up calls (default: profile)."),
     ("reps", int, "--reps", "Bench timed calls (default: profile)."),

@@ -7,6 +7,7 @@ import json
 from html import escape
 from typing import Any
 
+from sagebuild.bench import GATE_METRICS, describe
 from sagebuild.report.svg import speedup_chart
 
 _ICON = {"ok": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
@@ -27,8 +28,6 @@ def _gate_metric(bench: dict[str, Any] | None) -> str:
 
 def speedup_series(bench: dict[str, Any] | None) -> dict[str, list[tuple[int, float]]]:
     """Provider → [(seq, speed-up)]: the speed-up the gate compared, so the chart's gate line fits."""
-    from sagebuild.bench import GATE_METRICS
-
     key = GATE_METRICS[_gate_metric(bench)]
     series: dict[str, list[tuple[int, float]]] = {}
     for row in (bench or {}).get("rows", []):
@@ -196,8 +195,8 @@ def to_markdown(report: dict[str, Any]) -> str:
             "",
             f"### Bench ({label})",
             "",
-            f"SDPA backend: **{b['sdpa_backend']['name']}** ({b['sdpa_backend']['how']}); timing: "
-            f"{b['method']}. {b['note']}",
+            f"Shape: {describe(b['config'])}. SDPA backend: **{b['sdpa_backend']['name']}** "
+            f"({b['sdpa_backend']['how']}); timing: {b['method']}. {b['note']}",
             "",
         ]
         lines += _md_table(*bench_table(b))
@@ -269,8 +268,9 @@ def to_html(report: dict[str, Any]) -> str:
         )
         parts += [
             f"<h2>Bench ({escape(kind)})</h2>",
-            f"<p>SDPA backend: <b>{escape(b['sdpa_backend']['name'])}</b> "
-            f"({escape(b['sdpa_backend']['how'])}). Timing: {escape(b['method'])}. {escape(b['note'])}</p>",
+            f"<p>Shape: {escape(describe(b['config']))}. SDPA backend: "
+            f"<b>{escape(b['sdpa_backend']['name'])}</b> ({escape(b['sdpa_backend']['how'])}). "
+            f"Timing: {escape(b['method'])}. {escape(b['note'])}</p>",
             _html_table(*bench_table(b)),
         ]
         if b["gate"]["failures"]:
