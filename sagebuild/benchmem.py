@@ -177,6 +177,7 @@ def check_fits(
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
         if keys(cfg, est.seq) != est.seq:
             shape += f" ({keys(cfg, est.seq)} keys)"
+            options = f"--kv-seq, {options}"
         fix = f"pass smaller {options}"
         if est.device == "cpu":
             fix += " (the CPU golden model holds the whole queries × keys score matrix)"

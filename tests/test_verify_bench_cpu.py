@@ -599,3 +599,8 @@ def test_memory_estimate_counts_keys_not_queries_squared():
     assert cross < self_attn / 5
     assert benchmem.keys(SimpleNamespace(**base, kv_seq=77), 4096) == 77
     assert benchmem.keys(SimpleNamespace(**base), 4096) == 4096
+    # a cross-attention shape too large is refused naming the keys and --kv-seq
+    cfg = bench.config_from_profile(CPU, seq=(64,), heads=1, kv_seq=10**11, warmup=0, reps=1)
+    with pytest.raises(SagebuildError, match=r"\(100000000000 keys\)") as e:
+        benchmem.check_fits(cfg, "cpu")
+    assert "--kv-seq" in (e.value.fix or "")
