@@ -6,7 +6,7 @@ launches are the ones a model's steady state makes:
 
     ncu --launch-skip 3 --launch-count 1 -k regex:_attn_fwd --section SpeedOfLight \\
         --section SchedulerStats --section WarpStateStats --section SourceCounters \\
-        python scripts/ncu_attention.py --shape 2x32x4096x128 [--causal]
+        python scripts/ncu_attention.py --shape 2x32x4096x128 [--causal] [--kv-seq 77]
 
 ``--sdpa`` runs PyTorch's SDPA (default backend) instead, for comparison (its kernels:
 ``-k regex:"sdpa|fmha|flash|cudnn"``).
@@ -26,6 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="2x32x4096x128", help="BxHxNxD")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--kv-seq", type=int, default=0, help="keys per call (cross-attention; default N)")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--sdpa", action="store_true", help="PyTorch SDPA (default backend) instead")
@@ -37,7 +38,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         ap.error("no GPU visible to torch: run this on the GPU machine, under ncu")
     dtype = getattr(torch, args.dtype)
-    q, k, v = (torch.randn(b, h, n, d, dtype=dtype, device="cuda") for _ in range(3))
+    q = torch.randn(b, h, n, d, dtype=dtype, device="cuda")
+    k, v = (torch.randn(b, h, args.kv_seq or n, d, dtype=dtype, device="cuda") for _ in range(2))
     fn = F.scaled_dot_product_attention if args.sdpa else sageattn
     for _ in range(args.calls):
         fn(q, k, v, is_causal=args.causal)
