@@ -309,3 +309,19 @@ def test_plans_are_frozen_and_the_record_forces_the_same_launch(monkeypatch):
     monkeypatch.setenv(configs.ENV_VAR, p.record()["config"])
     knobs.refresh()
     assert make_plan("sm90", head_dim=128, n_k=4096) == p
+
+
+def test_the_plan_sizes_the_grid_from_the_call(monkeypatch):
+    """Dense and packed calls hand the config table their query length and sequences × heads, so
+    grid-sized rows (SDXL's text keys) apply to real calls; the plan key fixes both."""
+    import torch
+
+    from sagebuild.attention import api, dispatch
+
+    monkeypatch.setattr(dispatch, "device_arch", lambda device: "sm90")
+    q = torch.zeros(2, 10, 4096, 64, dtype=torch.float16)
+    k = torch.zeros(2, 10, 77, 64, dtype=torch.float16)
+    assert api.plan_dense(q, k, k, pv="fp16").config.spec() == "64,64,4,2,96"
+    assert api.plan_dense(q[:, :, :1024], k, k, pv="fp16").config.spec() == "64,64,4,3"
+    packed = make_plan("sm90", head_dim=64, n_k=77, pv="fp16", layout="varlen", n_q=4096, batch_heads=20)
+    assert packed.config.maxnreg == 96

@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional, Union
 from sagebuild import knobs
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.05.1"
+CONFIG_TABLE_VERSION = "2026.12.05.2"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -98,7 +98,9 @@ class Row(NamedTuple):
 
     variant: "fp16" | "fp8" (either FP8 accumulation) | "fp8acc" (FP8 P·V accumulated by the
     MMA, ``pv_accum_dtype="fp32"``) | "*"; causal: bool | "*"; ``min_keys``: the row serves calls
-    with at least this many keys (longer sequences amortise wider key tiles' fewer CTAs).
+    with at least this many keys (longer sequences amortise wider key tiles' fewer CTAs);
+    ``max_keys``: at most this many; ``min_programs``: calls whose grid has at least this many
+    programs with the row's BLOCK_M (B·H·⌈N_q / BLOCK_M⌉), for occupancy that pays only beyond a wave.
     """
 
     family: str
@@ -107,6 +109,8 @@ class Row(NamedTuple):
     causal: Union[bool, str]
     config: LaunchConfig
     min_keys: int = 0
+    max_keys: Optional[int] = None
+    min_programs: int = 0
 
 
 _TABLE: list[Row] = [
@@ -132,6 +136,9 @@ _TABLE: list[Row] = [
     # for short key sequences (SDXL's 77 text keys up to 512).
     Row("Hopper", 64, "fp16", "*", LaunchConfig(128, 64, 4, 3), min_keys=1536),
     Row("Hopper", 64, "fp16", "*", LaunchConfig(64, 128, 4, 3), min_keys=1024),
+    # Text keys (<= 128) and grids of several waves: 96 registers fit five CTAs per SM instead of
+    # four (a few spills); one wave (fewer programs) runs slower so.
+    Row("Hopper", 64, "fp16", "*", LaunchConfig(64, 64, 4, 2, 96), max_keys=128, min_programs=1024),
     Row("Hopper", 64, "fp16", "*", LaunchConfig(64, 64, 4, 3)),
     # Head dim 256: two warpgroups split the columns; the MMA-accumulated FP8 needs no second
     # accumulator and takes TMA (no spill at 235 registers).
@@ -271,26 +278,31 @@ def lookup(
     split: bool = False,
     n_k: int = 0,
     tma_ok: bool = False,
+    n_q: int = 0,
+    batch_heads: int = 0,
 ) -> LaunchConfig:
     """The config for one launch: the keyword override, else the env var, else the table.
 
     ``head_dim`` is the padded one; ``split`` (``split_head_dim``) first tries the rows keyed
     with the split width (3/4 of it: 96 for 64 + 32 pieces), then the padded head dim's rows.
     ``variant``: "fp16", "fp8" or "fp8acc" (see ``Row``); ``n_k``: keys per sequence (the
-    longest, for packed sequences), for rows with ``min_keys``; ``tma_ok``: the call can load
-    K/V by TMA (the features table and its buffers' layout), for rows whose config needs it.
+    longest, for packed sequences), for rows with ``min_keys`` / ``max_keys``; ``tma_ok``: the
+    call can load K/V by TMA (the features table and its buffers' layout), for rows whose config
+    needs it; ``n_q`` (the longest query sequence) and ``batch_heads`` (sequences × query heads)
+    size the grid for rows with ``min_programs`` (0: unknown, such rows do not serve).
     """
     if override is not None:
         return parse_config(override)
     env = knobs.raw(ENV_VAR)
     if env:
         return parse_config(env)
+    call = (family, variant, causal, n_k, tma_ok, n_q, batch_heads)
     if split:  # only rows keyed with the split width itself, never a wildcard
         for row in _TABLE:
-            if row.head_dim == split_width(head_dim) and _matches(row, family, variant, causal, n_k, tma_ok):
+            if row.head_dim == split_width(head_dim) and _matches(row, *call):
                 return row.config
     for row in _TABLE:
-        if row.head_dim in ("*", head_dim) and _matches(row, family, variant, causal, n_k, tma_ok):
+        if row.head_dim in ("*", head_dim) and _matches(row, *call):
             return row.config
     raise AssertionError("the config table ends with a catch-all row")
 
@@ -301,13 +313,17 @@ def variant_key(pv: str, pv_accum: str) -> str:
     return "fp8acc" if pv == "fp8" and pv_accum == "fp32" else pv
 
 
-def _matches(row: Row, family: str, variant: str, causal: bool, n_k: int, tma_ok: bool) -> bool:
+def _matches(
+    row: Row, family: str, variant: str, causal: bool, n_k: int, tma_ok: bool, n_q: int, batch_heads: int
+) -> bool:
     var_ok = row.variant in ("*", variant) or (row.variant == "fp8" and variant == "fp8acc")
+    programs = batch_heads * -(-n_q // row.config.block_m)
     return (
         row.family in ("*", family)
         and var_ok
         and row.causal in ("*", causal)
-        and n_k >= row.min_keys
+        and row.min_keys <= n_k <= (row.max_keys if row.max_keys is not None else n_k)
+        and programs >= row.min_programs
         and (tma_ok or not row.config.tma)
     )
 

@@ -230,9 +230,12 @@ def make_plan(
     sm_scale: Optional[float] = None,
     mask: str = "none",
     mask_rows: bool = False,
+    n_q: int = 0,
+    batch_heads: int = 0,
 ) -> LaunchPlan:
     """Decide a call: variant, launch config, quantization and every kernel feature (bad values
-    raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown).
+    raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown);
+    ``n_q`` and ``batch_heads`` (sequences × query heads): the grid's size, for the config table.
     ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
     for name, value, allowed, fix in (
         ("qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"),
@@ -281,6 +284,8 @@ def make_plan(
             split=split,
             n_k=n_k,
             tma_ok=tma_layout and features.possible("tma", family),
+            n_q=n_q,
+            batch_heads=batch_heads,
         )
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
