@@ -45,17 +45,18 @@ def test_short_key_rows_follow_the_measured_winners():
 
 def test_text_key_rows_need_several_waves_of_programs():
     """Head dim 64 FP16 at <= 128 keys takes the 96-register row only when the grid has at least
-    1,024 programs of its 64 rows (SDXL's 2x10x4096:77 has 1,280): one wave ran slower so, longer
-    key sequences and unknown grids keep the general row."""
+    640 programs of its 64 rows (SDXL's 2x10x4096:77 has 1,280, 2x20x1024:77 640): one wave (320)
+    ran slower so; longer key sequences and unknown grids keep the general row."""
     sdxl = configs.lookup("Hopper", 64, "fp16", False, n_k=77, n_q=4096, batch_heads=20)
     assert sdxl.spec() == "64,64,4,2,96"
     general = configs.lookup("Hopper", 64, "fp16", False, n_k=77).spec()
     assert general == "64,64,4,3"
+    assert configs.lookup("Hopper", 64, "fp16", False, n_k=77, n_q=1024, batch_heads=40).maxnreg == 96
     assert configs.lookup("Hopper", 64, "fp16", False, n_k=77, n_q=1024, batch_heads=20).spec() == general
     assert configs.lookup("Hopper", 64, "fp16", False, n_k=129, n_q=4096, batch_heads=20).spec() == general
-    # the threshold counts programs: 1,024 serve, 1,023 rows' worth of 64 rows do not
-    assert configs.lookup("Hopper", 64, "fp16", True, n_k=128, n_q=64 * 1024, batch_heads=1).maxnreg == 96
-    assert configs.lookup("Hopper", 64, "fp16", True, n_k=128, n_q=64 * 1023, batch_heads=1).maxnreg is None
+    # the threshold counts programs: 640 serve, 639 blocks of 64 rows do not
+    assert configs.lookup("Hopper", 64, "fp16", True, n_k=128, n_q=64 * 640, batch_heads=1).maxnreg == 96
+    assert configs.lookup("Hopper", 64, "fp16", True, n_k=128, n_q=64 * 639, batch_heads=1).maxnreg is None
     assert configs.lookup("Hopper", 64, "fp8", False, n_k=77, n_q=4096, batch_heads=20).maxnreg is None
 
 
