@@ -589,8 +589,7 @@ def run_bench(
     limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
-        call = sdpa_call(q, k, v, causal, layout)
-        return call, None
+        return sdpa_call(q, k, v, causal, layout), None
 
     def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
         def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
