@@ -234,3 +234,18 @@ def test_docs_profiles_md_shows_the_bundled_profiles_as_they_are():
     assert table in doc, "docs/profiles.md's bundled-profiles table is stale: paste profiles.markdown_table()"
     hopper = next(line for line in table.splitlines() if line.startswith("| `hopper-cu12`"))
     assert "0.85 of sm90: 1x16x4096x64 0.95×" in hopper and "qk_int8_pv_fp8" in hopper, hopper
+
+
+def test_bench_expectations_record_cross_attention_and_gqa_shapes():
+    """``bench.expected`` takes the keys ``sagebuild bench --kv-seq/--kv-heads`` time under (so a
+    profile can gate SDXL's text keys), and still refuses a malformed one, naming the forms."""
+    from sagebuild.profiles import ProfileError, load_bundled, parse, shape_key
+
+    doc = load_bundled("cpu").to_dict()
+    doc.pop("source", None)
+    sdxl, gqa = shape_key(2, 10, 4096, 64, False, kv_seq=77), shape_key(1, 32, 4096, 128, True, kv_heads=8)
+    doc["bench"]["expected"] = {"sm90": {"measured": "test", "speedup": {sdxl: 0.76, gqa: 1.2}}}
+    assert parse(doc, "test.yaml").bench.expected["sm90"].speedup == {sdxl: 0.76, gqa: 1.2}
+    doc["bench"]["expected"]["sm90"]["speedup"] = {"2x10x4096:x64": 1.0}
+    with pytest.raises(ProfileError, match="2x10x4096:77x64: keys"):
+        parse(doc, "test.yaml")
