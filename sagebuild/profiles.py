@@ -10,7 +10,7 @@ import stat
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import yaml
 
@@ -278,6 +278,34 @@ def shape_key(
     h = f"{heads}/{kv_heads}" if kv_heads else str(heads)
     n = f"{seq}:{kv_seq}" if kv_seq else str(seq)
     return f"{batch}x{h}x{n}x{head_dim}" + ("c" if causal else "")
+
+
+class ShapeKey(NamedTuple):
+    """A shape key's parts (``shape_key`` writes them; None: as many K/V heads or keys as Q's)."""
+
+    batch: int
+    heads: int
+    kv_heads: int | None
+    seq: int
+    kv_seq: int | None
+    head_dim: int
+    causal: bool
+
+
+def parse_shape_key(key: str) -> ShapeKey:
+    """``"2x10x4096:77x64"``, ``"1x32/8x4096x128c"``, ... back into its parts; ValueError naming the
+    forms for anything else (the maintainers' scripts take their shapes in this syntax)."""
+    if not _SHAPE_KEY.fullmatch(key):
+        raise ValueError(
+            f"shape {key!r}: expected BxHxNxD, c appended when causal, H/Hk for K/V heads and N:Nk for "
+            "keys (1x16x1024x64, 2x32x4096x128c, 2x10x4096:77x64, 1x32/8x4096x128)"
+        )
+    b, h, n, d = key.rstrip("c").split("x")
+    h, _, hk = h.partition("/")
+    n, _, nk = n.partition(":")
+    return ShapeKey(
+        int(b), int(h), int(hk) if hk else None, int(n), int(nk) if nk else None, int(d), key[-1] == "c"
+    )
 
 
 def _expectations(raw: Any, source: str) -> dict[str, Expectation]:

@@ -5,7 +5,8 @@
         [--rounds 3] [--graph]
 
 A shape is BxHxNxD, with a trailing c for causal; cross-attention gives the query and key
-lengths as Nq:Nk (``2x10x4096:77x64``, SDXL's text keys).
+lengths as Nq:Nk (``2x10x4096:77x64``, SDXL's text keys), GQA the heads as H/Hk
+(``1x32/8x4096x128c``): the keys of ``sagebuild bench``'s shapes (``profiles.parse_shape_key``).
 
 Settings are separated by ";"; an empty one leaves the variable unset (the table's choice). A
 name with a dot is a module knob of ``sagebuild.kernels.triton`` instead (``"quant.ONEPASS=True;False"``).
@@ -28,13 +29,12 @@ import os
 import statistics
 
 import torch
-import torch.nn.functional as F
-from torch.nn.functional import scaled_dot_product_attention as sdpa_fn
 
 from sagebuild import knobs
 from sagebuild.attention import api, sageattn
 from sagebuild.attention.metrics import accuracy
-from sagebuild.bench import median_ms
+from sagebuild.bench import median_ms, sdpa_call
+from sagebuild.profiles import parse_shape_key
 
 DEFAULT_SHAPES = "2x32x4096x128,2x32x4096x128c,1x32x16384x128,4x32x8192x64,1x16x1024x64"
 
@@ -74,21 +74,19 @@ def main() -> None:
     print(f"| shape | causal | {name} | median ms | SDPA ms | SDPA / ours | cos | rel L1 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for spec in args.shapes.split(","):
-        causal = spec.endswith("c")
-        b, h, n, d = spec.rstrip("c").split("x")
-        n_q, _, n_k = n.partition(":")
-        b, h, d, n_q, n_k = int(b), int(h), int(d), int(n_q), int(n_k or n_q)
+        b, h, hk, n, nk, d, causal = parse_shape_key(spec)
+        shown = spec.rstrip("c").replace("x", "×")
         g = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype, generator=g)
-        k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=dtype, generator=g) for _ in range(2))
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, generator=g)
+        k, v = (
+            torch.randn(b, hk or h, nk or n, d, device="cuda", dtype=dtype, generator=g) for _ in range(2)
+        )
+        ref = sdpa_call(q.float(), k.float(), v.float(), causal)()
         times: dict[str, list[float]] = {s: [] for s in settings}
         sdpa: list[float] = []
         acc: dict[str, dict] = {}
         for _ in range(args.rounds):
-            sdpa.append(
-                median_ms(lambda q=q, k=k, v=v, c=causal: sdpa_fn(q, k, v, is_causal=c), args.graph, 100)
-            )
+            sdpa.append(median_ms(sdpa_call(q, k, v, causal), args.graph, 100))
             for s in settings:
                 _set(name, s)
                 call = lambda q=q, k=k, v=v, c=causal: sageattn(q, k, v, is_causal=c)  # noqa: E731
@@ -100,7 +98,7 @@ def main() -> None:
             t = statistics.median(times[s])
             a = acc[s]
             print(
-                f"| {b}×{h}×{n}×{d} | {causal} | {s or '(unset)'} | {t:.4f} | {t_sdpa:.4f} | "
+                f"| {shown} | {causal} | {s or '(unset)'} | {t:.4f} | {t_sdpa:.4f} | "
                 f"{t_sdpa / t:.3f} | {a['cos']:.5f} | {a['rel_l1']:.4f} |",
                 flush=True,
             )

@@ -4,7 +4,8 @@ stubbed) or on a GPU (``--gpu``: real launches, Triton's launcher included).
 
     python scripts/host_python.py [--shape 1x16x1024x64] [--causal] [--profile] [--gpu]
 
-Cross-attention gives the query and key lengths as Nq:Nk (``--shape 2x10x4096:77x64``).
+Cross-attention gives the query and key lengths as Nq:Nk (``--shape 2x10x4096:77x64``), GQA the
+heads as H/Hk (``1x32/8x4096x128``).
 
 At small shapes the host path decides the whole call, and the GPU hosts' speed varies 2–3×
 between machine starts, so host-side changes are compared in one process, interleaved. Without
@@ -32,7 +33,7 @@ from typing import Callable
 
 def _parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD or BxHxNq:NkxD")
+    ap.add_argument("--shape", default="1x16x1024x64", help="BxHxNxD, BxHxNq:NkxD or BxH/HkxNxD")
     ap.add_argument("--causal", action="store_true", help="time causal calls")
     ap.add_argument("--profile", action="store_true", help="top functions by own time (replayed calls)")
     ap.add_argument("--gpu", action="store_true", help="real launches on the GPU (host time per call)")
@@ -47,17 +48,16 @@ def main() -> None:
 
     from sagebuild.attention import api, replay, sageattn
     from sagebuild.kernels.triton import launcher
+    from sagebuild.profiles import parse_shape_key
 
     if args.gpu and not torch.cuda.is_available():
         raise SystemExit("host_python.py --gpu: no GPU visible to torch")
-    b, h, n, d = args.shape.split("x")
-    n_q, _, n_k = n.partition(":")
-    b, h, d, n_q, n_k = int(b), int(h), int(d), int(n_q), int(n_k or n_q)
+    b, h, hk, n_q, n_k, d, _ = parse_shape_key(args.shape)
     dev = "cuda" if args.gpu else "cpu"
     if not args.gpu:
         launcher._launch = lambda *a, **k: None  # the launch itself: recording and replay still run
     q = torch.randn(b, h, n_q, d, dtype=torch.float16, device=dev)
-    k, v = (torch.randn(b, h, n_k, d, dtype=torch.float16, device=dev) for _ in range(2))
+    k, v = (torch.randn(b, hk or h, n_k or n_q, d, dtype=torch.float16, device=dev) for _ in range(2))
     burst, bursts = (50, 60) if args.gpu else (3000, 1)
 
     def ours() -> None:

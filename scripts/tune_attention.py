@@ -6,7 +6,7 @@ grid of (BLOCK_M, BLOCK_N, num_warps, num_stages) against SDPA's default backend
 run, and print the winners. The winners go into the config table by hand (a new table version,
 the numbers in docs/performance.md's table): users never pay for autotuning.
 
-    python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c,1x40x32760x128k512]
+    python scripts/tune_attention.py [--shapes 1x16x1024x64,2x32x4096x128c,1x40x32760:512x128]
         [--variants fp8,fp16]
         [--graph]
 
@@ -30,6 +30,7 @@ from sagebuild.attention import sageattn_qk_int8_pv_fp8_triton, sageattn_qk_int8
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import median_ms
 from sagebuild.kernels.triton import configs
+from sagebuild.profiles import parse_shape_key
 
 DEFAULT_SHAPES = (
     "1x16x1024x64,1x16x4096x64,2x32x4096x128,2x32x4096x128c,1x32x16384x128,1x32x16384x128c,4x32x8192x64"
@@ -56,13 +57,12 @@ FN = {
 
 
 def parse_shape(s: str) -> tuple[int, int, int, int, int, bool]:
-    """``BxHxNxD[kNK][c]``: batch, heads, query tokens, head dim, key tokens (``k512``: cross-
-    attention to 512 keys; default N), causal."""
-    causal = s.endswith("c")
-    s = s.rstrip("c")
-    s, _, nk = s.partition("k")
-    b, h, n, d = (int(x) for x in s.split("x"))
-    return b, h, n, d, int(nk) if nk else n, causal
+    """``BxHxNxD``, ``BxHxNq:NkxD`` (cross-attention), ``c`` appended when causal: batch, heads,
+    query tokens, head dim, key tokens, causal (``profiles.parse_shape_key``; no K/V heads here)."""
+    b, h, hk, n, nk, d, causal = parse_shape_key(s)
+    if hk:
+        raise ValueError(f"shape {s!r}: tune_attention.py times equal Q and K/V heads (drop /{hk})")
+    return b, h, n, d, nk or n, causal
 
 
 def main() -> None:

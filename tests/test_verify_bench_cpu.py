@@ -584,6 +584,17 @@ def test_shape_keys_name_keys_and_kv_heads_and_profiles_accept_them():
     for key in ("1x32/8x4096x128c", "2x10x4096:77x64"):
         assert profiles._SHAPE_KEY.fullmatch(key)
     assert not profiles._SHAPE_KEY.fullmatch("2x10x4096:x64")
+    # and back: the maintainers' scripts take their shapes in this syntax
+    for args in (
+        (1, 16, 1024, 64, False, None, None),
+        (2, 10, 4096, 64, True, 77, None),
+        (1, 32, 4096, 128, True, None, 8),
+    ):
+        b, h, n, d, causal, nk, hk = args
+        key = profiles.shape_key(b, h, n, d, causal, kv_seq=nk, kv_heads=hk)
+        assert tuple(profiles.parse_shape_key(key)) == (b, h, hk, n, nk, d, causal)
+    with pytest.raises(ValueError, match="N:Nk for keys"):
+        profiles.parse_shape_key("2x10x4096x64k77")
 
 
 def test_memory_estimate_counts_keys_not_queries_squared():
