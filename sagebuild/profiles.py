@@ -280,6 +280,12 @@ def shape_key(
     return f"{batch}x{h}x{n}x{head_dim}" + ("c" if causal else "")
 
 
+SHAPE_KEY_FORMS = (
+    "BxHxNxD, c appended when causal, H/Hk for K/V heads and N:Nk for keys "
+    "(1x16x1024x64, 2x32x4096x128c, 2x10x4096:77x64, 1x32/8x4096x128)"
+)
+
+
 class ShapeKey(NamedTuple):
     """A shape key's parts (``shape_key`` writes them; None: as many K/V heads or keys as Q's)."""
 
@@ -296,10 +302,7 @@ def parse_shape_key(key: str) -> ShapeKey:
     """``"2x10x4096:77x64"``, ``"1x32/8x4096x128c"``, ... back into its parts; ValueError naming the
     forms for anything else (the maintainers' scripts take their shapes in this syntax)."""
     if not _SHAPE_KEY.fullmatch(key):
-        raise ValueError(
-            f"shape {key!r}: expected BxHxNxD, c appended when causal, H/Hk for K/V heads and N:Nk for "
-            "keys (1x16x1024x64, 2x32x4096x128c, 2x10x4096:77x64, 1x32/8x4096x128)"
-        )
+        raise ValueError(f"shape {key!r}: expected {SHAPE_KEY_FORMS}")
     b, h, n, d = key.rstrip("c").split("x")
     h, _, hk = h.partition("/")
     n, _, nk = n.partition(":")
@@ -320,8 +323,7 @@ def _expectations(raw: Any, source: str) -> dict[str, Expectation]:
         speedups = {}
         for shape in entry["speedup"]:
             if not _SHAPE_KEY.fullmatch(str(shape)):
-                keys = "keys like 1x16x1024x64 (c: causal; 1x32/8x4096x128: K/V heads; 2x10x4096:77x64: keys)"
-                raise ProfileError(source, f"{where}.speedup", keys, shape)
+                raise ProfileError(source, f"{where}.speedup", f"shape keys {SHAPE_KEY_FORMS}", shape)
             speedups[shape] = _req(entry["speedup"], f"{where}.speedup.{shape}", float, source, **_POSITIVE)
         out[archs.normalize(str(arch))] = Expectation(str(entry.get("measured", "")), speedups)
     return out
