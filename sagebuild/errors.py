@@ -21,6 +21,7 @@ class Exit(IntEnum):
     BENCH_BELOW_THRESHOLD = 40
     LOCK_DRIFT = 50
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+    BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE, as `yes | head` ends)
 
 
 class SagebuildError(Exception):

@@ -22,7 +22,7 @@ import pytest
 
 TIME_LIMIT_S = 90
 ADDRESS_SPACE = 6 * 2**30  # far below what reading /dev/zero or a 24 GB bench would take
-DOCUMENTED = {0, 1, 2, 3, 10, 20, 30, 40, 50, 130}
+DOCUMENTED = {0, 1, 2, 3, 10, 20, 30, 40, 50, 130, 141}
 
 
 def _bomb(d: Path) -> Path:
@@ -175,3 +175,20 @@ def test_every_exit_code_is_documented():
     for code in Exit:
         assert f"| {int(code)} |" in doc, f"docs/ci.md does not list exit code {int(code)} ({code.name})"
     assert {int(c) for c in Exit} == DOCUMENTED
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path: Path):
+    """``sagebuild ... --json | head``: the reader left before the document was written; that is
+    no bug to report, so no 'internal error', no traceback, and the shell's SIGPIPE exit code."""
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)  # every write to w_fd now fails with EPIPE
+    env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1"}
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "sagebuild", "profiles", "--json"],
+            stdout=w_fd, stderr=subprocess.PIPE, text=True, env=env, timeout=TIME_LIMIT_S,
+        )  # fmt: skip
+    finally:
+        os.close(w_fd)
+    assert r.returncode == 141, r.stderr
+    assert r.stderr == "", r.stderr
