@@ -6,6 +6,7 @@ On a CPU the golden model is timed, labelled so and not speed-gated; accuracy bo
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -53,6 +54,8 @@ class BenchConfig:
     # cross-attention / GQA: keys per call (None: as many as queries) and K/V heads (None: heads)
     kv_seq: Optional[int] = None
     kv_heads: Optional[int] = None
+    # packed sequences (``sageattn_varlen``): their lengths; ``seq`` is then their total
+    varlen: Optional[tuple[int, ...]] = None
 
     def kv_shape(self, n: int) -> tuple[int, int, int, int]:
         """K's and V's B,H,N,D at ``n`` queries."""
@@ -63,7 +66,11 @@ def describe(config: dict[str, Any]) -> str:
     """A bench config (``BenchConfig`` as a dict) in words for tables and reports:
     ``1×16×N×64 float16 HND, causal, 77 keys, 8 K/V heads`` (N: each row's seq)."""
     c = config
-    parts = [f"B×H×N×D {c['batch']}×{c['heads']}×N×{c['head_dim']} {c['dtype']} {c['layout']}"]
+    if c.get("varlen"):
+        lens = "+".join(map(str, c["varlen"]))
+        parts = [f"packed sequences {lens} (N: their total), H {c['heads']}, D {c['head_dim']} {c['dtype']}"]
+    else:
+        parts = [f"B×H×N×D {c['batch']}×{c['heads']}×N×{c['head_dim']} {c['dtype']} {c['layout']}"]
     parts += ["causal"] if c["causal"] else []
     parts += [f"{c['kv_seq']} keys"] if c.get("kv_seq") else []
     parts += [f"{c['kv_heads']} K/V head" + "s" * (c["kv_heads"] > 1)] if c.get("kv_heads") else []
@@ -101,6 +108,14 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     cfg = BenchConfig(**{f: getattr(profile.bench, f) for f in shared})
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     check_inputs(cfg.dtype, cfg.layout)
+    if cfg.varlen:
+        if overrides.get("seq") or cfg.kv_seq or overrides.get("batch") not in (None, 1):
+            raise SagebuildError(
+                "--varlen gives the packed sequences' lengths (one batch of self-attention): it takes no "
+                "--seq, --kv-seq or --batch",
+                fix="pass the lengths alone, e.g. --varlen 4680,3120 --heads 12 --head-dim 128",
+            )
+        cfg = replace(cfg, batch=1, seq=(sum(cfg.varlen),))
     sizes = [cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds]
     sizes += [x for x in (cfg.kv_seq, cfg.kv_heads) if x is not None]
     if min(sizes) < 1 or min(cfg.warmup, cfg.sustain_s) < 0:
@@ -394,6 +409,7 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)  # the config and rows too: asdict recurses
         d["config"]["seq"] = list(self.config.seq)
+        d["config"]["varlen"] = list(self.config.varlen) if self.config.varlen else None
         gate_fields = ("min_speedup", "speed_gate_applied", "gate_on", "failures", "expectation")
         d["gate"] = {("metric" if k == "gate_on" else k): d.pop(k) for k in gate_fields}
         return d
@@ -560,6 +576,19 @@ def random_qkv(
     return draw(*shape), draw(*(kv_shape or shape)), draw(*(kv_shape or shape))
 
 
+def packed_segments(lens: tuple[int, ...], *tensors: Any) -> list[tuple[Any, ...]]:
+    """Per sequence, [1, H, L, D] views of packed [total, H, D] tensors (for SDPA and the references)."""
+    ends = list(itertools.accumulate(lens))
+    return [tuple(t[e - n : e].transpose(0, 1)[None] for t in tensors) for n, e in zip(lens, ends)]
+
+
+def _unpack(outs: list[Any]) -> Any:
+    """Per-sequence [1, H, L, D] outputs as one packed [total, H, D] tensor."""
+    import torch
+
+    return torch.cat([o[0].transpose(0, 1) for o in outs])
+
+
 def run_bench(
     profile: Any,
     cfg: BenchConfig,
@@ -588,11 +617,24 @@ def run_bench(
 
     limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
+    lens = cfg.varlen
+
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
+        if lens:  # once per sequence, as a caller without varlen attention would (outputs unpacked)
+            calls = [sdpa_call(*seg, causal) for seg in packed_segments(lens, q, k, v)]
+            return lambda: [c() for c in calls], None
         return sdpa_call(q, k, v, causal, layout), None
 
     def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
         def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
+            if lens and gpu:  # fn: sageattn_varlen, the variant's P·V
+                cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=dev)
+                pv, top = variant.rsplit("_", 1)[-1], max(lens)  # "auto", or qk_int8_pv_fp16's "fp16"
+                plan = api.plan_varlen(q, cu, top, top, is_causal=causal, pv=pv).record()
+                return lambda: fn(q, k, v, cu, cu, top, top, is_causal=causal, pv=pv), plan
+            if lens:  # the golden model, once per sequence
+                segs = packed_segments(lens, q, k, v)
+                return lambda: [fn(*seg, is_causal=causal) for seg in segs], None
             call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)
             return call, launch_plan(q, k, v, layout, causal, variant=variant) if gpu else None
 
@@ -604,19 +646,21 @@ def run_bench(
     ]
     if gpu:
         from sagebuild import attention
-        from sagebuild.attention import dispatch
+        from sagebuild.attention import api, dispatch
         from sagebuild.attention.api import launch_plan
         from sagebuild.kernels.triton import configs
 
         arch = dispatch.device_arch(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), limits.get(auto_variant)))
+        auto_fn = attention.sageattn_varlen if lens else attention.sageattn
+        providers.append((AUTO, "whole_call", whole_call(auto_fn), limits.get(auto_variant)))
         # every variant this GPU runs, so the note can say which one won (issue 38)
         for var in dispatch.available_variants(dev):
-            fn = getattr(attention, f"sageattn_{var}_triton")
+            fn = attention.sageattn_varlen if lens else getattr(attention, f"sageattn_{var}_triton")
             providers.append((var, "whole_call", whole_call(fn, var), limits.get(var)))
-            kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)
-            providers.append((var, "kernel_only", kernel_only, limits.get(var)))
+            if not lens:  # the kernel-only adapter is dense
+                kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)
+                providers.append((var, "kernel_only", kernel_only, limits.get(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
         method = (
             f"CUDA/HIP events per call, L2 flushed before each; {rounds} and p20/p80; back-to-back: "
@@ -659,9 +703,18 @@ def run_bench(
     )  # fmt: skip
     for n in cfg.seq:
         q_shape = (cfg.batch, cfg.heads, n, cfg.head_dim)
-        q, k, v = random_qkv(q_shape, layout, cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
-        ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
-        flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal, cfg.kv_seq)
+        if lens:  # packed [total, H, D]
+            drawn = random_qkv(q_shape, "NHD", cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
+            q, k, v = (x[0] for x in drawn)
+            segs = packed_segments(lens, q, k, v)
+            ref = _unpack([reference.exact_attention(*seg, is_causal=causal) for seg in segs])
+            flops = sum(attention_flops(1, cfg.heads, m, cfg.head_dim, causal) for m in lens)
+            if not backend:
+                backend = sdpa_backend(*segs[0], causal)
+        else:
+            q, k, v = random_qkv(q_shape, layout, cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
+            ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
+            flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal, cfg.kv_seq)
         if not backend:
             qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
             backend = sdpa_backend(qs, ks, vs, causal)
@@ -675,7 +728,8 @@ def run_bench(
             here.append(row)
             try:
                 fn, row.plan = make(q, k, v)
-                row.accuracy = metrics.accuracy(fn(), ref)
+                out = fn()
+                row.accuracy = metrics.accuracy(_unpack(out) if isinstance(out, list) else out, ref)
                 ready.append((row, fn))
             except Exception as e:  # noqa: BLE001
                 row.error = _error_text(e)

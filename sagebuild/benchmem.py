@@ -86,22 +86,29 @@ def keys(cfg: Any, seq: int) -> int:
     return getattr(cfg, "kv_seq", None) or seq
 
 
+def score_shape(cfg: Any, seq: int) -> tuple[int, int]:
+    """The largest score matrix's rows and columns: one packed sequence's, else queries × keys."""
+    varlen = getattr(cfg, "varlen", None)
+    return (max(varlen),) * 2 if varlen else (seq, keys(cfg, seq))
+
+
 def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
     """(device bytes, host bytes) at one sequence length; pure arithmetic, no allocation. K/V are
     counted at every query head (the references expand GQA's K/V heads)."""
     bh, nk = cfg.batch * cfg.heads, keys(cfg, seq)
     eq, ekv = bh * seq * cfg.head_dim, bh * nk * cfg.head_dim  # elements of Q, of K or V
     e = max(eq, ekv)
-    rows = min(seq, _EXACT_ROWS)
+    s_rows, s_cols = score_shape(cfg, seq)
+    rows = min(s_rows, _EXACT_ROWS)
     inputs = (eq + 2 * ekv) * 2
     draw = e * 4 + e * 2  # one float32 draw and its 16-bit copy, on the host
-    exact = (eq + 2 * ekv) * 4 + 2 * eq * 4 + 3 * bh * rows * nk * 4  # float copies, output + chunks, S/P/exp
+    exact = (eq + 2 * ekv) * 4 + 2 * eq * 4 + 3 * bh * rows * s_cols * 4  # copies, output + chunks, S/P/exp
     if on_gpu:
         providers = 6 * e * 4  # outputs (float32 for the accuracy diff), quantized K/V, scales
         return inputs + exact + providers + _GPU_FIXED, draw + _HOST_FIXED
     # the golden model: float64 Q/K codes, the full score matrix (float64 dots, float32 scores and
     # the causal mask), one key tile's P and the accumulator
-    golden = (eq + ekv) * 8 + bh * seq * nk * (8 + 4 + 4 + 1) + 4 * eq * 4
+    golden = (eq + ekv) * 8 + bh * s_rows * s_cols * (8 + 4 + 4 + 1) + 4 * eq * 4
     host = draw + inputs + exact + golden + _GOLDEN_PROVIDERS * eq * 4 + _HOST_FIXED
     return host, host
 
@@ -128,7 +135,8 @@ def cpu_seconds(cfg: Any) -> float:
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:
-        scores = cfg.batch * cfg.heads * n * keys(cfg, n)
+        varlen = getattr(cfg, "varlen", None)
+        scores = cfg.batch * cfg.heads * (sum(m * m for m in varlen) if varlen else n * keys(cfg, n))
         flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
         golden = flops / mm + 250.0 * scores / ew

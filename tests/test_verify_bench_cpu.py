@@ -610,8 +610,59 @@ def test_memory_estimate_counts_keys_not_queries_squared():
     assert cross < self_attn / 5
     assert benchmem.keys(SimpleNamespace(**base, kv_seq=77), 4096) == 77
     assert benchmem.keys(SimpleNamespace(**base), 4096) == 4096
+    # packed sequences: the largest score matrix is one sequence's, not the total's
+    packed = SimpleNamespace(**{**base, "seq": (4096,)}, varlen=(1024, 3072))
+    assert benchmem.score_shape(packed, 4096) == (3072, 3072)
+    assert benchmem.bytes_needed(packed, 4096, on_gpu=False)[0] < self_attn
     # a cross-attention shape too large is refused naming the keys and --kv-seq
     cfg = bench.config_from_profile(CPU, seq=(64,), heads=1, kv_seq=10**11, warmup=0, reps=1)
     with pytest.raises(SagebuildError, match=r"\(100000000000 keys\)") as e:
         benchmem.check_fits(cfg, "cpu")
     assert "--kv-seq" in (e.value.fix or "")
+
+
+def test_bench_cpu_packed_sequences():
+    """``varlen``: one batch of packed sequences ([total, H, D]), SDPA and the golden models once per
+    sequence against the exact reference per sequence, FLOPs summed per sequence; the rows' seq
+    is the total and the shape line names the lengths."""
+    cfg = bench.config_from_profile(CPU, varlen=(48, 80), heads=4, kv_heads=2, causal=True, warmup=0, reps=2)
+    assert cfg.seq == (128,) and cfg.batch == 1
+    res = bench.run_bench(CPU, cfg)
+    assert res.ok, res.failures
+    flops = sum(bench.attention_flops(1, 4, n, 64, True) for n in (48, 80))
+    for r in res.rows:
+        assert r.error is None and r.seq == 128, r
+        assert r.tflops == pytest.approx(flops / r.timing.median_ms / 1e9)
+        if r.provider == "sdpa":
+            assert r.accuracy["cos"] > 0.99999  # per sequence, as the reference
+        else:
+            assert CPU.accuracy[r.provider.split(":")[1]].cos_min <= r.accuracy["cos"] < 1.0
+    doc = res.to_dict()
+    assert doc["config"]["varlen"] == [48, 80]
+    assert bench.describe(doc["config"]).startswith("packed sequences 48+80")
+    # a packed batch is one batch of its own lengths
+    for bad in ({"seq": (64,)}, {"kv_seq": 8}, {"batch": 2}):
+        with pytest.raises(SagebuildError, match="--varlen") as e:
+            bench.config_from_profile(CPU, varlen=(48, 80), **bad)
+        assert "--varlen 4680,3120" in (e.value.fix or "")
+
+
+def test_packed_segments_are_views_of_each_sequence():
+    import torch
+
+    q = torch.arange(5 * 2 * 3).reshape(5, 2, 3)
+    (a,), (b,) = bench.packed_segments((2, 3), q)
+    assert a.shape == (1, 2, 2, 3) and b.shape == (1, 2, 3, 3)
+    assert torch.equal(a[0].transpose(0, 1), q[:2]) and torch.equal(b[0].transpose(0, 1), q[2:])
+    assert a.data_ptr() == q.data_ptr()  # views: no copy before the timed calls
+    assert torch.equal(bench._unpack([a, b]), q)
+
+
+def test_cli_bench_varlen_json():
+    args = ["bench", "--profile", "cpu", "--varlen", "32,48", "--heads", "2", "--reps", "1", "--warmup", "0"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["config"]["varlen"] == [32, 48] and doc["config"]["seq"] == [80]
+    bad = runner.invoke(app, ["bench", "--profile", "cpu", "--varlen", "32,x"])
+    assert bad.exit_code == 2 and "--varlen" in bad.output and "Traceback" not in bad.output

@@ -83,20 +83,27 @@ def test_bench_gpu_rows_backend_and_timing():
     [
         ({"batch": 2, "heads": 10, "head_dim": 64, "seq": (4096,), "kv_seq": 77}, False),  # SDXL cross
         ({"batch": 1, "heads": 8, "head_dim": 128, "seq": (1024,), "kv_heads": 2}, True),  # GQA prefill
+        ({"heads": 8, "kv_heads": 2, "head_dim": 128, "varlen": (1000, 600, 448)}, True),  # packed prefill
     ],
 )
-def test_bench_gpu_cross_attention_and_gqa(shape, causal):
-    """The workload classes beyond self-attention: every provider runs on K/V of their own shape,
-    within the profile's accuracy bounds, against SDPA as the caller would run it, and each shape's
-    key names what it is (no self-attention record applies)."""
+def test_bench_gpu_cross_attention_gqa_and_packed(shape, causal):
+    """The workload classes beyond self-attention: every provider runs on K/V of their own shape
+    (packed: ``sageattn_varlen`` against SDPA once per sequence), within the profile's accuracy
+    bounds, against SDPA as the caller would run it, each row with the plan it ran, and each
+    shape's key names what it is (no self-attention record applies)."""
     prof = _profile()
     cfg = bench.config_from_profile(prof, **shape, causal=causal, warmup=2, reps=6, rounds=2)
     res = bench.run_bench(prof, cfg)
     for r in res.rows:
         assert r.error is None, (r.provider, r.kind, r.error)
+        assert (r.plan is None) == (r.kind == "baseline"), r
     assert not [f for f in res.failures if "speed-up" not in f], res.failures
     auto = next(r for r in res.rows if r.provider == bench.AUTO and r.kind == "whole_call")
     assert auto.speedup is not None and auto.speedup > 0 and auto.expected_speedup is None
-    n, nk = shape["seq"][0], shape.get("kv_seq", shape["seq"][0])
-    flops = bench.attention_flops(shape["batch"], shape["heads"], n, shape["head_dim"], causal, nk)
+    if "varlen" in shape:
+        assert auto.plan["layout"] == "varlen" and {r.kind for r in res.rows} == {"baseline", "whole_call"}
+        flops = sum(bench.attention_flops(1, 8, n, 128, causal) for n in shape["varlen"])
+    else:
+        n, nk = shape["seq"][0], shape.get("kv_seq", shape["seq"][0])
+        flops = bench.attention_flops(shape["batch"], shape["heads"], n, shape["head_dim"], causal, nk)
     assert auto.tflops == pytest.approx(flops / auto.timing.median_ms / 1e9)

@@ -334,6 +334,23 @@ def launch_plan(
     ).record()  # fmt: skip
 
 
+def plan_varlen(
+    q: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, is_causal: bool,
+    **choices: Any,
+) -> LaunchPlan:  # fmt: skip
+    """Plan a packed call ([total, H, D] inputs already checked); ``choices`` as ``plan_dense``'s."""
+    return make_plan(
+        dispatch.device_arch(q.device),
+        head_dim=q.shape[-1],
+        n_k=int(max_seqlen_k),
+        n_q=int(max_seqlen_q),
+        batch_heads=(cu_seqlens_q.shape[0] - 1) * q.shape[1],
+        causal=bool(is_causal),
+        layout="varlen",
+        **choices,
+    )
+
+
 @_on_input_device
 def attend_varlen(
     q: torch.Tensor,
@@ -373,20 +390,10 @@ def attend_varlen(
     checked = check_varlen(*inputs, max_seqlen_q, max_seqlen_k)  # copies only what must be copied
     plan = _PLANS.get(key)
     if plan is None:
-        plan = make_plan(
-            dispatch.device_arch(q.device),
-            head_dim=q.shape[-1],
-            n_k=int(max_seqlen_k),
-            n_q=int(max_seqlen_q),
-            batch_heads=(cu_seqlens_q.shape[0] - 1) * q.shape[1],
-            pv=pv,
-            causal=bool(is_causal),
-            layout="varlen",
-            qk_quant_gran=qk_quant_gran,
-            config=config,
-            smooth_k=smooth_k,
-            sm_scale=sm_scale,
-        )
+        plan = plan_varlen(
+            q, cu_seqlens_q, max_seqlen_q, max_seqlen_k, is_causal=is_causal, pv=pv,
+            qk_quant_gran=qk_quant_gran, config=config, smooth_k=smooth_k, sm_scale=sm_scale,
+        )  # fmt: skip
         _put(_PLANS, key, plan)
         rkey = None  # the signature's first call
     if any(a is not b for a, b in zip(checked, inputs)):

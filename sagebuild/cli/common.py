@@ -86,6 +86,13 @@ _BENCH_OPTIONS = (
         "Keys per call for cross-attention, e.g. 77 (SDXL's text) or 512 (default: as many as --seq).",
     ),
     ("kv_heads", int, "--kv-heads", "K/V heads for GQA/MQA, a divisor of --heads (default: --heads)."),
+    (
+        "varlen",
+        str,
+        "--varlen",
+        "Packed sequences' lengths instead of --seq, e.g. 4680,3120: sageattn_varlen against SDPA per "
+        "sequence.",
+    ),
     ("causal", bool, "--causal/--no-causal", "Bench with a causal mask."),
     ("warmup", int, "--warmup", "Bench warm-up calls (default: profile)."),
     ("reps", int, "--reps", "Bench timed calls (default: profile)."),
@@ -141,7 +148,8 @@ def with_bench_options(fn: F) -> F:
         from sagebuild.bench import parse_int_list
 
         bench = {p.name: kwargs.pop(p.name) for p in from_table}
-        bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] else None
+        for name in ("seq", "varlen"):
+            bench[name] = parse_int_list(bench[name], name) if bench[name] else None
         return fn(**kwargs, bench=bench)
 
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
