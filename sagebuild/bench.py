@@ -582,6 +582,21 @@ def packed_segments(lens: tuple[int, ...], *tensors: Any) -> list[tuple[Any, ...
     return [tuple(t[e - n : e].transpose(0, 1)[None] for t in tensors) for n, e in zip(lens, ends)]
 
 
+def packed_call(
+    q: Any, k: Any, v: Any, lens: tuple[int, ...], causal: bool, variant: str = "auto"
+) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """``sageattn_varlen`` over packed [total, H, D] q, k, v of these sequence lengths with the
+    variant's P·V ("auto": what it picks), and the record of the plan it runs."""
+    import torch
+
+    from sagebuild.attention import api, functions
+
+    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=q.device)
+    pv, top = variant.rsplit("_", 1)[-1], max(lens)  # "auto", or qk_int8_pv_fp16's "fp16"
+    plan = api.plan_varlen(q, cu, top, top, is_causal=causal, pv=pv).record()
+    return lambda: functions.sageattn_varlen(q, k, v, cu, cu, top, top, is_causal=causal, pv=pv), plan
+
+
 def _unpack(outs: list[Any]) -> Any:
     """Per-sequence [1, H, L, D] outputs as one packed [total, H, D] tensor."""
     import torch
@@ -627,11 +642,8 @@ def run_bench(
 
     def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
         def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
-            if lens and gpu:  # fn: sageattn_varlen, the variant's P·V
-                cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=dev)
-                pv, top = variant.rsplit("_", 1)[-1], max(lens)  # "auto", or qk_int8_pv_fp16's "fp16"
-                plan = api.plan_varlen(q, cu, top, top, is_causal=causal, pv=pv).record()
-                return lambda: fn(q, k, v, cu, cu, top, top, is_causal=causal, pv=pv), plan
+            if lens and gpu:
+                return packed_call(q, k, v, lens, causal, variant)
             if lens:  # the golden model, once per sequence
                 segs = packed_segments(lens, q, k, v)
                 return lambda: [fn(*seg, is_causal=causal) for seg in segs], None
@@ -646,17 +658,16 @@ def run_bench(
     ]
     if gpu:
         from sagebuild import attention
-        from sagebuild.attention import api, dispatch
+        from sagebuild.attention import dispatch
         from sagebuild.attention.api import launch_plan
         from sagebuild.kernels.triton import configs
 
         arch = dispatch.device_arch(dev)
         auto_variant = dispatch.variant_for_device(dev)
-        auto_fn = attention.sageattn_varlen if lens else attention.sageattn
-        providers.append((AUTO, "whole_call", whole_call(auto_fn), limits.get(auto_variant)))
+        providers.append((AUTO, "whole_call", whole_call(attention.sageattn), limits.get(auto_variant)))
         # every variant this GPU runs, so the note can say which one won (issue 38)
         for var in dispatch.available_variants(dev):
-            fn = attention.sageattn_varlen if lens else getattr(attention, f"sageattn_{var}_triton")
+            fn = getattr(attention, f"sageattn_{var}_triton")
             providers.append((var, "whole_call", whole_call(fn, var), limits.get(var)))
             if not lens:  # the kernel-only adapter is dense
                 kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)

@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sagebuild import bench, verify
+from sagebuild.attention import metrics
 from sagebuild.cli.app import app
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.profiles import Accuracy, load_bundled
@@ -666,3 +667,29 @@ def test_cli_bench_varlen_json():
     assert doc["config"]["varlen"] == [32, 48] and doc["config"]["seq"] == [80]
     bad = runner.invoke(app, ["bench", "--profile", "cpu", "--varlen", "32,x"])
     assert bad.exit_code == 2 and "--varlen" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize("variant", ["auto", "qk_int8_pv_fp16", "qk_int8_pv_fp8"])
+def test_packed_call_runs_sageattn_varlen_with_the_variant(variant):
+    """The GPU bench's packed provider: ``sageattn_varlen`` with the variant's P·V (Triton's
+    interpreter here, the GPU in gpu_check), within the variant's bounds of the exact reference per
+    sequence, and the plan it ran (packed layout, the variant's kernel)."""
+    import torch
+
+    from sagebuild.attention import reference
+
+    lens = (40, 24)
+    q, k, v = (x[0] for x in bench.random_qkv((1, 2, 64, 64), "NHD", "float16", 0, "cpu", (1, 1, 64, 64)))
+    call, plan = bench.packed_call(q, k, v, lens, True, variant)
+    assert plan["layout"] == "varlen" and plan["causal"]
+    if variant != "auto":
+        assert plan["variant"] == variant
+    ref = bench._unpack(
+        [reference.exact_attention(*s, is_causal=True) for s in bench.packed_segments(lens, q, k, v)]
+    )
+    acc = metrics.accuracy(call(), ref)
+    assert (
+        acc["cos"] >= CPU.accuracy[plan["variant"]].cos_min
+        and acc["rel_l1"] <= CPU.accuracy[plan["variant"]].rel_l1_max
+    )
+    assert torch.equal(call(), call())  # deterministic: the timed calls are the measured ones
