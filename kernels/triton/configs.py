@@ -317,12 +317,13 @@ def _matches(
     row: Row, family: str, variant: str, causal: bool, n_k: int, tma_ok: bool, n_q: int, batch_heads: int
 ) -> bool:
     var_ok = row.variant in ("*", variant) or (row.variant == "fp8" and variant == "fp8acc")
-    programs = batch_heads * -(-n_q // row.config.block_m)
+    programs = batch_heads * math.ceil(n_q / row.config.block_m)
     return (
         row.family in ("*", family)
         and var_ok
         and row.causal in ("*", causal)
-        and row.min_keys <= n_k <= (row.max_keys if row.max_keys is not None else n_k)
+        and row.min_keys <= n_k
+        and (row.max_keys is None or n_k <= row.max_keys)
         and programs >= row.min_programs
         and (tma_ok or not row.config.tma)
     )
