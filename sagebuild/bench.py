@@ -54,12 +54,20 @@ class BenchConfig:
     # cross-attention / GQA: keys per call (None: as many as queries) and K/V heads (None: heads)
     kv_seq: Optional[int] = None
     kv_heads: Optional[int] = None
-    # packed sequences (``sageattn_varlen``): their lengths; ``seq`` is then their total
+    # packed sequences (``sageattn_varlen``): their query lengths (``seq`` is then their total)
+    # and key lengths (None: the same, self-attention)
     varlen: Optional[tuple[int, ...]] = None
+    varlen_keys: Optional[tuple[int, ...]] = None
 
     def kv_shape(self, n: int) -> tuple[int, int, int, int]:
-        """K's and V's B,H,N,D at ``n`` queries."""
-        return (self.batch, self.kv_heads or self.heads, self.kv_seq or n, self.head_dim)
+        """K's and V's B,H,N,D at ``n`` queries (packed: N is the keys' total)."""
+        n_k = self.kv_seq or (sum(self.varlen_keys) if self.varlen_keys else n)
+        return (self.batch, self.kv_heads or self.heads, n_k, self.head_dim)
+
+    def segments(self) -> list[tuple[int, int]]:
+        """Packed sequences' (queries, keys)."""
+        lens = self.varlen or ()
+        return list(zip(lens, self.varlen_keys or lens))
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -67,7 +75,8 @@ def describe(config: dict[str, Any]) -> str:
     ``1×16×N×64 float16 HND, causal, 77 keys, 8 K/V heads`` (N: each row's seq)."""
     c = config
     if c.get("varlen"):
-        lens = "+".join(map(str, c["varlen"]))
+        keys = c.get("varlen_keys") or c["varlen"]
+        lens = "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in zip(c["varlen"], keys))
         parts = [f"packed sequences {lens} (N: their total), H {c['heads']}, D {c['head_dim']} {c['dtype']}"]
     else:
         parts = [f"B×H×N×D {c['batch']}×{c['heads']}×N×{c['head_dim']} {c['dtype']} {c['layout']}"]
@@ -91,6 +100,27 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
+def parse_varlen(text: str) -> tuple[tuple[int, ...], Optional[tuple[int, ...]]]:
+    """``"4680,3120"`` → the packed sequences' lengths and None; ``"4096:137,4096:512"`` → their
+    query and key lengths (cross-attention to padded text keys); a clear usage error otherwise."""
+    pairs = []
+    for item in str(text).replace(" ", "").split(","):
+        q, sep, k = item.partition(":")
+        try:
+            pairs.append((int(q), int(k) if sep else int(q)))
+        except ValueError:
+            pairs = []
+            break
+    if not pairs or min(min(p) for p in pairs) < 1:
+        raise SagebuildError(
+            f"--varlen {text!r}: expected positive lengths separated by commas, each N or N:Nk "
+            "(queries:keys)",
+            fix="e.g. --varlen 4680,3120, or --varlen 4096:137,4096:512 for padded text keys",
+        )
+    qs, ks = tuple(q for q, _ in pairs), tuple(k for _, k in pairs)
+    return qs, (ks if ks != qs else None)
+
+
 def check_inputs(dtype: str, layout: str) -> None:
     """The kernels' input dtypes and layouts, for bench's and verify's options (usage error, exit 2)."""
     if dtype not in DTYPES:
@@ -111,9 +141,15 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
     if cfg.varlen:
         if overrides.get("seq") or cfg.kv_seq or overrides.get("batch") not in (None, 1):
             raise SagebuildError(
-                "--varlen gives the packed sequences' lengths (one batch of self-attention): it takes no "
+                "--varlen gives the packed sequences' lengths (one batch, N or N:Nk each): it takes no "
                 "--seq, --kv-seq or --batch",
                 fix="pass the lengths alone, e.g. --varlen 4680,3120 --heads 12 --head-dim 128",
+            )
+        if cfg.varlen_keys and cfg.causal and cfg.varlen_keys != cfg.varlen:
+            raise SagebuildError(
+                "--varlen with N:Nk lengths is cross-attention: causal packed calls take each "
+                "sequence's keys as its queries",
+                fix="drop --causal, or pass the lengths alone",
             )
         cfg = replace(cfg, batch=1, seq=(sum(cfg.varlen),))
     sizes = [cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds]
@@ -409,7 +445,9 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)  # the config and rows too: asdict recurses
         d["config"]["seq"] = list(self.config.seq)
-        d["config"]["varlen"] = list(self.config.varlen) if self.config.varlen else None
+        for name in ("varlen", "varlen_keys"):
+            lens = getattr(self.config, name)
+            d["config"][name] = list(lens) if lens else None
         gate_fields = ("min_speedup", "speed_gate_applied", "gate_on", "failures", "expectation")
         d["gate"] = {("metric" if k == "gate_on" else k): d.pop(k) for k in gate_fields}
         return d
@@ -576,25 +614,36 @@ def random_qkv(
     return draw(*shape), draw(*(kv_shape or shape)), draw(*(kv_shape or shape))
 
 
-def packed_segments(lens: tuple[int, ...], *tensors: Any) -> list[tuple[Any, ...]]:
-    """Per sequence, [1, H, L, D] views of packed [total, H, D] tensors (for SDPA and the references)."""
-    ends = list(itertools.accumulate(lens))
-    return [tuple(t[e - n : e].transpose(0, 1)[None] for t in tensors) for n, e in zip(lens, ends)]
+def packed_segments(segments: list[tuple[int, int]], q: Any, k: Any, v: Any) -> list[tuple[Any, Any, Any]]:
+    """Per sequence of (queries, keys), [1, H, L, D] views of packed [total, H, D] q, k, v (for SDPA
+    and the references)."""
+    q_ends = itertools.accumulate(m for m, _ in segments)
+    k_ends = itertools.accumulate(mk for _, mk in segments)
+    view = lambda t, n, e: t[e - n : e].transpose(0, 1)[None]  # noqa: E731
+    return [
+        (view(q, m, qe), view(k, mk, ke), view(v, mk, ke))
+        for (m, mk), qe, ke in zip(segments, q_ends, k_ends)
+    ]
 
 
 def packed_call(
-    q: Any, k: Any, v: Any, lens: tuple[int, ...], causal: bool, variant: str = "auto"
+    q: Any, k: Any, v: Any, segments: list[tuple[int, int]], causal: bool, variant: str = "auto"
 ) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """``sageattn_varlen`` over packed [total, H, D] q, k, v of these sequence lengths with the
-    variant's P·V ("auto": what it picks), and the record of the plan it runs."""
+    """``sageattn_varlen`` over packed [total, H, D] q, k, v of these (queries, keys) sequences with
+    the variant's P·V ("auto": what it picks), and the record of the plan it runs."""
     import torch
 
     from sagebuild.attention import api, functions
 
-    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=q.device)
-    pv, top = variant.rsplit("_", 1)[-1], max(lens)  # "auto", or qk_int8_pv_fp16's "fp16"
-    plan = api.plan_varlen(q, cu, top, top, is_causal=causal, pv=pv).record()
-    return lambda: functions.sageattn_varlen(q, k, v, cu, cu, top, top, is_causal=causal, pv=pv), plan
+    def cu(lens: Any) -> Any:
+        return torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=q.device)
+
+    cu_q, cu_k = cu(m for m, _ in segments), cu(mk for _, mk in segments)
+    top_q, top_k = max(m for m, _ in segments), max(mk for _, mk in segments)
+    pv = variant.rsplit("_", 1)[-1]  # "auto", or qk_int8_pv_fp16's "fp16"
+    plan = api.plan_varlen(q, cu_q, top_q, top_k, is_causal=causal, pv=pv).record()
+    call = lambda: functions.sageattn_varlen(q, k, v, cu_q, cu_k, top_q, top_k, is_causal=causal, pv=pv)  # noqa: E731
+    return call, plan
 
 
 def _unpack(outs: list[Any]) -> Any:
@@ -632,20 +681,20 @@ def run_bench(
 
     limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
-    lens = cfg.varlen
+    segments = cfg.segments()  # packed sequences, if any
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
-        if lens:  # once per sequence, as a caller without varlen attention would (outputs unpacked)
-            calls = [sdpa_call(*seg, causal) for seg in packed_segments(lens, q, k, v)]
+        if segments:  # once per sequence, as a caller without varlen attention would (outputs unpacked)
+            calls = [sdpa_call(*seg, causal) for seg in packed_segments(segments, q, k, v)]
             return lambda: [c() for c in calls], None
         return sdpa_call(q, k, v, causal, layout), None
 
     def whole_call(fn: Callable[..., Any], variant: str = "auto") -> Callable[..., Any]:
         def make(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], Any]:
-            if lens and gpu:
-                return packed_call(q, k, v, lens, causal, variant)
-            if lens:  # the golden model, once per sequence
-                segs = packed_segments(lens, q, k, v)
+            if segments and gpu:
+                return packed_call(q, k, v, segments, causal, variant)
+            if segments:  # the golden model, once per sequence
+                segs = packed_segments(segments, q, k, v)
                 return lambda: [fn(*seg, is_causal=causal) for seg in segs], None
             call = lambda: fn(q, k, v, tensor_layout=layout, is_causal=causal)
             return call, launch_plan(q, k, v, layout, causal, variant=variant) if gpu else None
@@ -669,7 +718,7 @@ def run_bench(
         for var in dispatch.available_variants(dev):
             fn = getattr(attention, f"sageattn_{var}_triton")
             providers.append((var, "whole_call", whole_call(fn, var), limits.get(var)))
-            if not lens:  # the kernel-only adapter is dense
+            if not segments:  # the kernel-only adapter is dense
                 kernel_only = functools.partial(_kernel_only, var, layout=layout, causal=causal)
                 providers.append((var, "kernel_only", kernel_only, limits.get(var)))
         device_name = f"{torch.cuda.get_device_name(dev)} ({arch})"
@@ -714,12 +763,12 @@ def run_bench(
     )  # fmt: skip
     for n in cfg.seq:
         q_shape = (cfg.batch, cfg.heads, n, cfg.head_dim)
-        if lens:  # packed [total, H, D]
+        if segments:  # packed [total, H, D]
             drawn = random_qkv(q_shape, "NHD", cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
             q, k, v = (x[0] for x in drawn)
-            segs = packed_segments(lens, q, k, v)
+            segs = packed_segments(segments, q, k, v)
             ref = _unpack([reference.exact_attention(*seg, is_causal=causal) for seg in segs])
-            flops = sum(attention_flops(1, cfg.heads, m, cfg.head_dim, causal) for m in lens)
+            flops = sum(attention_flops(1, cfg.heads, m, cfg.head_dim, causal, mk) for m, mk in segments)
             if not backend:
                 backend = sdpa_backend(*segs[0], causal)
         else:

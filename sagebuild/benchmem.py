@@ -81,15 +81,22 @@ def resolve_device(device: str = "auto") -> Any:
     return dev
 
 
+def _segments(cfg: Any) -> list[tuple[int, int]]:
+    """Packed sequences' (queries, keys); empty for a dense bench."""
+    varlen = getattr(cfg, "varlen", None) or ()
+    return list(zip(varlen, getattr(cfg, "varlen_keys", None) or varlen))
+
+
 def keys(cfg: Any, seq: int) -> int:
-    """Keys per call at ``seq`` queries: the config's ``kv_seq`` (cross-attention) or ``seq``."""
-    return getattr(cfg, "kv_seq", None) or seq
+    """Keys per call at ``seq`` queries: the config's ``kv_seq`` (cross-attention), the packed
+    sequences' total keys, or ``seq``."""
+    return getattr(cfg, "kv_seq", None) or sum(mk for _, mk in _segments(cfg)) or seq
 
 
 def score_shape(cfg: Any, seq: int) -> tuple[int, int]:
     """The largest score matrix's rows and columns: one packed sequence's, else queries × keys."""
-    varlen = getattr(cfg, "varlen", None)
-    return (max(varlen),) * 2 if varlen else (seq, keys(cfg, seq))
+    segments = _segments(cfg)
+    return max(segments, key=lambda s: s[0] * s[1]) if segments else (seq, keys(cfg, seq))
 
 
 def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
@@ -135,8 +142,8 @@ def cpu_seconds(cfg: Any) -> float:
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:
-        varlen = getattr(cfg, "varlen", None)
-        scores = cfg.batch * cfg.heads * (sum(m * m for m in varlen) if varlen else n * keys(cfg, n))
+        segments = _segments(cfg)
+        scores = cfg.batch * cfg.heads * (sum(m * mk for m, mk in segments) if segments else n * keys(cfg, n))
         flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
         golden = flops / mm + 250.0 * scores / ew

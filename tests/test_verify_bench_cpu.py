@@ -615,6 +615,10 @@ def test_memory_estimate_counts_keys_not_queries_squared():
     packed = SimpleNamespace(**{**base, "seq": (4096,)}, varlen=(1024, 3072))
     assert benchmem.score_shape(packed, 4096) == (3072, 3072)
     assert benchmem.bytes_needed(packed, 4096, on_gpu=False)[0] < self_attn
+    # packed cross-attention: the keys are the key lengths' total, the largest matrix one sequence's
+    text = SimpleNamespace(**{**base, "seq": (4096,)}, varlen=(2048, 2048), varlen_keys=(137, 512))
+    assert benchmem.keys(text, 4096) == 649 and benchmem.score_shape(text, 4096) == (2048, 512)
+    assert benchmem.cpu_seconds(text) < benchmem.cpu_seconds(packed)
     # a cross-attention shape too large is refused naming the keys and --kv-seq
     cfg = bench.config_from_profile(CPU, seq=(64,), heads=1, kv_seq=10**11, warmup=0, reps=1)
     with pytest.raises(SagebuildError, match=r"\(100000000000 keys\)") as e:
@@ -648,13 +652,47 @@ def test_bench_cpu_packed_sequences():
         assert "--varlen 4680,3120" in (e.value.fix or "")
 
 
+def test_bench_cpu_packed_cross_attention():
+    """Packed sequences with their own key lengths (diffusers' text key padding as varlen): K/V
+    packed by the key lengths, FLOPs by each sequence's queries × keys, the reference per sequence;
+    causal is refused (each causal sequence's keys are its queries)."""
+    cfg = bench.config_from_profile(CPU, varlen=(64, 32), varlen_keys=(9, 40), heads=2, warmup=0, reps=2)
+    assert cfg.seq == (96,) and cfg.kv_shape(96) == (1, 2, 49, 64)
+    res = bench.run_bench(CPU, cfg)
+    assert res.ok, res.failures
+    flops = bench.attention_flops(1, 2, 64, 64, False, 9) + bench.attention_flops(1, 2, 32, 64, False, 40)
+    for r in res.rows:
+        assert r.error is None and r.tflops == pytest.approx(flops / r.timing.median_ms / 1e9), r
+        if r.provider != "sdpa":
+            assert CPU.accuracy[r.provider.split(":")[1]].cos_min <= r.accuracy["cos"] < 1.0
+    doc = res.to_dict()
+    assert doc["config"]["varlen_keys"] == [9, 40]
+    assert bench.describe(doc["config"]).startswith("packed sequences 64:9+32:40")
+    with pytest.raises(SagebuildError, match="causal") as e:
+        bench.config_from_profile(CPU, varlen=(64, 32), varlen_keys=(9, 40), causal=True)
+    assert "--causal" in (e.value.fix or "")
+
+
+def test_parse_varlen():
+    assert bench.parse_varlen("4680,3120") == ((4680, 3120), None)
+    assert bench.parse_varlen("4096:137, 4096:512") == ((4096, 4096), (137, 512))
+    assert bench.parse_varlen("100,50:7") == ((100, 50), (100, 7))
+    assert bench.parse_varlen("8:8,4") == ((8, 4), None)
+    for bad in ("", "32,x", "32:", ":8", "32:0", "0,4", "4:2:1"):
+        with pytest.raises(SagebuildError, match="--varlen") as e:
+            bench.parse_varlen(bad)
+        assert "4096:137" in (e.value.fix or ""), bad
+
+
 def test_packed_segments_are_views_of_each_sequence():
     import torch
 
     q = torch.arange(5 * 2 * 3).reshape(5, 2, 3)
-    (a,), (b,) = bench.packed_segments((2, 3), q)
+    kv = -torch.arange(4 * 2 * 3).reshape(4, 2, 3)
+    (a, ka, _), (b, kb, vb) = bench.packed_segments([(2, 1), (3, 3)], q, kv, kv)
     assert a.shape == (1, 2, 2, 3) and b.shape == (1, 2, 3, 3)
     assert torch.equal(a[0].transpose(0, 1), q[:2]) and torch.equal(b[0].transpose(0, 1), q[2:])
+    assert ka.shape == (1, 2, 1, 3) and torch.equal(kb[0].transpose(0, 1), kv[1:]) and vb.shape == kb.shape
     assert a.data_ptr() == q.data_ptr()  # views: no copy before the timed calls
     assert torch.equal(bench._unpack([a, b]), q)
 
@@ -665,12 +703,25 @@ def test_cli_bench_varlen_json():
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["config"]["varlen"] == [32, 48] and doc["config"]["seq"] == [80]
-    bad = runner.invoke(app, ["bench", "--profile", "cpu", "--varlen", "32,x"])
-    assert bad.exit_code == 2 and "--varlen" in bad.output and "Traceback" not in bad.output
+    assert doc["config"]["varlen_keys"] is None
+    r = runner.invoke(app, [*args[:4], "32:8,48:16", *args[5:], "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["varlen_keys"] == [8, 16]
+    for arg in ("32,x", "32:x"):
+        bad = runner.invoke(app, ["bench", "--profile", "cpu", "--varlen", arg])
+        assert bad.exit_code == 2 and "--varlen" in bad.output and "Traceback" not in bad.output
 
 
-@pytest.mark.parametrize("variant", ["auto", "qk_int8_pv_fp16", "qk_int8_pv_fp8"])
-def test_packed_call_runs_sageattn_varlen_with_the_variant(variant):
+@pytest.mark.parametrize(
+    ("variant", "segments", "causal"),
+    [
+        ("auto", [(40, 40), (24, 24)], True),
+        ("qk_int8_pv_fp16", [(40, 40), (24, 24)], True),
+        ("qk_int8_pv_fp8", [(40, 40), (24, 24)], True),
+        ("auto", [(40, 9), (24, 55)], False),  # text key padding: keys of their own lengths
+    ],
+)
+def test_packed_call_runs_sageattn_varlen_with_the_variant(variant, segments, causal):
     """The GPU bench's packed provider: ``sageattn_varlen`` with the variant's P·V (Triton's
     interpreter here, the GPU in gpu_check), within the variant's bounds of the exact reference per
     sequence, and the plan it ran (packed layout, the variant's kernel)."""
@@ -678,14 +729,14 @@ def test_packed_call_runs_sageattn_varlen_with_the_variant(variant):
 
     from sagebuild.attention import reference
 
-    lens = (40, 24)
-    q, k, v = (x[0] for x in bench.random_qkv((1, 2, 64, 64), "NHD", "float16", 0, "cpu", (1, 1, 64, 64)))
-    call, plan = bench.packed_call(q, k, v, lens, True, variant)
-    assert plan["layout"] == "varlen" and plan["causal"]
+    n_k = sum(mk for _, mk in segments)
+    q, k, v = (x[0] for x in bench.random_qkv((1, 2, 64, 64), "NHD", "float16", 0, "cpu", (1, 1, n_k, 64)))
+    call, plan = bench.packed_call(q, k, v, segments, causal, variant)
+    assert plan["layout"] == "varlen" and plan["causal"] == causal
     if variant != "auto":
         assert plan["variant"] == variant
     ref = bench._unpack(
-        [reference.exact_attention(*s, is_causal=True) for s in bench.packed_segments(lens, q, k, v)]
+        [reference.exact_attention(*s, is_causal=causal) for s in bench.packed_segments(segments, q, k, v)]
     )
     acc = metrics.accuracy(call(), ref)
     assert (

@@ -84,6 +84,7 @@ def test_bench_gpu_rows_backend_and_timing():
         ({"batch": 2, "heads": 10, "head_dim": 64, "seq": (4096,), "kv_seq": 77}, False),  # SDXL cross
         ({"batch": 1, "heads": 8, "head_dim": 128, "seq": (1024,), "kv_heads": 2}, True),  # GQA prefill
         ({"heads": 8, "kv_heads": 2, "head_dim": 128, "varlen": (1000, 600, 448)}, True),  # packed prefill
+        ({"heads": 8, "head_dim": 128, "varlen": (1024, 1024), "varlen_keys": (137, 512)}, False),  # text
     ],
 )
 def test_bench_gpu_cross_attention_gqa_and_packed(shape, causal):
@@ -102,7 +103,8 @@ def test_bench_gpu_cross_attention_gqa_and_packed(shape, causal):
     assert auto.speedup is not None and auto.speedup > 0 and auto.expected_speedup is None
     if "varlen" in shape:
         assert auto.plan["layout"] == "varlen" and {r.kind for r in res.rows} == {"baseline", "whole_call"}
-        flops = sum(bench.attention_flops(1, 8, n, 128, causal) for n in shape["varlen"])
+        keys = shape.get("varlen_keys", shape["varlen"])
+        flops = sum(bench.attention_flops(1, 8, n, 128, causal, nk) for n, nk in zip(shape["varlen"], keys))
     else:
         n, nk = shape["seq"][0], shape.get("kv_seq", shape["seq"][0])
         flops = bench.attention_flops(shape["batch"], shape["heads"], n, shape["head_dim"], causal, nk)

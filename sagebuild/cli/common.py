@@ -90,8 +90,8 @@ _BENCH_OPTIONS = (
         "varlen",
         str,
         "--varlen",
-        "Packed sequences' lengths instead of --seq, e.g. 4680,3120: sageattn_varlen against SDPA per "
-        "sequence.",
+        "Packed sequences' lengths instead of --seq, e.g. 4680,3120, or N:Nk for their keys (4096:137,"
+        "4096:512): sageattn_varlen against SDPA per sequence.",
     ),
     ("causal", bool, "--causal/--no-causal", "Bench with a causal mask."),
     ("warmup", int, "--warmup", "Bench warm-up calls (default: profile)."),
@@ -145,11 +145,12 @@ def with_bench_options(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
-        from sagebuild.bench import parse_int_list
+        from sagebuild.bench import parse_int_list, parse_varlen
 
         bench = {p.name: kwargs.pop(p.name) for p in from_table}
-        for name in ("seq", "varlen"):
-            bench[name] = parse_int_list(bench[name], name) if bench[name] else None
+        bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] else None
+        varlen = parse_varlen(bench["varlen"]) if bench["varlen"] else (None, None)
+        bench["varlen"], bench["varlen_keys"] = varlen
         return fn(**kwargs, bench=bench)
 
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
