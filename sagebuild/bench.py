@@ -61,13 +61,9 @@ class BenchConfig:
 
     def kv_shape(self, n: int) -> tuple[int, int, int, int]:
         """K's and V's B,H,N,D at ``n`` queries (packed: N is the keys' total)."""
-        n_k = self.kv_seq or (sum(self.varlen_keys) if self.varlen_keys else n)
-        return (self.batch, self.kv_heads or self.heads, n_k, self.head_dim)
+        from sagebuild import benchmem
 
-    def segments(self) -> list[tuple[int, int]]:
-        """Packed sequences' (queries, keys)."""
-        lens = self.varlen or ()
-        return list(zip(lens, self.varlen_keys or lens))
+        return (self.batch, self.kv_heads or self.heads, benchmem.keys(self, n), self.head_dim)
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -664,12 +660,12 @@ def run_bench(
     the caller's ``benchmem.check_fits(cfg, device)`` (its CPU rate measurement is not repeated)."""
     import torch
 
+    from sagebuild import benchmem
     from sagebuild.attention import metrics, reference
-    from sagebuild.benchmem import check_fits
     from sagebuild.profiles import shape_key
 
     # resolves the device; an absent GPU or a shape that will not fit is refused before allocating
-    dev = torch.device((fits if fits is not None else check_fits(cfg, device)).device)
+    dev = torch.device((fits if fits is not None else benchmem.check_fits(cfg, device)).device)
     say = progress or (lambda _msg: None)
     gpu = dev.type == "cuda"
     n_rounds = rounds_used(cfg.reps, cfg.rounds)
@@ -681,7 +677,7 @@ def run_bench(
 
     limits = {variant: asdict(b) for variant, b in profile.accuracy.items()}  # absent: not gated
 
-    segments = cfg.segments()  # packed sequences, if any
+    segments = benchmem.packed_sequences(cfg)  # packed sequences' (queries, keys), if any
 
     def sdpa(q: Any, k: Any, v: Any) -> tuple[Callable[[], Any], None]:
         if segments:  # once per sequence, as a caller without varlen attention would (outputs unpacked)

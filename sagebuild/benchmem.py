@@ -81,7 +81,7 @@ def resolve_device(device: str = "auto") -> Any:
     return dev
 
 
-def _segments(cfg: Any) -> list[tuple[int, int]]:
+def packed_sequences(cfg: Any) -> list[tuple[int, int]]:
     """Packed sequences' (queries, keys); empty for a dense bench."""
     varlen = getattr(cfg, "varlen", None) or ()
     return list(zip(varlen, getattr(cfg, "varlen_keys", None) or varlen))
@@ -90,12 +90,12 @@ def _segments(cfg: Any) -> list[tuple[int, int]]:
 def keys(cfg: Any, seq: int) -> int:
     """Keys per call at ``seq`` queries: the config's ``kv_seq`` (cross-attention), the packed
     sequences' total keys, or ``seq``."""
-    return getattr(cfg, "kv_seq", None) or sum(mk for _, mk in _segments(cfg)) or seq
+    return getattr(cfg, "kv_seq", None) or sum(mk for _, mk in packed_sequences(cfg)) or seq
 
 
 def score_shape(cfg: Any, seq: int) -> tuple[int, int]:
     """The largest score matrix's rows and columns: one packed sequence's, else queries × keys."""
-    segments = _segments(cfg)
+    segments = packed_sequences(cfg)
     return max(segments, key=lambda s: s[0] * s[1]) if segments else (seq, keys(cfg, seq))
 
 
@@ -142,7 +142,7 @@ def cpu_seconds(cfg: Any) -> float:
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
     for n in cfg.seq:
-        segments = _segments(cfg)
+        segments = packed_sequences(cfg)
         scores = cfg.batch * cfg.heads * (sum(m * mk for m, mk in segments) if segments else n * keys(cfg, n))
         flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
