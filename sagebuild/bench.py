@@ -440,8 +440,7 @@ class BenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)  # the config and rows too: asdict recurses
-        d["config"]["seq"] = list(self.config.seq)
-        for name in ("varlen", "varlen_keys"):
+        for name in ("seq", "varlen", "varlen_keys"):  # tuples as the schema's arrays
             lens = getattr(self.config, name)
             d["config"][name] = list(lens) if lens else None
         gate_fields = ("min_speedup", "speed_gate_applied", "gate_on", "failures", "expectation")
@@ -765,15 +764,14 @@ def run_bench(
             segs = packed_segments(segments, q, k, v)
             ref = _unpack([reference.exact_attention(*seg, is_causal=causal) for seg in segs])
             flops = sum(attention_flops(1, cfg.heads, m, cfg.head_dim, causal, mk) for m, mk in segments)
-            if not backend:
-                backend = sdpa_backend(*segs[0], causal)
+            probe = segs[0]  # SDPA's backend as the first sequence's call picks it
         else:
             q, k, v = random_qkv(q_shape, layout, cfg.dtype, cfg.seed + n, dev, cfg.kv_shape(n))
             ref = reference.exact_attention(q, k, v, tensor_layout=layout, is_causal=causal)
             flops = attention_flops(cfg.batch, cfg.heads, n, cfg.head_dim, causal, cfg.kv_seq)
+            probe = tuple(x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
         if not backend:
-            qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v)) if layout == "NHD" else (q, k, v)
-            backend = sdpa_backend(qs, ks, vs, causal)
+            backend = sdpa_backend(*probe, causal)
         # each provider's first call gives its accuracy (a failure is a row with its error); then
         # the others are timed together, interleaved
         here: list[BenchRow] = []

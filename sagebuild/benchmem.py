@@ -141,8 +141,8 @@ def cpu_seconds(cfg: Any) -> float:
     mm, ew = _rates()
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
+    segments = packed_sequences(cfg)
     for n in cfg.seq:
-        segments = packed_sequences(cfg)
         scores = cfg.batch * cfg.heads * (sum(m * mk for m, mk in segments) if segments else n * keys(cfg, n))
         flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
@@ -190,8 +190,9 @@ def check_fits(
     problems = est.problems()
     if problems:
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
-        if keys(cfg, est.seq) != est.seq:
-            shape += f" ({keys(cfg, est.seq)} keys)"
+        n_k = keys(cfg, est.seq)
+        if n_k != est.seq:
+            shape += f" ({n_k} keys)"
             options = f"--kv-seq, {options}"
         fix = f"pass smaller {options}"
         if est.device == "cpu":
