@@ -66,13 +66,33 @@ class BenchConfig:
         return (self.batch, self.kv_heads or self.heads, benchmem.keys(self, n), self.head_dim)
 
 
+def packed_lengths(varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...]]) -> str:
+    """Packed sequences as ``--varlen`` takes them, joined by ``+``: ``4096:137+4096:512``."""
+    keys = varlen_keys or varlen
+    return "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in zip(varlen, keys))
+
+
+def gate_key(cfg: BenchConfig) -> Callable[[int], str]:
+    """The key a row's speed-up is gated under, by its seq: ``profiles.shape_key`` (a
+    ``bench.expected`` record) for dense shapes. Packed sequences get a key naming them that no
+    record can match: a dense record of the same total tokens measured another call."""
+    from sagebuild.profiles import shape_key
+
+    if cfg.varlen:
+        packed = f"packed {packed_lengths(cfg.varlen, cfg.varlen_keys)} H{cfg.heads} D{cfg.head_dim}"
+        return lambda _n: packed + (" causal" if cfg.causal else "")
+    return functools.partial(
+        shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=cfg.causal, kv_seq=cfg.kv_seq,
+        kv_heads=cfg.kv_heads,
+    )  # fmt: skip
+
+
 def describe(config: dict[str, Any]) -> str:
     """A bench config (``BenchConfig`` as a dict) in words for tables and reports:
     ``1×16×N×64 float16 HND, causal, 77 keys, 8 K/V heads`` (N: each row's seq)."""
     c = config
     if c.get("varlen"):
-        keys = c.get("varlen_keys") or c["varlen"]
-        lens = "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in zip(c["varlen"], keys))
+        lens = packed_lengths(c["varlen"], c.get("varlen_keys"))
         parts = [f"packed sequences {lens} (N: their total), H {c['heads']}, D {c['head_dim']} {c['dtype']}"]
     else:
         parts = [f"B×H×N×D {c['batch']}×{c['heads']}×N×{c['head_dim']} {c['dtype']} {c['layout']}"]
@@ -140,6 +160,12 @@ def config_from_profile(profile: Any, **overrides: Any) -> BenchConfig:
                 "--varlen gives the packed sequences' lengths (one batch, N or N:Nk each): it takes no "
                 "--seq, --kv-seq or --batch",
                 fix="pass the lengths alone, e.g. --varlen 4680,3120 --heads 12 --head-dim 128",
+            )
+        if cfg.varlen_keys and len(cfg.varlen_keys) != len(cfg.varlen):
+            raise SagebuildError(
+                f"{len(cfg.varlen_keys)} key lengths for {len(cfg.varlen)} packed sequences: each "
+                "sequence takes one",
+                fix="pass N:Nk per sequence, e.g. --varlen 4096:137,4096:512",
             )
         if cfg.varlen_keys and cfg.causal and cfg.varlen_keys != cfg.varlen:
             raise SagebuildError(
@@ -661,7 +687,6 @@ def run_bench(
 
     from sagebuild import benchmem
     from sagebuild.attention import metrics, reference
-    from sagebuild.profiles import shape_key
 
     # resolves the device; an absent GPU or a shape that will not fit is refused before allocating
     dev = torch.device((fits if fits is not None else benchmem.check_fits(cfg, device)).device)
@@ -752,10 +777,7 @@ def run_bench(
     remeasured: list[int] = []  # shapes measured twice (the first time below the regression floor)
     field_ = "sustained_ms" if cfg.gate_on == "sustained" else "median_ms"
 
-    shape_of = functools.partial(
-        shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=causal, kv_seq=cfg.kv_seq,
-        kv_heads=cfg.kv_heads,
-    )  # fmt: skip
+    shape_of = gate_key(cfg)
     for n in cfg.seq:
         q_shape = (cfg.batch, cfg.heads, n, cfg.head_dim)
         if segments:  # packed [total, H, D]

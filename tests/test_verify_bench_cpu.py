@@ -673,6 +673,28 @@ def test_bench_cpu_packed_cross_attention():
     assert "--causal" in (e.value.fix or "")
 
 
+def test_packed_bench_is_not_gated_by_a_dense_record_of_its_total():
+    """A packed bench's rows carry the total as seq, but a dense ``bench.expected`` record of that
+    total measured another call: ``--varlen 2048,2048 --heads 16 --head-dim 64`` is not held to
+    1x16x4096x64's speed-up, while the dense bench is; a key count per sequence is required."""
+    record = {"1x16x4096x64": 2.0}
+    dense = bench.config_from_profile(CPU, seq=(4096,), heads=16, head_dim=64, batch=1)
+    packed = bench.config_from_profile(CPU, varlen=(2048, 2048), heads=16, head_dim=64)
+    assert packed.seq == dense.seq == (4096,)
+    slow = [_row("sdpa", None, kind="baseline", seq=4096), _row("sageattn", 1.1, seq=4096)]
+    assert bench.gate_key(dense)(4096) == "1x16x4096x64"
+    failed = bench.gate(slow, 0.0, speed_gate=True, expected=record, shape_of=bench.gate_key(dense))
+    assert failed and "expected 2.000×" in failed[0]
+    key = bench.gate_key(packed)(4096)
+    assert key == "packed 2048+2048 H16 D64" and key not in record
+    assert bench.gate(slow, 0.0, speed_gate=True, expected=record, shape_of=bench.gate_key(packed)) == []
+    text = bench.config_from_profile(CPU, varlen=(4096, 4096), varlen_keys=(137, 512), heads=24, head_dim=128)
+    assert bench.gate_key(text)(8192) == "packed 4096:137+4096:512 H24 D128"
+    with pytest.raises(SagebuildError, match="1 key lengths for 2 packed sequences") as e:
+        bench.config_from_profile(CPU, varlen=(64, 32), varlen_keys=(9,))
+    assert "N:Nk" in (e.value.fix or "")
+
+
 def test_parse_varlen():
     assert bench.parse_varlen("4680,3120") == ((4680, 3120), None)
     assert bench.parse_varlen("4096:137, 4096:512") == ((4096, 4096), (137, 512))
