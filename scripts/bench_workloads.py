@@ -93,9 +93,12 @@ def packed(lens: list[int], hq: int, hk: int, d: int, dtype: torch.dtype, causal
     )
 
 
-def key_padding(b: int, nq: int, nk: int, valid: list[int], h: int, d: int, dtype: torch.dtype) -> Case:
-    """Text key padding as diffusers' sage varlen backend meets it: SDPA with a boolean key
-    mask on the padded batch, ours on the valid keys packed."""
+def key_padding(
+    b: int, nq: int, nk: int, valid: list[int], h: int, d: int, dtype: torch.dtype, per_sequence: bool = False
+) -> Case:
+    """Text key padding as diffusers' sage varlen backend meets it: ours on the valid keys packed;
+    SDPA with a boolean key mask on the padded batch (diffusers' native call) or, ``per_sequence``,
+    once per batch entry on its valid keys unmasked (faster: the baseline issue 36 also names)."""
     q = _rand(b, h, nq, d, dtype=dtype)
     k, v = (_rand(b, h, nk, d, dtype=dtype) for _ in range(2))
     attn_mask = _key_padding_mask(nk, valid)
@@ -104,12 +107,15 @@ def key_padding(b: int, nq: int, nk: int, valid: list[int], h: int, d: int, dtyp
     cuq = torch.arange(0, (b + 1) * nq, nq, device="cuda", dtype=torch.int32)
     cuk = torch.tensor([0, *torch.tensor(valid).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
     qd, kd, vd = (x.transpose(0, 1).unsqueeze(0) for x in (qp, kp, vp))
+    views = [(q[i : i + 1], k[i : i + 1, :, : valid[i]], v[i : i + 1, :, : valid[i]]) for i in range(b)]
     return Case(
         ours=lambda: sageattn_varlen(qp, kp, vp, cuq, cuk, nq, max(valid)),
-        sdpa=lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask),
+        sdpa=(lambda: [F.scaled_dot_product_attention(*x) for x in views])
+        if per_sequence
+        else lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask),
         dense=lambda: sageattn(qd, kd, vd),
         ours_out=lambda o: o,
-        sdpa_out=_hnd,
+        sdpa_out=(lambda outs: torch.cat([_hnd(o) for o in outs])) if per_sequence else _hnd,
     )
 
 
@@ -138,6 +144,8 @@ WORKLOADS: list[tuple[str, str, torch.dtype, Callable[[], Case]]] = [
      lambda: packed([4680, 3120], 12, 12, 128, BF16, False)),
     ("varlen: text key padding", "B 2, Nq 4096, Nk 512 (137/512 valid), H 24, D 128", BF16,
      lambda: key_padding(2, 4096, 512, [137, 512], 24, 128, BF16)),
+    ("varlen: text key padding, SDPA per sequence", "B 2, Nq 4096, Nk 512 (137/512 valid), H 24, D 128",
+     BF16, lambda: key_padding(2, 4096, 512, [137, 512], 24, 128, BF16, per_sequence=True)),
     ("mask: text key padding in the kernel", "B 2, Nq 4096, Nk 512 (137/512 valid), H 24, D 128", BF16,
      lambda: masked_key_padding(2, 4096, 512, [137, 512], 24, 128, BF16)),
     ("varlen: LLM prefill, GQA 32/8, causal", "lens 1000+3000+4192, D 128", F16,
