@@ -45,3 +45,39 @@ def test_bench_diffusers_refuses_honestly_without_a_gpu(capsys):
         pytest.skip("a GPU is present")
     assert _load("bench_diffusers").main([]) == 2
     assert "no CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--shapes", "1x16x1024"], "N:Nk for keys"),  # the shape-key forms are named
+        (["--varlen", "4096:x"], "--varlen"),
+        (["--calls", "0"], "--calls"),
+    ],
+)
+def test_kernel_times_refuses_bad_arguments_before_any_gpu_work(argv, says, capsys):
+    assert _load("kernel_times").main(argv) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_kernel_times_refuses_honestly_without_a_gpu(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert _load("kernel_times").main(["--varlen", "4096:137,4096:512"]) == 2
+    assert "measured nothing" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_kernel_times_names_our_two_launches_and_sdpas_kernel(capsys):
+    """One row per kernel: our K/V quantization and attention launches, once per call each (dense
+    and packed), and at least one kernel of SDPA's."""
+    assert _load("kernel_times").main(["--shapes", "1x4x256x64", "--varlen", "128:40,64", "--heads", "2",
+                                       "--head-dim", "64", "--calls", "3"]) == 0  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    rows = [r.split(" | ") for r in out if r.startswith("| ") and "---" not in r]
+    for call in ("1x4x256x64", "packed 128:40+64 H2 D64"):
+        ours = {r[2]: float(r[4]) for r in rows if r[0] == f"| {call}" and r[1] == "sageattn"}
+        assert ours.get("_attn_fwd_kernel") == 1 and ours.get("_quant_blocks_kernel") == 1, (call, ours)
+        assert any(r[0] == f"| {call}" and r[1] == "sdpa" for r in rows), call
