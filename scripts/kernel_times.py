@@ -96,8 +96,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("kernel_times.py: no CUDA device visible to torch; it times GPU kernels and measured nothing")
         return 2
     dtype = getattr(torch, args.dtype)
-    name = torch.cuda.get_device_name(0)
-    print(f"{name}, torch {torch.__version__}: device µs per call, {args.calls} calls back to back")
+    device = torch.cuda.get_device_name(0)
+    print(f"{device}, torch {torch.__version__}: device µs per call, {args.calls} calls back to back")
     print("| call | provider | kernel | µs per call | launches per call |")
     print("| --- | --- | --- | --- | --- |")
     cases = [dense_case(spec, dtype) for spec in shapes]
