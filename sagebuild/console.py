@@ -9,16 +9,34 @@ import contextlib
 import os
 import sys
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, TextIO
 
 from rich.console import Console
+
+from sagebuild.errors import Exit
 
 # a pipe or a CI log has no width: rich would assume 80 columns and squeeze tables
 _PIPE_WIDTH = 160
 
 
+def silence(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: its reader went away (a closed pipe), and the
+    interpreter's last flush must not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+class _Console(Console):
+    """rich's console, ending on a closed pipe with the CLI's exit code for it (``Exit.BROKEN_PIPE``,
+    128 + SIGPIPE, as ``--json`` output does) instead of rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence(sys.stderr if self.stderr else sys.stdout)
+        raise SystemExit(int(Exit.BROKEN_PIPE))
+
+
 def _console(stderr: bool) -> Console:
-    con = Console(stderr=stderr)
+    con = _Console(stderr=stderr)
     if not con.is_terminal and "COLUMNS" not in os.environ:
         con.width = _PIPE_WIDTH
     return con

@@ -9,7 +9,6 @@ import errno
 import functools
 import inspect
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -232,8 +231,8 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(int(Exit.INTERRUPTED)) from None
         except BrokenPipeError:
             # the reader of stdout left (`sagebuild bench --json | head`): nothing is wrong and no one
-            # is left to tell; stdout goes to /dev/null so the interpreter's last flush cannot fail
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            # is left to tell (rich's own writes end the same way: ``console._Console``)
+            _consoles.silence(sys.stdout)
             raise typer.Exit(int(Exit.BROKEN_PIPE)) from None
         except Exception as exc:  # noqa: BLE001 - every error ends in one line and an exit code
             json_out = kwargs.get("json_out", kwargs.get("json")) is True
