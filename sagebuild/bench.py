@@ -72,15 +72,23 @@ def packed_lengths(varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...
     return "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in zip(varlen, keys))
 
 
+def packed_key(
+    varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...]], heads: int, head_dim: int, causal: bool
+) -> str:
+    """A packed call's name: ``packed 4096:137+4096:512 H24 D128`` (`` causal`` appended)."""
+    causal_part = " causal" if causal else ""
+    return f"packed {packed_lengths(varlen, varlen_keys)} H{heads} D{head_dim}{causal_part}"
+
+
 def gate_key(cfg: BenchConfig) -> Callable[[int], str]:
     """The key a row's speed-up is gated under, by its seq: ``profiles.shape_key`` (a
-    ``bench.expected`` record) for dense shapes. Packed sequences get a key naming them that no
+    ``bench.expected`` record) for dense shapes. Packed sequences get ``packed_key``, which no
     record can match: a dense record of the same total tokens measured another call."""
     from sagebuild.profiles import shape_key
 
     if cfg.varlen:
-        packed = f"packed {packed_lengths(cfg.varlen, cfg.varlen_keys)} H{cfg.heads} D{cfg.head_dim}"
-        return lambda _n: packed + (" causal" if cfg.causal else "")
+        key = packed_key(cfg.varlen, cfg.varlen_keys, cfg.heads, cfg.head_dim, cfg.causal)
+        return lambda _n: key
     return functools.partial(
         shape_key, cfg.batch, cfg.heads, head_dim=cfg.head_dim, causal=cfg.causal, kv_seq=cfg.kv_seq,
         kv_heads=cfg.kv_heads,

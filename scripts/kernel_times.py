@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from sagebuild import bench, sageattn
+from sagebuild import bench, benchmem, sageattn
 from sagebuild.bench import packed_call, packed_segments, sdpa_call
 from sagebuild.errors import SagebuildError
 from sagebuild.profiles import parse_shape_key
@@ -61,13 +62,13 @@ def dense_case(spec: str, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
 def packed_case(text: str, heads: int, head_dim: int, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
     """``sageattn_varlen`` over packed sequences, SDPA once per sequence on its own keys."""
     lens, keys = bench.parse_varlen(text)
-    segments = list(zip(lens, keys or lens))
+    segments = benchmem.packed_sequences(SimpleNamespace(varlen=lens, varlen_keys=keys))
     q = torch.randn(sum(lens), heads, head_dim, device="cuda", dtype=dtype)
     n_k = sum(mk for _, mk in segments)
     k, v = (torch.randn(n_k, heads, head_dim, device="cuda", dtype=dtype) for _ in range(2))
     ours, _ = packed_call(q, k, v, segments, causal=False)
     views = packed_segments(segments, q, k, v)
-    label = f"packed {bench.packed_lengths(lens, keys)} H{heads} D{head_dim}"
+    label = bench.packed_key(lens, keys, heads, head_dim, causal=False)
     return label, ours, lambda: [F.scaled_dot_product_attention(*x) for x in views]
 
 
