@@ -298,8 +298,8 @@ def verify_plan(
             continue
         auto = launch.make_plan(row.name, head_dim=d, n_k=n, causal=causal)
         dp = configs.padded_head_dim(d)
-        if configs.preferred_pv(row.family, dp, n) is not None:
-            reason = f"measured preference for {row.family} at head dim {dp} and {n} keys (configs.py)"
+        if configs.preferred_pv(row.family, dp, n, configs.split_head_dim(d, dp)) is not None:
+            reason = f"measured preference for {row.family} at head dim {d} and {n} keys (configs.py)"
         else:
             reason = row.note or f"the arch table's P·V column for {row.name}: {row.pv}"
         entry["default"] = {"variant": auto.variant, "pv_accum": auto.pv_accum, "reason": reason}

@@ -643,3 +643,25 @@ def test_packed_sequences_by_tma_hold_the_bounds(causal, monkeypatch):
     for _ in range(3):  # the full path, recorded, then replayed (buffers as the allocator has them)
         again = sageattn_varlen(q, k, v, cu, cu, max(lens), max(lens), is_causal=causal)
         assert torch.equal(again, out)
+
+
+@pytest.mark.parametrize(("shape", "causal"), [((2, 8, 256, 160), False), ((1, 4, 200, 192), True)])
+def test_split_head_dims_take_fp16_pv_for_short_keys_on_hopper(shape, causal):
+    """On Hopper `sageattn` runs head dims 129-192 up to ``configs.SPLIT192_FP16_MAX_KEYS`` keys
+    (SD1.5's deepest level) with FP16 P·V on 64-row tiles: the launch plan says so, and the result
+    matches the golden model and holds the FP16 bounds."""
+    from sagebuild.attention.api import launch_plan
+
+    arch = dispatch.device_arch(torch.device("cuda"))
+    if dispatch.family(arch) != "Hopper":
+        pytest.skip(f"the preference is Hopper's; this is {arch}")
+    q, k, v = _inputs(*shape, seed=13)
+    plan = launch_plan(q, k, v, is_causal=causal)
+    assert plan["variant"] == "qk_int8_pv_fp16" and plan["config"] == "64,64,4,3", plan
+    assert plan["split_head_dim"], plan
+    out = sageattn(q, k, v, is_causal=causal)
+    cfg = configs.parse_config(plan["config"])
+    ref = golden_attention(q, k, v, "qk_int8_pv_fp16", is_causal=causal, config=cfg)
+    acc = accuracy(out, ref)
+    assert acc["finite"] and acc["cos"] >= 0.99995 and acc["rel_l1"] <= 5e-3, acc
+    _check(accuracy(out, exact_attention(q, k, v, is_causal=causal)), "qk_int8_pv_fp16")

@@ -171,9 +171,24 @@ def test_measured_pv_preferences():
         assert configs.lookup("Hopper", 64, "fp8acc", False, n_k=n).as_tuple() == (64, 128, 4, 3, 168)
     assert configs.lookup("Hopper", 64, "fp8acc", False, n_k=2048).as_tuple() == (64, 64, 4, 3)
     assert configs.preferred_pv("Hopper", 128, 1) == "fp8acc"
+    # head dim 256 itself (no split): FP8 at any key count
+    assert configs.preferred_pv("Hopper", 256, 1) == configs.preferred_pv("Hopper", 256, 256) == "fp8acc"
     assert (
         configs.preferred_pv("Ampere", 64, 1) is None and configs.preferred_pv("CDNA3", 128, 1 << 20) is None
     )
+
+
+def test_split_head_dims_prefer_fp16_on_64_row_tiles_for_short_keys():
+    """Head dims 129-192 (split 128 + 64, rows keyed 192): FP16 P·V on 64-row tiles up to
+    SPLIT192_FP16_MAX_KEYS keys (2×8×256×160: 0.0223 against FP8's 0.0252 ms, H100, graph), FP8
+    above (parity at 1K keys); an explicit FP16 call beyond it keeps head dim 256's 128-row row."""
+    top = configs.SPLIT192_FP16_MAX_KEYS
+    assert configs.preferred_pv("Hopper", 256, top, split=True) == "fp16"
+    assert configs.preferred_pv("Hopper", 256, top + 1, split=True) == "fp8acc"
+    assert configs.preferred_pv("Ampere", 256, top, split=True) is None
+    assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top).as_tuple() == (64, 64, 4, 3)
+    assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top + 1).as_tuple() == (128, 64, 8, 3)
+    assert configs.lookup("Hopper", 256, "fp16", False, n_k=top).as_tuple() == (128, 64, 8, 3)
 
 
 def test_sdpa_crossover_rows_scale_with_batch_heads_and_the_knob_overrides(monkeypatch):

@@ -105,6 +105,11 @@ def test_hopper_plans_take_the_measured_features():
     assert long_.record()["config"] == "64,128,4,2,168,tma,pipe"
     short = make_plan("sm90", head_dim=64, n_k=1024)  # head dim 64, short: FP16 P·V measured faster
     assert short.variant == "qk_int8_pv_fp16" and short.pdl and not short.tma and short.pv_accum is None
+    for d in (160, 192):  # split head dims, short keys: FP16 P·V measured faster too
+        p = make_plan("sm90", head_dim=d, n_k=256)
+        assert p.variant == "qk_int8_pv_fp16" and p.split_head_dim and p.record()["config"] == "64,64,4,3"
+        assert make_plan("sm90", head_dim=d, n_k=257).variant == "qk_int8_pv_fp8"
+    assert make_plan("sm90", head_dim=256, n_k=256).variant == "qk_int8_pv_fp8"  # not split
     # FP8 V's rows are padded to 16 bytes (``layout.v_row_stride``): any key count takes descriptors
     assert make_plan("sm90", head_dim=128, n_k=4104).tma
     blackwell = make_plan("sm100", head_dim=128, n_k=1024, pv="fp8")

@@ -37,6 +37,8 @@ def test_reasons_for_other_archs_come_from_their_row_or_a_measured_preference():
     assert [v["variant"] for v in rdna3["variants"]] == ["qk_int8_pv_fp16"]  # no FP8 units
     hopper = verify_plan(profiles.load_bundled("hopper-cu12"), shape=(1, 8, 512, 64))["archs"][0]["default"]
     assert hopper["variant"] == "qk_int8_pv_fp16" and "measured preference" in hopper["reason"]
+    split = verify_plan(profiles.load_bundled("hopper-cu12"), shape=(2, 8, 256, 160))["archs"][0]["default"]
+    assert split["variant"] == "qk_int8_pv_fp16" and "at head dim 160 and 256 keys" in split["reason"]
     cdna3 = verify_plan(profiles.load_bundled("cdna3-rocm6"))["archs"][0]
     assert cdna3["default"]["variant"] == "qk_int8_pv_fp8"
     assert cdna3["variants"][1]["fp8_format"] == "float8_e4m3fnuz"

@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional, Union
 from sagebuild import knobs
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.05.3"
+CONFIG_TABLE_VERSION = "2026.12.06.1"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -36,6 +36,10 @@ ENV_VAR = "SAGEBUILD_ATTN_CONFIG"
 # Hopper, head dim 64: FP16 P·V up to this many keys, above it FP8 on the 128-key row (the
 # measured crossover: the row's ``min_keys`` and the P·V preference below both follow it).
 HD64_FP16_MAX_KEYS = 2048
+
+# Hopper, head dims 129-192 (split 128 + 64, ``split_head_dim``): FP16 P·V on 64-row tiles up to
+# this many keys (no V statistics to compute; SD1.5's deepest level), FP8 above.
+SPLIT192_FP16_MAX_KEYS = 256
 
 # FP8 V in wgmma key order pads its key rows to whole groups of this many (``layout``).
 KEY_GROUP = 32
@@ -146,7 +150,9 @@ _TABLE: list[Row] = [
     Row("Hopper", 256, "fp8acc", "*", LaunchConfig(64, 64, 4, 3, tma=True)),
     Row("Hopper", 256, "fp8acc", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 256, "fp8", "*", LaunchConfig(64, 128, 8, 2)),
-    # Head dims 129-192 as 128 + 64 pieces (rows keyed 192); 128-key TMA tiles from 4K keys.
+    # Head dims 129-192 as 128 + 64 pieces (rows keyed 192); 128-key TMA tiles from 4K keys;
+    # FP16 on 64-row tiles for short keys (2×8×256×160: 64 programs, 128-row tiles half as many).
+    Row("Hopper", 192, "fp16", "*", LaunchConfig(64, 64, 4, 3), max_keys=SPLIT192_FP16_MAX_KEYS),
     Row("Hopper", 192, "fp8acc", "*", LaunchConfig(64, 128, 4, 2, tma=True, pipe=True), min_keys=4096),
     Row("Hopper", 192, "fp8acc", "*", LaunchConfig(64, 64, 4, 3)),
     Row("Hopper", 192, "fp8", "*", LaunchConfig(128, 64, 8, 2)),
@@ -169,10 +175,12 @@ _TABLE: list[Row] = [
 
 # Where the arch table's P·V path (``archs.Arch.pv``) is measurably not the faster one,
 # ``sageattn`` takes another: (family, padded head dim or "*", at most this many keys or None)
-# -> "fp16" | "fp8" | "fp8acc" (MMA-accumulated FP8, ``pv_accum_dtype="fp32"``); first match wins.
-# Head dim 64 up to 2K keys: FP16 (FP8 pays V's amax pass); elsewhere the MMA-accumulated FP8.
+# -> "fp16" | "fp8" | "fp8acc" (MMA-accumulated FP8, ``pv_accum_dtype="fp32"``); first match,
+# split head dims matching rows keyed with the split width first (as ``lookup``). Head dim 64 up to
+# 2K keys and split 129-192 up to 256: FP16 (FP8 pays V's amax pass); elsewhere MMA-accumulated FP8.
 _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
     ("Hopper", 64, HD64_FP16_MAX_KEYS, "fp16"),
+    ("Hopper", 192, SPLIT192_FP16_MAX_KEYS, "fp16"),
     ("Hopper", "*", None, "fp8acc"),
 ]
 
@@ -226,11 +234,14 @@ def sdpa_crossover(
     return None
 
 
-def preferred_pv(family: str, head_dim_pad: int, n_k: int) -> str | None:
-    """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default here, or None."""
-    for fam, hd, max_keys, pv in _PV_PREFERENCE:
-        if fam == family and hd in ("*", head_dim_pad) and (max_keys is None or n_k <= max_keys):
-            return pv
+def preferred_pv(family: str, head_dim_pad: int, n_k: int, split: bool = False) -> str | None:
+    """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default here, or
+    None; ``split`` (``split_head_dim``): rows keyed with the split width first."""
+    passes = ([(split_width(head_dim_pad),)] if split else []) + [("*", head_dim_pad)]
+    for keys in passes:  # the split pass: rows keyed with the split width itself, never a wildcard
+        for fam, hd, max_keys, pv in _PV_PREFERENCE:
+            if fam == family and hd in keys and (max_keys is None or n_k <= max_keys):
+                return pv
     return None
 
 
