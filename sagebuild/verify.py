@@ -297,8 +297,7 @@ def verify_plan(
             entry["unsupported"] = row.note or "no int8 matrix units"
             continue
         auto = launch.make_plan(row.name, head_dim=d, n_k=n, causal=causal)
-        dp = configs.padded_head_dim(d)
-        if configs.preferred_pv(row.family, dp, n, configs.split_head_dim(d, dp)) is not None:
+        if configs.preferred_pv(row.family, d, n) is not None:
             reason = f"measured preference for {row.family} at head dim {d} and {n} keys (configs.py)"
         else:
             reason = row.note or f"the arch table's P·V column for {row.name}: {row.pv}"

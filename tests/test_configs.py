@@ -183,9 +183,9 @@ def test_split_head_dims_prefer_fp16_on_64_row_tiles_for_short_keys():
     SPLIT192_FP16_MAX_KEYS keys (2×8×256×160: 0.0223 against FP8's 0.0252 ms, H100, graph), FP8
     above (parity at 1K keys); an explicit FP16 call beyond it keeps head dim 256's 128-row row."""
     top = configs.SPLIT192_FP16_MAX_KEYS
-    assert configs.preferred_pv("Hopper", 256, top, split=True) == "fp16"
-    assert configs.preferred_pv("Hopper", 256, top + 1, split=True) == "fp8acc"
-    assert configs.preferred_pv("Ampere", 256, top, split=True) is None
+    assert configs.preferred_pv("Hopper", 160, top) == "fp16"
+    assert configs.preferred_pv("Hopper", 192, top + 1) == "fp8acc"
+    assert configs.preferred_pv("Ampere", 160, top) is None
     assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top).as_tuple() == (64, 64, 4, 3)
     assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top + 1).as_tuple() == (128, 64, 8, 3)
     assert configs.lookup("Hopper", 256, "fp16", False, n_k=top).as_tuple() == (128, 64, 8, 3)

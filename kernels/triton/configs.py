@@ -234,9 +234,14 @@ def sdpa_crossover(
     return None
 
 
-def preferred_pv(family: str, head_dim_pad: int, n_k: int, split: bool = False) -> str | None:
-    """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default here, or
-    None; ``split`` (``split_head_dim``): rows keyed with the split width first."""
+def preferred_pv(family: str, head_dim: int, n_k: int) -> str | None:
+    """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default for a
+    call's (unpadded) head dim and key count, or None; split head dims (``split_head_dim``) match
+    rows keyed with the split width first."""
+    head_dim_pad = padded_head_dim(head_dim)
+    if head_dim_pad is None:
+        return None
+    split = split_head_dim(head_dim, head_dim_pad)
     passes = ([(split_width(head_dim_pad),)] if split else []) + [("*", head_dim_pad)]
     for keys in passes:  # the split pass: rows keyed with the split width itself, never a wildcard
         for fam, hd, max_keys, pv in _PV_PREFERENCE:

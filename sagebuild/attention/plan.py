@@ -177,9 +177,7 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     row = arch_row(arch)
     if row is None:
         return "fp16", "fp32+fp32"
-    dp = configs.padded_head_dim(head_dim) if head_dim > 0 else None
-    split = dp is not None and configs.split_head_dim(head_dim, dp)
-    pref = configs.preferred_pv(row.family, dp, n_k, split) if dp is not None else None
+    pref = configs.preferred_pv(row.family, head_dim, n_k) if head_dim > 0 else None
     accum = "fp32" if pref == "fp8acc" else "fp32+fp32"
     pv = "fp8" if pref == "fp8acc" else pref
     if pv == "fp8" and not row.fp8_dtype:
