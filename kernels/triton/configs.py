@@ -241,9 +241,7 @@ def preferred_pv(family: str, head_dim: int, n_k: int) -> str | None:
     head_dim_pad = padded_head_dim(head_dim)
     if head_dim_pad is None:
         return None
-    split = split_head_dim(head_dim, head_dim_pad)
-    passes = ([(split_width(head_dim_pad),)] if split else []) + [("*", head_dim_pad)]
-    for keys in passes:  # the split pass: rows keyed with the split width itself, never a wildcard
+    for keys in _head_dim_keys(head_dim_pad, split_head_dim(head_dim, head_dim_pad)):
         for fam, hd, max_keys, pv in _PV_PREFERENCE:
             if fam == family and hd in keys and (max_keys is None or n_k <= max_keys):
                 return pv
@@ -313,14 +311,18 @@ def lookup(
     if env:
         return parse_config(env)
     call = (family, variant, causal, n_k, tma_ok, n_q, batch_heads)
-    if split:  # only rows keyed with the split width itself, never a wildcard
+    for keys in _head_dim_keys(head_dim, split):
         for row in _TABLE:
-            if row.head_dim == split_width(head_dim) and _matches(row, *call):
+            if row.head_dim in keys and _matches(row, *call):
                 return row.config
-    for row in _TABLE:
-        if row.head_dim in ("*", head_dim) and _matches(row, *call):
-            return row.config
     raise AssertionError("the config table ends with a catch-all row")
+
+
+def _head_dim_keys(head_dim_pad: int, split: bool) -> list[tuple[Union[int, str], ...]]:
+    """The head-dim keys a call's rows are searched by, pass after pass (``lookup`` and
+    ``preferred_pv``): a split head dim first by its split width alone (never a wildcard), then
+    every call by its padded head dim or "*"."""
+    return ([(split_width(head_dim_pad),)] if split else []) + [("*", head_dim_pad)]
 
 
 def variant_key(pv: str, pv_accum: str) -> str:
