@@ -645,7 +645,9 @@ def test_packed_sequences_by_tma_hold_the_bounds(causal, monkeypatch):
         assert torch.equal(again, out)
 
 
-@pytest.mark.parametrize(("shape", "causal"), [((2, 8, 256, 160), False), ((1, 4, 200, 192), True)])
+@pytest.mark.parametrize(
+    ("shape", "causal"), [((2, 8, 256, 160), False), ((1, 8, 512, 160), False), ((1, 4, 200, 192), True)]
+)
 def test_split_head_dims_take_fp16_pv_for_short_keys_on_hopper(shape, causal):
     """On Hopper `sageattn` runs head dims 129-192 up to ``configs.SPLIT192_FP16_MAX_KEYS`` keys
     (SD1.5's deepest level) with FP16 P·V on 64-row tiles: the launch plan says so, and the result

@@ -180,8 +180,9 @@ def test_measured_pv_preferences():
 
 def test_split_head_dims_prefer_fp16_on_64_row_tiles_for_short_keys():
     """Head dims 129-192 (split 128 + 64, rows keyed 192): FP16 P·V on 64-row tiles up to
-    SPLIT192_FP16_MAX_KEYS keys (2×8×256×160: 0.0223 against FP8's 0.0252 ms, H100, graph), FP8
-    above (parity at 1K keys); an explicit FP16 call beyond it keeps head dim 256's 128-row row."""
+    SPLIT192_FP16_MAX_KEYS keys (H100, graph: 2×8×256×160 0.0223 against FP8's 0.0252 ms,
+    2×8×512×160 0.0372 against 0.0413), FP8 above (parity at 640 keys); an explicit FP16 call
+    beyond it keeps head dim 256's 128-row row."""
     top = configs.SPLIT192_FP16_MAX_KEYS
     assert configs.preferred_pv("Hopper", 160, top) == "fp16"
     assert configs.preferred_pv("Hopper", 192, top + 1) == "fp8acc"

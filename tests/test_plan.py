@@ -108,7 +108,8 @@ def test_hopper_plans_take_the_measured_features():
     for d in (160, 192):  # split head dims, short keys: FP16 P·V measured faster too
         p = make_plan("sm90", head_dim=d, n_k=256)
         assert p.variant == "qk_int8_pv_fp16" and p.split_head_dim and p.record()["config"] == "64,64,4,3"
-        assert make_plan("sm90", head_dim=d, n_k=257).variant == "qk_int8_pv_fp8"
+        beyond = configs.SPLIT192_FP16_MAX_KEYS + 1
+        assert make_plan("sm90", head_dim=d, n_k=beyond).variant == "qk_int8_pv_fp8"
     assert make_plan("sm90", head_dim=256, n_k=256).variant == "qk_int8_pv_fp8"  # not split
     # FP8 V's rows are padded to 16 bytes (``layout.v_row_stride``): any key count takes descriptors
     assert make_plan("sm90", head_dim=128, n_k=4104).tma

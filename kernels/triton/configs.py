@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional, Union
 from sagebuild import knobs
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.06.1"
+CONFIG_TABLE_VERSION = "2026.12.06.2"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -39,7 +39,7 @@ HD64_FP16_MAX_KEYS = 2048
 
 # Hopper, head dims 129-192 (split 128 + 64, ``split_head_dim``): FP16 P·V on 64-row tiles up to
 # this many keys (no V statistics to compute; SD1.5's deepest level), FP8 above.
-SPLIT192_FP16_MAX_KEYS = 256
+SPLIT192_FP16_MAX_KEYS = 512
 
 # FP8 V in wgmma key order pads its key rows to whole groups of this many (``layout``).
 KEY_GROUP = 32
@@ -177,7 +177,7 @@ _TABLE: list[Row] = [
 # ``sageattn`` takes another: (family, padded head dim or "*", at most this many keys or None)
 # -> "fp16" | "fp8" | "fp8acc" (MMA-accumulated FP8, ``pv_accum_dtype="fp32"``); first match,
 # split head dims matching rows keyed with the split width first (as ``lookup``). Head dim 64 up to
-# 2K keys and split 129-192 up to 256: FP16 (FP8 pays V's amax pass); elsewhere MMA-accumulated FP8.
+# 2K keys and split 129-192 up to 512: FP16 (FP8 pays V's amax pass); elsewhere MMA-accumulated FP8.
 _PV_PREFERENCE: list[tuple[str, Union[int, str], Union[int, None], str]] = [
     ("Hopper", 64, HD64_FP16_MAX_KEYS, "fp16"),
     ("Hopper", 192, SPLIT192_FP16_MAX_KEYS, "fp16"),
