@@ -390,6 +390,7 @@ def test_inputs_on_another_gpu_than_the_current_one():
         (128, 4096, "64,128,4,2,168,tma,pipe", 128),
         (256, 2048, "64,64,4,3,tma", 64),
         (96, 4096, "64,128,4,2,168,tma,pipe", 128),
+        (80, 1280, "64,128,4,2,168,tma,pipe", 128),
         (192, 4096, "64,128,4,2,tma,pipe", 128),
     ],
 )
@@ -397,7 +398,7 @@ def test_inputs_on_another_gpu_than_the_current_one():
 def test_tma_rows_serve_sageattn_on_hopper(d, n, spec, k_blk, causal, monkeypatch):
     """On Hopper `sageattn` takes the table's TMA rows (head dim 128 from 4096 keys: 128-key tiles,
     128-token K blocks, 168 registers, two stages, pipelined wgmma; head dim 256: 64-key tiles; the
-    split head dims 96 and 192 from 4096 keys like 128): the launch plan says so, and the result
+    split head dims 65-96 from 1024 keys, 129-192 from 4096 like 128): the launch plan says so, and the result
     matches the golden model quantizing the same way and holds the FP8 bounds."""
     from sagebuild.attention.api import launch_plan
 

@@ -3,6 +3,8 @@ head dims, the measured P·V preferences and ``patch_sdpa``'s crossovers. No ker
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from sagebuild import knobs
@@ -68,8 +70,10 @@ def test_tma_rows_need_a_call_that_can_load_by_tma():
     assert not configs.lookup("Hopper", 128, "fp8acc", False, n_k=4096).tma  # tma_ok defaults to False
     assert not configs.lookup("Hopper", 128, "fp8", False, n_k=4096, tma_ok=True).tma  # two-level
     assert configs.lookup("Hopper", 128, "fp8acc", False, n_k=512, tma_ok=True).tma  # every key count
-    short = configs.lookup("Hopper", 96, "fp8acc", False, n_k=2048, tma_ok=True, split=True)
-    assert not short.tma  # the split head dims' TMA rows start at 4K keys
+    # the split head dims' TMA rows start at 1K keys (65-96) and at 4K (129-192)
+    for width, first in ((96, 1024), (192, 4096)):
+        row = functools.partial(configs.lookup, "Hopper", width, "fp8acc", False, tma_ok=True, split=True)
+        assert row(n_k=first).tma and not row(n_k=first - 1).tma, width
     wide = configs.lookup("Hopper", 256, "fp8acc", False, tma_ok=True)  # head dim 256: same tiles
     assert wide.tma and wide.as_tuple() == configs.lookup("Hopper", 256, "fp8acc", False).as_tuple()
     assert not configs.lookup("Hopper", 256, "fp8acc", False).tma

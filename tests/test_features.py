@@ -108,12 +108,12 @@ def test_pdl_defaults_to_short_key_counts_on_nvidia_and_is_part_of_the_plan_key(
 def test_pipelined_wgmma_is_a_config_property_the_knob_overrides(monkeypatch):
     """The pipelined wgmma (Hopper only) follows the config's ``pipe`` unless SAGEBUILD_WGMMA_PIPE
     forces it on (1) or off (0) for every config; the table rows that take it are Hopper's
-    128-key TMA rows (head dim 128 at every length, the split head dims from 4K keys)."""
+    128-key TMA rows (head dim 128 at every length, split 65-96 from 1K keys, 129-192 from 4K)."""
     _set(monkeypatch, "wgmma_pipe", None)
     piped_rows = [r for r in configs._TABLE if r.config.pipe]
     assert [(r.family, r.head_dim, r.config.as_tuple(), r.config.tma, r.min_keys) for r in piped_rows] == [
         ("Hopper", 128, (64, 128, 4, 2, 168), True, 0),
-        ("Hopper", 96, (64, 128, 4, 2, 168), True, 4096),
+        ("Hopper", 96, (64, 128, 4, 2, 168), True, 1024),
         ("Hopper", 192, (64, 128, 4, 2), True, 4096),
     ]
 

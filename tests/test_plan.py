@@ -272,10 +272,11 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     packed = planned(layout="varlen")  # packed K/V from our quantization: the same row, by TMA
     assert packed.tma and packed.config == row and not (packed.pdl or packed.v_key_order), packed
     assert planned(n_k=4104).tma and planned(n_k=4097).tma  # ragged key counts too
-    for head_dim in (80, 96, 160, 192):  # the split head dims' rows ask for TMA from 4096 keys
-        split = planned(head_dim=head_dim)
+    # the split head dims' rows ask for TMA from 1024 keys (65-96) and from 4096 (129-192)
+    for head_dim, first in ((80, 1024), (96, 1024), (160, 4096), (192, 4096)):
+        split = planned(head_dim=head_dim, n_k=first)
         assert split.tma and split.wgmma_pipe and split.config.block_n == 128, (head_dim, split)
-        assert not planned(head_dim=head_dim, n_k=2048).tma, head_dim
+        assert not planned(head_dim=head_dim, n_k=first - 1).tma, head_dim
     monkeypatch.setenv(features.KNOB["v_key_order"], "0")
     knobs.refresh()
     for head_dim in (128, 80, 192):  # V in plain order: its rows padded to 16 bytes, so any count
