@@ -68,8 +68,9 @@ class BenchConfig:
 
 def packed_lengths(varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...]]) -> str:
     """Packed sequences as ``--varlen`` takes them, joined by ``+``: ``4096:137+4096:512``."""
-    keys = varlen_keys or varlen
-    return "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in zip(varlen, keys))
+    from sagebuild.benchmem import sequence_pairs
+
+    return "+".join(str(m) if m == mk else f"{m}:{mk}" for m, mk in sequence_pairs(varlen, varlen_keys))
 
 
 def packed_key(

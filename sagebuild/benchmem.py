@@ -81,10 +81,15 @@ def resolve_device(device: str = "auto") -> Any:
     return dev
 
 
+def sequence_pairs(varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """Packed sequences' (queries, keys) from ``--varlen``'s lengths: each sequence's own keys
+    when given, else as many keys as queries."""
+    return list(zip(varlen, varlen_keys or varlen))
+
+
 def packed_sequences(cfg: Any) -> list[tuple[int, int]]:
-    """Packed sequences' (queries, keys); empty for a dense bench."""
-    varlen = getattr(cfg, "varlen", None) or ()
-    return list(zip(varlen, getattr(cfg, "varlen_keys", None) or varlen))
+    """A bench config's packed sequences' (queries, keys); empty for a dense bench."""
+    return sequence_pairs(getattr(cfg, "varlen", None) or (), getattr(cfg, "varlen_keys", None))
 
 
 def keys(cfg: Any, seq: int) -> int:

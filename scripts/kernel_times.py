@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import torch
@@ -62,7 +61,7 @@ def dense_case(spec: str, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
 def packed_case(text: str, heads: int, head_dim: int, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
     """``sageattn_varlen`` over packed sequences, SDPA once per sequence on its own keys."""
     lens, keys = bench.parse_varlen(text)
-    segments = benchmem.packed_sequences(SimpleNamespace(varlen=lens, varlen_keys=keys))
+    segments = benchmem.sequence_pairs(lens, keys)
     q = torch.randn(sum(lens), heads, head_dim, device="cuda", dtype=dtype)
     n_k = sum(mk for _, mk in segments)
     k, v = (torch.randn(n_k, heads, head_dim, device="cuda", dtype=dtype) for _ in range(2))
