@@ -122,6 +122,38 @@ def test_launch_config_strings_with_and_without_a_register_cap():
             configs.parse_config(bad)
 
 
+def test_amd_launch_options_in_configs_and_config_strings():
+    """waves_per_eu, matrix_instr_nonkdim and kpack ride in a config as ``name=value`` entries:
+    ``spec`` writes them, ``parse_config`` reads them back, ``launch_options`` passes exactly the
+    ones set; a config without them launches with the options it always had."""
+    cfg = configs.parse_config("128, 64, 4, 2, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2")
+    assert (cfg.waves_per_eu, cfg.matrix_instr_nonkdim, cfg.kpack) == (2, 16, 2)
+    assert cfg.spec() == "128,64,4,2,waves_per_eu=2,matrix_instr_nonkdim=16,kpack=2"
+    assert configs.parse_config(cfg.spec()) == cfg == configs.parse_config((128, 64, 4, 2, "kpack=2",
+        "matrix_instr_nonkdim=16", "waves_per_eu=2"))  # fmt: skip
+    assert cfg.launch_options() == {"num_warps": 4, "num_stages": 2, "waves_per_eu": 2,
+                                    "matrix_instr_nonkdim": 16, "kpack": 2}  # fmt: skip
+    assert configs.parse_config("64,64,4,3,tma,waves_per_eu=1").spec() == "64,64,4,3,tma,waves_per_eu=1"
+    for bad, msg in (("128,64,4,2,waves=2", "not a launch option"), ("128,64,4,2,waves_per_eu=0", "1..16"),
+                     ("128,64,4,2,matrix_instr_nonkdim=8", "4, 16, 32"), ("128,64,4,2,kpack=x", "integer"),
+                     ("128,64,4,2,kpack=1,kpack=2", "not a launch option"),
+                     ("128,64,4,2,waves_per_eu=2,tma", "integers")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            configs.parse_config(bad)
+
+
+def test_cdna_rows_run_two_waves_per_simd_and_no_other_row_has_amd_options():
+    """The CDNA rows ask for 2 waves per SIMD (gfx950's FP16 P·V spills so and keeps 1); no
+    NVIDIA or RDNA row carries an AMD option, so those launches are unchanged."""
+    for family, variant, waves in (("CDNA3", "fp8", 2), ("CDNA3", "fp16", 2), ("CDNA4", "fp8", 2),
+                                   ("CDNA4", "fp16", None), ("CDNA2", "fp16", 2)):  # fmt: skip
+        for d in (64, 128):
+            assert configs.lookup(family, d, variant, False).waves_per_eu == waves, (family, d, variant)
+    for row in configs._TABLE:
+        if not row.family.startswith("CDNA"):
+            assert not row.config.amd_options(), row
+
+
 def test_the_config_knob_and_keyword(monkeypatch):
     """The keyword wins over SAGEBUILD_ATTN_CONFIG, which wins over the table; a bad knob value
     is a clear error."""

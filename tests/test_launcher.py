@@ -73,3 +73,28 @@ def test_constexprs_are_built_once_per_kernel_and_key():
 
 def test_host_cdiv_is_the_ceiling_of_the_quotient():
     assert all(launcher.cdiv(a, b) == math.ceil(a / b) for a in range(0, 600) for b in range(1, 70))
+
+
+def test_amd_launch_options_reach_the_kernel_launch(monkeypatch):
+    """A config's AMD options (``waves_per_eu`` ...) go through ``attention_forward`` to the
+    launch with the tile options; a config without them launches with num_warps and num_stages
+    only (what NVIDIA launches have always received)."""
+    import torch
+
+    from sagebuild.attention import sageattn_qk_int8_pv_fp16_triton
+    from sagebuild.kernels.triton import attn_fwd
+
+    seen = []
+    real = launcher.launch
+
+    def spy(fn, grid, args, constexprs, *, key=None, **options):
+        if fn is attn_fwd._attn_fwd_kernel:
+            seen.append(options)
+        return real(fn, grid, args, constexprs, key=key, **options)
+
+    monkeypatch.setattr(launcher, "launch", spy)
+    q, k, v = (torch.randn(1, 2, 32, 64, dtype=torch.float16) for _ in range(3))
+    sageattn_qk_int8_pv_fp16_triton(q, k, v, config="32,16,4,1,waves_per_eu=2,kpack=2")
+    sageattn_qk_int8_pv_fp16_triton(q, k, v, config="32,16,4,1")
+    assert seen == [{"num_warps": 4, "num_stages": 1, "waves_per_eu": 2, "kpack": 2},
+                    {"num_warps": 4, "num_stages": 1}]  # fmt: skip

@@ -254,6 +254,18 @@ def test_register_cap_is_refused_off_nvidia():
     assert make_plan("gfx942", head_dim=128, n_k=0, pv="fp8", config="64,64,4,3").config.maxnreg is None
 
 
+def test_amd_launch_options_are_refused_off_amd_and_recorded_on_it():
+    """An AMD option forced on an NVIDIA arch is a clear error (Hopper launches never see one);
+    on CDNA the plan's record carries the option, so the config string forces the same launch."""
+    with pytest.raises(AttentionInputError, match="AMD-only") as err:
+        make_plan("sm90", head_dim=128, n_k=0, pv="fp8", config="64,64,4,3,waves_per_eu=2")
+    assert "waves_per_eu" in err.value.fix
+    plan = make_plan("gfx942", head_dim=128, n_k=4096, pv="fp8")
+    assert plan.record()["config"] == "128,64,4,2,waves_per_eu=2"
+    assert plan.config.launch_options() == {"num_warps": 4, "num_stages": 2, "waves_per_eu": 2}
+    assert make_plan("interpreter", head_dim=64, n_k=64, config="32,16,4,1,kpack=2").config.kpack == 2
+
+
 def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     """A row whose config loads K/V by TMA serves a call only where TMA can run: a family whose
     features allow it, FP8 P·V on dense or packed K/V from our Triton quantization (whose FP8 V

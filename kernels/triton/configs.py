@@ -6,8 +6,9 @@ Rows are matched top to bottom and ``"*"`` matches anything, so the specific row
 
 For tuning runs a config can be forced without editing this file: the keyword ``config=`` of
 the attention functions, or the environment variable ``SAGEBUILD_ATTN_CONFIG="BLOCK_M,BLOCK_N,
-num_warps,num_stages[,maxnreg][,tma]"`` (the keyword wins; ``LaunchConfig.spec`` writes a
-config in that form, so any table row can be forced as it is).
+num_warps,num_stages[,maxnreg][,tma][,pipe][,waves_per_eu=N][,matrix_instr_nonkdim=N][,kpack=N]"``
+(the keyword wins; ``LaunchConfig.spec`` writes a config in that form, so any table row can be
+forced as it is).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import NamedTuple, Optional, Union
 from sagebuild import knobs
 
 # Bump when a row changes, so benchmark records can say which table produced them.
-CONFIG_TABLE_VERSION = "2026.12.06.3"
+CONFIG_TABLE_VERSION = "2026.12.07.1"
 
 # Head dims the kernels run natively; smaller ones are padded up to the next entry. 256 is
 # beyond upstream SageAttention (which refuses it); the INT8 scores still fit the kernels'
@@ -55,6 +56,11 @@ class LaunchConfig:
     ``tma_ok``). Not part of ``as_tuple``: the plan records it (``tma``), ``spec`` writes ``,tma``.
     ``pipe``: the kernel's wgmma pipelined on Hopper (``features``, "config" mode); a row with
     it takes it by default, ``SAGEBUILD_WGMMA_PIPE`` overrides. Not part of ``as_tuple`` either.
+    ``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack`` (AMD only; None = Triton's default, and
+    then not passed at all): Triton's HIP launch options. ``waves_per_eu`` asks LLVM for that
+    many waves per SIMD, so it budgets registers for them (CDNA's 512 unified registers per lane:
+    at most 256 for 2 waves); ``matrix_instr_nonkdim`` picks the MFMA shape (16: 16x16, 32: 32x32);
+    ``kpack`` packs that many K elements per MFMA operand load (CDNA3; ignored from gfx950).
     """
 
     block_m: int
@@ -64,6 +70,9 @@ class LaunchConfig:
     maxnreg: Optional[int] = None
     tma: bool = False
     pipe: bool = False
+    waves_per_eu: Optional[int] = None
+    matrix_instr_nonkdim: Optional[int] = None
+    kpack: Optional[int] = None
 
     def q_blk(self, qk_quant_gran: str) -> int:
         """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
@@ -78,23 +87,40 @@ class LaunchConfig:
         return K_BLK_WIDE if self.block_n == K_BLK_WIDE else K_BLK
 
     def spec(self) -> str:
-        """The config as ``parse_config`` reads it: ``"64,128,4,2,168,tma"``."""
-        return ",".join([*map(str, self.as_tuple()), *(f for f in _CONFIG_FLAGS if getattr(self, f))])
+        """The config as ``parse_config`` reads it: ``"64,128,4,2,168,tma"``,
+        ``"128,64,4,2,waves_per_eu=2"``."""
+        flags = [f for f in _CONFIG_FLAGS if getattr(self, f)]
+        return ",".join(
+            [*map(str, self.as_tuple()), *flags, *(f"{k}={v}" for k, v in self.amd_options().items())]
+        )
 
     def as_tuple(self) -> tuple[int, ...]:
         base = (self.block_m, self.block_n, self.num_warps, self.num_stages)
         return base if self.maxnreg is None else (*base, self.maxnreg)
 
+    def amd_options(self) -> dict[str, int]:
+        """The AMD-only launch options this config sets (``AMD_OPTIONS`` order), nothing unset."""
+        return {k: getattr(self, k) for k in AMD_OPTIONS if getattr(self, k) is not None}
+
     def launch_options(self) -> dict[str, int]:
-        """Triton launch options: num_warps, num_stages and, when set, maxnreg."""
+        """Triton launch options: num_warps, num_stages and, when set, maxnreg (NVIDIA) and the
+        AMD options (``amd_options``). A config without them gives the same options as before they
+        existed: NVIDIA launches never see an AMD option (``plan.make_plan`` refuses the mix)."""
         opts = {"num_warps": self.num_warps, "num_stages": self.num_stages}
         if self.maxnreg is not None:
             opts["maxnreg"] = self.maxnreg
-        return opts
+        return opts | self.amd_options()
 
 
 ConfigLike = Union[LaunchConfig, tuple, list, str]
 _CONFIG_FLAGS = ("tma", "pipe")  # a config string's trailing words (``LaunchConfig.spec``)
+# Triton's HIP launch options a config can carry, as ``name=value`` entries of a config string,
+# and the values each accepts (Triton 3.6's HIPOptions; waves per SIMD up to RDNA's 16).
+AMD_OPTIONS: dict[str, tuple[int, ...]] = {
+    "waves_per_eu": tuple(range(1, 17)),
+    "matrix_instr_nonkdim": (4, 16, 32),
+    "kpack": (1, 2),
+}
 
 
 class Row(NamedTuple):
@@ -165,9 +191,13 @@ _TABLE: list[Row] = [
     Row("Ada", 64, "*", "*", LaunchConfig(128, 64, 4, 3)),
     Row("Blackwell", "*", "*", "*", LaunchConfig(128, 64, 8, 3)),
     # AMD: CDNA (wave64 MFMA) and RDNA (wave32 WMMA); AMD's Triton pipeliner prefers few stages.
-    Row("CDNA3", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
+    # CDNA at 2 waves per SIMD (LLVM's budget of 256 registers per lane, AMD's own Triton attention
+    # kernels' choice): head dims 64/128 keep the tiles without spill or scratch, and the key loop
+    # is 20-40 % shorter than at 1 wave (AMDGCN, docs/kernels.md); gfx950's FP16 P·V would spill so.
+    Row("CDNA3", "*", "*", "*", LaunchConfig(128, 64, 4, 2, waves_per_eu=2)),
+    Row("CDNA4", "*", "fp8", "*", LaunchConfig(128, 64, 4, 2, waves_per_eu=2)),
     Row("CDNA4", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
-    Row("CDNA2", "*", "*", "*", LaunchConfig(128, 64, 4, 1)),
+    Row("CDNA2", "*", "*", "*", LaunchConfig(128, 64, 4, 1, waves_per_eu=2)),
     Row("RDNA4", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
     Row("RDNA3", "*", "*", "*", LaunchConfig(64, 32, 4, 1)),
     Row("*", "*", "*", "*", LaunchConfig(128, 64, 4, 2)),
@@ -251,26 +281,29 @@ def preferred_pv(family: str, head_dim: int, n_k: int) -> str | None:
 
 def parse_config(value: ConfigLike) -> LaunchConfig:
     """A LaunchConfig from a config, a tuple or a string such as ``"128,64,8,3"``, validated:
-    four integers, an optional register cap, and optional last entries ``tma`` and ``pipe``."""
+    four integers, an optional register cap, optional words ``tma`` and ``pipe`` and optional
+    AMD options ``name=value`` (``AMD_OPTIONS``) after them."""
     if isinstance(value, LaunchConfig):
         cfg = value
     else:
         parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+        options = _pop_amd_options(value, parts)
         flags = set()
         while parts and str(parts[-1]).lower() in _CONFIG_FLAGS and str(parts[-1]).lower() not in flags:
             flags.add(str(parts.pop()).lower())
         if len(parts) not in (4, 5):
             raise ValueError(
                 f"attention config {value!r} must have 4 or 5 integers: "
-                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma][,pipe]"
+                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma][,pipe][,waves_per_eu=N]..."
             )
         try:
-            cfg = LaunchConfig(*(int(p) for p in parts), tma="tma" in flags, pipe="pipe" in flags)
+            ints = [int(p) for p in parts]
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"attention config {value!r} must be integers (BLOCK_M,BLOCK_N,num_warps,num_stages"
-                "[,maxnreg]), optionally followed by tma and pipe"
+                "[,maxnreg]), optionally followed by tma, pipe and AMD options such as waves_per_eu=2"
             ) from exc
+        cfg = LaunchConfig(*ints, tma="tma" in flags, pipe="pipe" in flags, **options)
     for name, v in (("BLOCK_M", cfg.block_m), ("BLOCK_N", cfg.block_n), ("num_warps", cfg.num_warps)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"attention config {value!r}: {name} must be a power of two, got {v}")
@@ -280,7 +313,28 @@ def parse_config(value: ConfigLike) -> LaunchConfig:
         raise ValueError(f"attention config {value!r}: num_stages must be at least 1")
     if cfg.maxnreg is not None and not 24 <= cfg.maxnreg <= 255:
         raise ValueError(f"attention config {value!r}: maxnreg must be within 24..255, got {cfg.maxnreg}")
+    for name, v in cfg.amd_options().items():
+        if v not in AMD_OPTIONS[name]:
+            allowed = AMD_OPTIONS[name]
+            shown = f"{allowed[0]}..{allowed[-1]}" if len(allowed) > 4 else ", ".join(map(str, allowed))
+            raise ValueError(f"attention config {value!r}: {name} must be one of {shown}, got {v}")
     return cfg
+
+
+def _pop_amd_options(value: ConfigLike, parts: list) -> dict[str, int]:
+    """Remove a config's trailing ``name=value`` entries from ``parts`` and return them."""
+    options: dict[str, int] = {}
+    while parts and "=" in str(parts[-1]):
+        name, _, raw = str(parts.pop()).partition("=")
+        name = name.strip().lower()
+        if name not in AMD_OPTIONS or name in options:
+            known = ", ".join(AMD_OPTIONS)
+            raise ValueError(f"attention config {value!r}: {name!r} is not a launch option (known: {known})")
+        try:
+            options[name] = int(raw)
+        except ValueError:
+            raise ValueError(f"attention config {value!r}: {name} must be an integer, got {raw!r}") from None
+    return options
 
 
 def lookup(

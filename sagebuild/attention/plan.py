@@ -294,6 +294,13 @@ def make_plan(
             f"{arch} is not an NVIDIA GPU",
             f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
         )
+    if cfg.amd_options() and row is not None and row.vendor != "rocm":
+        names = ", ".join(cfg.amd_options())
+        raise AttentionInputError(
+            f"the launch config {cfg.spec()!r} sets {names}, AMD-only Triton options; "
+            f"{arch} is not an AMD GPU",
+            f"drop {names} from the config keyword or ${configs.ENV_VAR}",
+        )
     pipe = features.enabled("wgmma_pipe", family, config_choice=cfg.pipe)
     parts = features.ROW_SUM_PARTS if features.enabled("row_sum_parts", family) else 1
     return LaunchPlan(
