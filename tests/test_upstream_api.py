@@ -59,8 +59,12 @@ UPSTREAM = {
 
 
 def _sig(fn) -> str:
+    """Upstream's part of a signature: the positional parameters and **kwargs (keyword-only
+    parameters beyond upstream's are checked by ``test_keyword_only_extras``)."""
     parts = []
     for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.KEYWORD_ONLY:
+            continue
         if p.kind is p.VAR_KEYWORD:
             parts.append(f"**{p.name}")
         elif p.default is p.empty:
@@ -78,6 +82,23 @@ def test_signatures_are_upstreams(name):
     import sagebuild.attention as pkg
 
     assert getattr(sagebuild, name) is getattr(functions, name) is getattr(pkg, name)
+
+
+# the keyword-only parameters each public function adds to upstream's signature
+KEYWORD_ONLY = {"sageattn": {"attn_mask": None}}
+
+
+@pytest.mark.parametrize("name", list(UPSTREAM))
+def test_keyword_only_extras(name):
+    """ComfyUI (comfy/ldm/modules/attention.py) sends masked calls to ``sageattn`` only when
+    ``"attn_mask" in inspect.signature(sageattn).parameters``: ours names it, keyword-only after
+    upstream's positional parameters, so no positional call changes meaning."""
+    params = inspect.signature(getattr(functions, name)).parameters.values()
+    extras = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+    assert extras == KEYWORD_ONLY.get(name, {})
+    assert ("attn_mask" in inspect.signature(getattr(functions, name)).parameters) is (
+        name in ("sageattn", "sageattn_qk_int8_pv_fp16_triton")
+    )
     assert set(functions.UPSTREAM_NAMES) == set(UPSTREAM)
 
 

@@ -117,15 +117,20 @@ def sageattn(
     is_causal: bool = False,
     sm_scale: Optional[float] = None,
     return_lse: bool = False,
+    *,
+    attn_mask: Optional[torch.Tensor] = None,
     **kwargs: Any,
 ) -> Any:
     """Quantized attention with the variant measured best for this GPU, head dim and key count.
 
-    As upstream's, K is always smoothed (a ``smooth_k`` keyword is ignored). Returns out, or
-    (out, lse [B, H_q, N_q] float32, natural log) with ``return_lse``.
+    As upstream's, K is always smoothed (a ``smooth_k`` keyword is ignored). ``attn_mask`` (SDPA's:
+    bool, True keeps, or additive) is a keyword-only parameter beyond upstream's, named in the
+    signature because ComfyUI sends masks only to a ``sageattn`` whose signature names it. Returns
+    out, or (out, lse [B, H_q, N_q] float32, natural log) with ``return_lse``.
     """
     x = _extras(kwargs, qk_quant_gran="per_warp", quantization_backend="auto", pv_accum_dtype=None,
-                config=None, attn_mask=None, dropout_p=0.0)  # fmt: skip
+                config=None, dropout_p=0.0)  # fmt: skip
+    x["attn_mask"] = attn_mask
     accum = "auto" if x["pv_accum_dtype"] is None else _fp8_accum(x["pv_accum_dtype"])
     return _dense("sageattn", "auto", accum, q, k, v, tensor_layout, is_causal, sm_scale, return_lse, True, x)
 
@@ -249,6 +254,15 @@ def sageattn_qk_int8_pv_fp8_cuda_sm90(
                        qk_quant_gran, sm_scale, pv_accum_dtype, smooth_k, return_lse, kwargs)  # fmt: skip
 
 
+def _v_head_dim(q: Any, k: Any, v: Any) -> int:
+    """V's head dim when it differs from Q's and K's shared one, else 0. Zero channels change
+    neither Q·Kᵀ nor the kept columns of P·V, so such a call runs padded to the larger dim."""
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in (q, k, v)):
+        return 0  # check_varlen reports what is wrong
+    dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
+    return dv if dq == dk != dv else 0
+
+
 def sageattn_varlen(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -262,10 +276,12 @@ def sageattn_varlen(
     smooth_k: bool = True,
     **kwargs: Any,
 ) -> torch.Tensor:
-    """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence).
+    """Attention over packed sequences ([total, H, D]; causal is bottom-right per sequence, so a
+    query block after a cached prefix, ``cu_seqlens_q`` ≠ ``cu_seqlens_k``, sees the prefix).
 
-    sagebuild's keywords: ``qk_quant_gran``, ``pv`` ("auto", "fp16", "fp8"), ``config``.
-    ``dropout_p > 0`` runs SDPA per sequence (warned once); an ``attn_mask`` is refused.
+    V may have its own head dim (SGLang's MLA models): ``_v_head_dim`` pads. sagebuild's keywords:
+    ``qk_quant_gran``, ``pv`` ("auto", "fp16", "fp8"), ``config``. ``dropout_p > 0`` runs SDPA per
+    sequence (warned once); an ``attn_mask`` is refused.
     """
     x = _extras(kwargs, qk_quant_gran="per_warp", pv="auto", config=None, attn_mask=None, dropout_p=0.0)
     if x["attn_mask"] is not None:
@@ -273,6 +289,16 @@ def sageattn_varlen(
             "sageattn_varlen got an attn_mask; packed sequences are masked by their lengths",
             "drop attn_mask and pass each sequence's extent in cu_seqlens_q / cu_seqlens_k",
         )
+    dv = _v_head_dim(q, k, v)
+    if dv:
+        if sm_scale is None:
+            sm_scale = q.shape[-1] ** -0.5  # Q's own head dim, before any padding
+        d = max(q.shape[-1], dv)
+        pad = torch.nn.functional.pad
+        q, k, v = (t if t.shape[-1] == d else pad(t, (0, d - t.shape[-1])) for t in (q, k, v))
+        out = sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal,
+                              sm_scale, smooth_k, **kwargs)  # fmt: skip
+        return out if out.shape[-1] == dv else out[..., :dv].contiguous()
     if x["dropout_p"]:
         return ops.reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, float(x["dropout_p"]),
                                            bool(is_causal), sm_scale)  # fmt: skip

@@ -24,7 +24,13 @@ MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
 
 
 class AttentionInputError(SagebuildError, ValueError):
-    """The inputs of an attention call cannot be served as given (defined here, torch-free)."""
+    """The inputs of an attention call cannot be served as given (defined here, torch-free).
+
+    Its text is one line: callers such as ComfyUI log ``str(error)`` once per failing call before
+    falling back to SDPA, and a multi-line error per layer floods their log."""
+
+    def __str__(self) -> str:
+        return self.message if not self.fix else f"{self.message} (fix: {self.fix})"
 
 
 @dataclass(frozen=True)
