@@ -47,6 +47,8 @@ def test_bad_inputs_raise_clear_errors(args, kw, match):
         sageattn(*args, **kw)
     assert isinstance(info.value, SagebuildError) and isinstance(info.value, ValueError)
     assert info.value.fix
+    # one line: ComfyUI logs "Error running sage attention: {e}, ..." once per failing call
+    assert "\n" not in str(info.value) and info.value.fix in str(info.value)
 
 
 def test_layout_mixup_names_the_layout():
