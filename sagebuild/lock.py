@@ -65,28 +65,16 @@ def snapshot(
 ) -> dict[str, Any]:
     """The lock document of ``probe.collect().to_dict()`` facts and the build ``build_info`` records."""
     facts = dict(facts or {})
-    py = facts.get("python") or {}
-    system = facts.get("system") or {}
     t = facts.get("torch") or {}
     triton = t.get("triton") or {}
-    smi = (facts.get("tools") or {}).get("nvidia-smi") or {}
-    driver = facts.get("driver")
-    if driver is None and smi.get("present"):
-        driver = smi.get("version")
     return {
         "lock": LOCK_KIND,
         "version": LOCK_VERSION,
         "python": {
-            "version": py.get("version") or platform.python_version(),
+            "version": (facts.get("python") or {}).get("version") or platform.python_version(),
             "implementation": platform.python_implementation(),
         },
-        "platform": {
-            "os": system.get("os") or platform.system(),
-            "machine": platform.machine(),
-            "kernel": system.get("kernel") or platform.release(),
-            "wsl": system.get("wsl", "none"),
-            "libc": "-".join(x for x in platform.libc_ver() if x) or None,
-        },
+        "platform": _platform(facts.get("system") or {}),
         "torch": {
             **{k: t.get(k) for k in ("version", "build", "hip", "cuda")},
             "index_url": torch_index_url(t.get("version")),
@@ -95,15 +83,37 @@ def snapshot(
             "distribution": triton.get("distribution"),
             "version": triton.get("distribution_version") or triton.get("version"),
         },
-        "gpu": {
-            "archs": list(facts.get("gpu_archs") or []),  # Facts.gpu_archs(): torch, KFD, rocminfo, smi
-            "names": sorted({d.get("name") for d in t.get("devices") or [] if d.get("name")}),
-            "driver": driver,
-        },
+        "gpu": _gpu(facts),
         "compilers": _compilers(build_info),
         "distributions": dict(sorted((distributions or dists.installed_distributions()).items())),
         "artefacts": _artefacts(build_info, library),
         "profile": None if profile is None else {k: v for k, v in profile.to_dict().items() if k != "source"},
+    }
+
+
+def _platform(system: Mapping[str, Any]) -> dict[str, Any]:
+    """The OS as probed, this interpreter's ``platform`` where the probe did not say."""
+    return {
+        "os": system.get("os") or platform.system(),
+        "machine": platform.machine(),
+        "kernel": system.get("kernel") or platform.release(),
+        "wsl": system.get("wsl", "none"),
+        "libc": "-".join(x for x in platform.libc_ver() if x) or None,
+    }
+
+
+def _gpu(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The GPUs: archs as ``Facts.gpu_archs()`` (torch, KFD, rocminfo, smi), names, and the driver
+    (nvidia-smi's version when the probe found no other)."""
+    smi = (facts.get("tools") or {}).get("nvidia-smi") or {}
+    driver = facts.get("driver")
+    if driver is None and smi.get("present"):
+        driver = smi.get("version")
+    devices = (facts.get("torch") or {}).get("devices") or []
+    return {
+        "archs": list(facts.get("gpu_archs") or []),
+        "names": sorted({d.get("name") for d in devices if d.get("name")}),
+        "driver": driver,
     }
 
 
@@ -228,22 +238,35 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     for kind in ("python", "platform", "torch", "triton", "gpu"):
         drifts += _flat(kind, locked.get(kind) or {}, current.get(kind) or {})
     drifts += _flat("compiler", _compilers(locked), _compilers(current))
-    said = {(d.kind, d.key) for d in drifts}
-    covered: set[str] = set()
-    if ("torch", "version") in said:
+    covered = _covered_packages(drifts, locked, current)
+    if "torch" in covered:  # the version line says it: not also its index URL
         drifts = [d for d in drifts if (d.kind, d.key) != ("torch", "index_url")]
-        covered.add("torch")
-    if ("triton", "version") in said or ("triton", "distribution") in said:
-        for doc in (locked, current):
-            name = (doc.get("triton") or {}).get("distribution")
-            if name:
-                covered.add(dists.canonical_name(str(name)))
     versions = [
         {name: e.get("version") for name, e in doc["distributions"].items() if name not in covered}
         for doc in (locked, current)
     ]
     drifts += _flat("package", *versions)
+    drifts += _artefact_drifts(locked, current)
+    drifts += _profile_drifts(locked.get("profile"), current.get("profile"))
+    return drifts
+
+
+def _covered_packages(drifts: list[Drift], locked: Mapping[str, Any], current: Mapping[str, Any]) -> set[str]:
+    """The distributions whose change a torch or Triton ``version`` drift already says."""
+    said = {(d.kind, d.key) for d in drifts}
+    covered: set[str] = set()
+    if ("torch", "version") in said:
+        covered.add("torch")
+    if ("triton", "version") in said or ("triton", "distribution") in said:
+        names = ((doc.get("triton") or {}).get("distribution") for doc in (locked, current))
+        covered |= {dists.canonical_name(str(name)) for name in names if name}
+    return covered
+
+
+def _artefact_drifts(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
+    """Artefacts added or removed, or changed in hash or in what their build records."""
     lart, cart = ({a.get("name"): a for a in doc.get("artefacts") or []} for doc in (locked, current))
+    drifts: list[Drift] = []
     for name in sorted(set(lart) | set(cart), key=str):
         a, b = lart.get(name), cart.get(name)
         if a is None or b is None:
@@ -253,13 +276,16 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
             drifts.append(Drift("artefact", f"{name} sha256", a.get("sha256"), b.get("sha256")))
         built = _artefact_build(a.get("build") or {}), _artefact_build(b.get("build") or {})
         drifts += _flat("artefact", *built, prefix=f"{name} ")
-    lp, cp = locked.get("profile"), current.get("profile")
-    if lp != cp:
-        if lp and cp and lp.get("name") == cp.get("name"):
-            drifts += _flat("profile", lp, cp, prefix=f"{lp['name']}.")
-        else:
-            drifts.append(Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name")))
     return drifts
+
+
+def _profile_drifts(lp: Any, cp: Any) -> list[Drift]:
+    """The same profile's changed settings, or the profile's name when it is another one."""
+    if lp == cp:
+        return []
+    if lp and cp and lp.get("name") == cp.get("name"):
+        return _flat("profile", lp, cp, prefix=f"{lp['name']}.")
+    return [Drift("profile", "name", (lp or {}).get("name"), (cp or {}).get("name"))]
 
 
 def current(profile: Any | None, facts: Any, python: str | None = None) -> dict[str, Any]:
