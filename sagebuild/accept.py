@@ -100,6 +100,11 @@ def _failed_step(name: str, exc: BaseException) -> StepResult:
         text = str(exc)
         expl = [fix_entry(f"{name}.error", f"{name} stopped", exc.message, exc.fix)] if exc.fix else []
         return _step(name, False, exc.message, text, expl + explain_for_report(text))
+    missing = _missing_stack(exc)
+    if missing:  # not a bug: the environment lacks it, and the doctor's check says how to install it
+        summary = f"{name} needs {missing}, which is not importable here ({exc})"
+        fix = f"see the doctor step's {missing}-import check for how to install it, then run accept again"
+        return _step(name, False, summary, summary, [fix_entry(f"{name}.error", f"{name} stopped", summary, fix)])
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     summary = f"{INTERNAL} in {name}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
     return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
@@ -147,63 +152,153 @@ def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None
 
 
 def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], None]) -> AcceptResult:
-    from sagebuild import bench as bench_mod
-    from sagebuild import benchmem, lock, probe, profiles
-    from sagebuild._version import __version__
-
     say("saving pip freeze (before anything changes)")
     backup = environment_backup(run_dir, opts.python)
+    run = _Steps(opts, _settings(opts, say), run_dir, say)
+    steps, exit_code = run.all()
+    say("writing the lockfile and the report")
+    lock_path, req_path, problems = _write_lock(run.settings, opts, run_dir)
+    if problems and exit_code == 0:
+        exit_code = int(Exit.INTERNAL) if INTERNAL in problems[0] else int(Exit.ENVIRONMENT)
+    files = {
+        "environment_backup": backup.name,
+        "build_log": BUILD_LOG if run.log_path.is_file() else None,
+        "lockfile": lock_path.name if lock_path else None,
+        "requirements": req_path.name if req_path else None,
+        "report_json": REPORT_FILES["json"],
+        "report_md": REPORT_FILES["markdown"],
+        "report_html": REPORT_FILES["html"],
+        "junit": REPORT_FILES["junit"],
+    }
+    report = _conforming(_report(run, opts, out, steps, exit_code, files))
+    paths = write_report(report, run_dir, build_log=run.log_path if run.log_path.is_file() else None)
+    paths["environment_backup"] = backup
+    if lock_path and req_path:
+        paths.update({"lockfile": lock_path, "requirements": req_path})
+    return AcceptResult(int(report["exit_code"]), report, paths, problems)
 
-    # the run's settings, checked before any step runs; a refusal is the failure of the step it
-    # belongs to (``stage``), and the report still says so
-    refusal: Optional[Exception] = None
+
+@dataclass
+class _Settings:
+    """The run's settings, resolved and checked before any step runs. A refusal is the failure of the
+    step it belongs to (``stage``), and the report still says so."""
+
     facts: Any = None
     profile: Any = None
-    why = ""
+    why: str = ""
     bench_cfg: Any = None
-    stage = "doctor"
+    stage: str = "doctor"
+    refusal: Optional[Exception] = None
+
+
+def _settings(opts: AcceptOptions, say: Callable[[str], None]) -> _Settings:
+    from sagebuild import bench as bench_mod
+    from sagebuild import probe, profiles
+
+    got = _Settings()
     try:
         say("probing the machine")
-        facts = probe.collect(root=opts.root, python=opts.python)
-        profile, why = profiles.resolve(opts.profile, facts.gpu_archs())
-        stage = "bench"
-        bench_cfg = bench_mod.config_from_profile(profile, **opts.bench)
-        benchmem.check_fits(bench_cfg)  # a shape that will not fit: refused before 10 min of build
-        stage = "verify"
-        benchmem.check_shape_fits(opts.verify_shape, option="--verify-shape")
+        got.facts = probe.collect(root=opts.root, python=opts.python)
+        got.profile, got.why = profiles.resolve(opts.profile, got.facts.gpu_archs())
+        got.stage = "bench"
+        got.bench_cfg = bench_mod.config_from_profile(got.profile, **opts.bench)
+        _check_fits(got, opts)
     except Exception as e:  # noqa: BLE001 - reported as the failure of the step the setting is for
-        refusal = e
+        got.refusal = e
+    return got
 
-    steps: list[StepResult] = []
-    checks: list[Any] = []
-    docs: dict[str, Optional[dict[str, Any]]] = {"compile": None, "verify": None, "bench": None}
-    first_failure: Optional[str] = None
-    log_path = run_dir / BUILD_LOG
 
-    def doctor() -> StepResult:
-        nonlocal checks
+def _check_fits(got: _Settings, opts: AcceptOptions) -> None:
+    """Refuse a bench or verify shape that will not fit before 10 minutes of build. The memory is
+    measured through torch: without torch there is nothing to measure, and the doctor's torch-import
+    check fails with the fix."""
+    from sagebuild import benchmem
+
+    try:
+        benchmem.check_fits(got.bench_cfg)
+        got.stage = "verify"
+        benchmem.check_shape_fits(opts.verify_shape, option="--verify-shape")
+    except ModuleNotFoundError as e:
+        if _missing_stack(e) is None:
+            raise
+
+
+def _missing_stack(exc: BaseException) -> Optional[str]:
+    """``torch`` or ``triton`` when ``exc`` is their import failing, else None."""
+    name = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    top = (name or "").split(".", 1)[0]
+    return top if top in ("torch", "triton") else None
+
+
+class _Steps:
+    """The four steps over one run's settings: each returns its result and keeps its record."""
+
+    def __init__(self, opts: AcceptOptions, settings: _Settings, run_dir: Path, say: Callable[[str], None]):
+        self.opts, self.settings, self.say = opts, settings, say
+        self.log_path = run_dir / BUILD_LOG
+        self.checks: list[Any] = []
+        self.docs: dict[str, Optional[dict[str, Any]]] = {"compile": None, "verify": None, "bench": None}
+
+    def all(self) -> tuple[list[StepResult], int]:
+        """Every step in order (run, refused, or skipped); the exit code is the first failure's."""
+        steps: list[StepResult] = []
+        first_failure: Optional[str] = None
+        exit_code = 0
+        for name in STEPS:
+            step = self.one(name, first_failure)
+            steps.append(step)
+            if step.status == "fail" and first_failure is None:
+                first_failure, exit_code = name, step.exit_code
+        return steps, exit_code
+
+    def one(self, name: str, first_failure: Optional[str]) -> StepResult:
+        refusal, stage = self.settings.refusal, self.settings.stage
+        if refusal is not None and name == stage:
+            step = _failed_step(name, refusal)
+            if isinstance(refusal, SagebuildError):
+                step.exit_code = int(refusal.code)  # a refused setting keeps its own code (2, 3)
+            self.say(f"{name}: refused: {step.summary}")
+            return step
+        if refusal is not None:
+            when = "before" if STEPS.index(name) < STEPS.index(stage) else "after"
+            return StepResult(name, "skip", 0, None, f"not run: {stage}'s settings were refused {when} start")
+        if first_failure and not self.opts.keep_going:
+            return StepResult(
+                name, "skip", 0, None, f"skipped: {first_failure} failed (--keep-going runs every step)"
+            )
+        self.say(f"{name}: running")
+        t0 = time.monotonic()
+        try:
+            step = getattr(self, name)()
+        except Exception as e:  # noqa: BLE001 - a step that raised is a failed step, never a traceback
+            step = _failed_step(name, e)
+        step.seconds = round(time.monotonic() - t0, 3)
+        self.say(f"{name}: {step.status} in {step.seconds:.1f} s — {step.summary}")
+        return step
+
+    def doctor(self) -> StepResult:
         from sagebuild.doctor import run_doctor
 
-        result = run_doctor(facts, profile, why)
-        checks = result.checks
+        result = run_doctor(self.settings.facts, self.settings.profile, self.settings.why)
+        self.checks = result.checks
         return _step("doctor", result.ok, result.counts_line(), result.failure_text(), result.explanation())
 
-    def compile_() -> StepResult:
+    def compile(self) -> StepResult:
         from sagebuild.build import run
         from sagebuild.build.plan import make_plan
 
-        plan = make_plan(profile, facts, jobs=opts.jobs, arch=opts.arch)
-        res = run.compile(plan, log_path, opts.progress)
-        docs["compile"] = {"plan": plan.to_dict(), "result": res.to_dict()}
+        plan = make_plan(self.settings.profile, self.settings.facts, jobs=self.opts.jobs, arch=self.opts.arch)
+        res = run.compile(plan, self.log_path, self.opts.progress)
+        self.docs["compile"] = {"plan": plan.to_dict(), "result": res.to_dict()}
         if res.ok:
             return _step("compile", True, res.summary())
         return _step("compile", False, res.summary(), res.failure_text(), res.explain())
 
-    def verify() -> StepResult:
+    def verify(self) -> StepResult:
         from sagebuild.verify import run_verify
 
-        res = run_verify(profile, opts.verify_shape)
-        docs["verify"] = res.to_dict()
+        res = run_verify(self.settings.profile, self.opts.verify_shape)
+        self.docs["verify"] = res.to_dict()
         n_ok = sum(r.ok for r in res.results)
         summary = f"{res.mode}: {n_ok}/{len(res.results)} passed on {res.device}"
         if res.ok:
@@ -216,9 +311,12 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         ]
         return _step("verify", False, summary, error, expl + explain_for_report(error))
 
-    def bench() -> StepResult:
-        res = bench_mod.run_bench(profile, bench_cfg, progress=say)
-        docs["bench"] = res.to_dict()
+    def bench(self) -> StepResult:
+        from sagebuild import bench as bench_mod
+
+        profile = self.settings.profile
+        res = bench_mod.run_bench(profile, self.settings.bench_cfg, progress=self.say)
+        self.docs["bench"] = res.to_dict()
         headline = (bench_mod.AUTO, f"golden:{profile.kernels[0]}")  # sageattn, or the CPU's stand-in
         best = ", ".join(
             f"{r.speedup:.2f}× @ {r.seq}"
@@ -230,69 +328,49 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         error = "\n".join(res.failures)
         return _step("bench", res.ok, summary, error, explain_for_report(error) if error else ())
 
-    runners = {"doctor": doctor, "compile": compile_, "verify": verify, "bench": bench}
-    exit_code = 0
-    for name in STEPS:
-        if refusal is not None and name == stage:
-            step = _failed_step(name, refusal)
-            if isinstance(refusal, SagebuildError):
-                step.exit_code = int(refusal.code)  # a refused setting keeps its own code (2, 3)
-            say(f"{name}: refused: {step.summary}")
-        elif refusal is not None:
-            when = "before" if STEPS.index(name) < STEPS.index(stage) else "after"
-            step = StepResult(name, "skip", 0, None, f"not run: {stage}'s settings were refused {when} start")
-        elif first_failure and not opts.keep_going:
-            skip = f"skipped: {first_failure} failed (--keep-going runs every step)"
-            step = StepResult(name, "skip", 0, None, skip)
-        else:
-            say(f"{name}: running")
-            t0 = time.monotonic()
-            try:
-                step = runners[name]()
-            except Exception as e:  # noqa: BLE001 - a step that raised is a failed step, never a traceback
-                step = _failed_step(name, e)
-            step.seconds = round(time.monotonic() - t0, 3)
-            say(f"{name}: {step.status} in {step.seconds:.1f} s — {step.summary}")
-        steps.append(step)
-        if step.status == "fail" and first_failure is None:
-            first_failure, exit_code = name, step.exit_code
 
-    problems: list[str] = []
-    lock_path: Optional[Path] = None
-    req_path: Optional[Path] = None
-    say("writing the lockfile and the report")
+def _write_lock(
+    settings: _Settings, opts: AcceptOptions, run_dir: Path
+) -> tuple[Optional[Path], Optional[Path], list[str]]:
+    """The run's lockfile and its requirements export, or the problem that kept them from being written
+    (a disk that cannot be written raises: nothing else of the run can be written either)."""
+    from sagebuild import lock
+
+    if settings.profile is None:
+        return None, None, []
     try:
-        if profile is not None:
-            lock_doc = lock.current(profile, facts, python=opts.python)
-            lock_path, req_path = lock.write(lock_doc, run_dir / LOCK_NAME)
+        lock_doc = lock.current(settings.profile, settings.facts, python=opts.python)
+        lock_path, req_path = lock.write(lock_doc, run_dir / LOCK_NAME)
+        return lock_path, req_path, []
     except SagebuildError as e:
         if e.code == Exit.USAGE and "cannot write" in e.message:
-            raise  # the disk: nothing else of this run can be written either
-        problems.append(f"no lockfile: {e.message}")
+            raise
+        return None, None, [f"no lockfile: {e.message}"]
     except Exception as e:  # noqa: BLE001 - the report still gets written
-        problems.append(f"no lockfile: {INTERNAL}: {type(e).__name__}: {e}")
-    if problems and exit_code == 0:
-        exit_code = int(Exit.INTERNAL) if INTERNAL in problems[0] else int(Exit.ENVIRONMENT)
+        return None, None, [f"no lockfile: {INTERNAL}: {type(e).__name__}: {e}"]
 
-    files = {
-        "environment_backup": backup.name,
-        "build_log": BUILD_LOG if log_path.is_file() else None,
-        "lockfile": lock_path.name if lock_path else None,
-        "requirements": req_path.name if req_path else None,
-        "report_json": REPORT_FILES["json"],
-        "report_md": REPORT_FILES["markdown"],
-        "report_html": REPORT_FILES["html"],
-        "junit": REPORT_FILES["junit"],
-    }
-    result_doc = (docs["compile"] or {}).get("result")
-    if isinstance(result_doc, dict) and result_doc.get("log_path") == str(log_path):
+
+def _report(
+    run: _Steps,
+    opts: AcceptOptions,
+    out: Path,
+    steps: list[StepResult],
+    exit_code: int,
+    files: dict[str, Any],
+) -> dict[str, Any]:
+    """The report document of the run (before the schema check)."""
+    from sagebuild._version import __version__
+
+    settings = run.settings
+    result_doc = (run.docs["compile"] or {}).get("result")
+    if isinstance(result_doc, dict) and result_doc.get("log_path") == str(run.log_path):
         result_doc["log_path"] = str(out / BUILD_LOG)  # where it lives after the swap
     profile_doc = (
-        {**profile.to_dict(), "why": why}
-        if profile is not None
+        {**settings.profile.to_dict(), "why": settings.why}
+        if settings.profile is not None
         else {"name": opts.profile, "why": f"not resolved: {steps[0].summary}"}
     )
-    report = {
+    return {
         "report": "sagebuild-report",
         "schema_version": 1,
         "sagebuild_version": __version__,
@@ -300,18 +378,12 @@ def _run(opts: AcceptOptions, run_dir: Path, out: Path, say: Callable[[str], Non
         "ok": exit_code == 0,
         "exit_code": exit_code,
         "profile": profile_doc,
-        "facts": facts.to_dict() if facts is not None else None,
-        "checks": [c.to_dict() for c in checks],
+        "facts": settings.facts.to_dict() if settings.facts is not None else None,
+        "checks": [c.to_dict() for c in run.checks],
         "steps": [asdict(s) for s in steps],
-        **docs,
+        **run.docs,
         "files": files,
     }
-    report = _conforming(report)
-    paths = write_report(report, run_dir, build_log=log_path if log_path.is_file() else None)
-    paths["environment_backup"] = backup
-    if lock_path and req_path:
-        paths.update({"lockfile": lock_path, "requirements": req_path})
-    return AcceptResult(int(report["exit_code"]), report, paths, problems)
 
 
 def _conforming(report: dict[str, Any]) -> dict[str, Any]:
