@@ -104,7 +104,8 @@ def _failed_step(name: str, exc: BaseException) -> StepResult:
     if missing:  # not a bug: the environment lacks it, and the doctor's check says how to install it
         summary = f"{name} needs {missing}, which is not importable here ({exc})"
         fix = f"see the doctor step's {missing}-import check for how to install it, then run accept again"
-        return _step(name, False, summary, summary, [fix_entry(f"{name}.error", f"{name} stopped", summary, fix)])
+        expl = [fix_entry(f"{name}.error", f"{name} stopped", summary, fix)]
+        return _step(name, False, summary, summary, expl)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     summary = f"{INTERNAL} in {name}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
     return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
