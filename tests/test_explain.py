@@ -222,6 +222,49 @@ torch.OutOfMemoryError: HIP out of memory. Tried to allocate 4.00 GiB. GPU 0 has
 """,
         "out of memory",
     ),
+    "pip-build-isolation-hides-torch": (
+        """  Getting requirements to build wheel ... error
+  error: subprocess-exited-with-error
+        File "/tmp/pip-build-env-k2v9/overlay/lib/python3.12/site-packages/setuptools/build_meta.py", line 318, in run_setup
+          exec(code, locals())
+      ModuleNotFoundError: No module named 'torch'
+""",
+        "No module named 'torch'",
+    ),
+    "triton-launcher-python-headers": (
+        """/tmp/tmpk3j1/hip_utils.c:1:10: fatal error: Python.h: No such file or directory
+    1 | #include <Python.h>
+compilation terminated.
+""",
+        "Python.h: No such file",
+    ),
+    "cxx-standard-drift": (
+        """  File "C:\\venv\\Lib\\site-packages\\setuptools\\msvc.py", line 1484, in _get_vc_env
+    raise distutils.errors.DistutilsPlatformError(
+distutils.errors.DistutilsPlatformError: Microsoft Visual C++ 14.0 or greater is required.
+""",
+        "_get_vc_env",
+    ),
+    "amd-triton-pipeliner-crash": (
+        """attn_fwd.py:88:20: error: 'tt.load' op operation destroyed but still has uses
+LLVM ERROR: operation destroyed but still has uses
+""",
+        "operation destroyed but still has uses",
+    ),
+    "rocm-torch-replaced": (
+        """    Found existing installation: torch 2.9.1+rocm6.4
+    Uninstalling torch-2.9.1+rocm6.4:
+      Successfully uninstalled torch-2.9.1+rocm6.4
+Successfully installed torch-2.9.1
+""",
+        "Successfully uninstalled torch-2.9.1+rocm6.4",
+    ),
+    "rocm-sm-shaped-arch": (
+        """    raise ValueError(f"Unsupported CUDA architecture: {arch}")
+ValueError: Unsupported CUDA architecture: sm94
+""",
+        "sm94",
+    ),
 }
 
 CLEAN_LOG = """\
@@ -382,6 +425,15 @@ REAL_LOGS = {
     "comfyui-torch-oom-comfyui-11726.log": "gpu-out-of-memory",
     "comfyui-cuda-oom-comfyui-2021.log": "gpu-out-of-memory",
     "sageattention-comfyui-oom-sageattention-250.log": "gpu-out-of-memory",
+    "pip-build-isolation-wan2gp-1446.log": "pip-build-isolation-hides-torch",
+    "uv-build-isolation-stabilitymatrix-1396.log": "pip-build-isolation-hides-torch",
+    "triton-tcc-python-h-triton-windows-156.log": "triton-launcher-python-headers",
+    "triton-gcc-python-h-tabbyapi-453.log": "triton-launcher-python-headers",
+    "msvc-c2872-std-sageattention-281.log": "cxx-standard-drift",
+    "cxx20-required-flash-attention-2879.log": "cxx-standard-drift",
+    "amd-pipeliner-crash-triton-windows-24.log": "amd-triton-pipeliner-crash",
+    "rocm-torch-replaced-comfyui-5122.log": "rocm-torch-replaced",
+    "rocm-sm115-gfx1151-comfyui-7494.log": "rocm-sm-shaped-arch",
     # compiler crashes that are not memory: must not be called an OOM
     "nvcc-cicc-segfault-warpx-4613.log": None,
     "rocm-clang-aborted-rocm-arch-590.log": None,
@@ -455,3 +507,36 @@ def test_cli_explain_dev_zero_is_bounded():
     doc = json.loads(r.stdout)
     assert doc["matched"] is False and doc["read"]["truncated"] is True
     assert "Traceback" not in r.stderr
+
+
+# ---- issue 61's failures hand each log to one entry ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "not_also"),
+    [
+        ("rocm-sm115-gfx1151-comfyui-7494.log", "unsupported-cuda-arch"),
+        ("rocm-torch-replaced-comfyui-5122.log", "no-gpu-visible"),
+        ("pip-build-isolation-wan2gp-1446.log", "module-not-found-after-build"),
+    ],
+)
+def test_the_specific_entry_takes_the_log(name, not_also):
+    ids = [m.id for m in explain_file(FIXTURES / name)]
+    assert REAL_LOGS[name] in ids and not_also not in ids, ids
+
+
+def test_sm_numbers_rocm_cannot_report_stay_nvidia():
+    """sm75 is never an AMD GPU, even in a log that mentions a ROCm torch; sm120 is RDNA4 only
+    when the log says ROCm."""
+    rocm = "torch 2.9.1+rocm6.4\n"
+    assert [m.id for m in explain(rocm + "ValueError: Unsupported CUDA architecture: sm75\n")] == [
+        "unsupported-cuda-arch"
+    ]
+    assert [m.id for m in explain("ValueError: Unsupported CUDA architecture: sm120\n")] == [
+        "unsupported-cuda-arch"
+    ]
+    assert [m.id for m in explain(rocm + "ValueError: Unsupported CUDA architecture: sm120\n")] == [
+        "rocm-sm-shaped-arch"
+    ]
+    rocm_fix = next(m for m in explain("Unsupported CUDA architecture: sm115\n")).fix
+    assert "gcnArchName" in rocm_fix and "sagebuild compat install" in rocm_fix
