@@ -73,6 +73,15 @@ KNOBS: tuple[Knob, ...] = (
         plan=True,
     ),
     Knob(
+        "SAGEBUILD_ROUTE",
+        "switch",
+        "on",
+        "`sageattn` runs PyTorch SDPA for calls whose shape class was measured faster there (this "
+        "machine's tuning record, else the shipped data: `sagebuild.tuning`); 0 keeps every call on "
+        "the quantized kernels. The explicit variant functions and `config=` never route.",
+        plan=True,
+    ),
+    Knob(
         "SAGEBUILD_PATCH_MIN_LEN",
         "int",
         "the measured crossover table",

@@ -16,6 +16,9 @@ if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # Tests never read or write the developer's ~/.cache/sagebuild (a build there from older sources,
 # loaded by an in-process test, would stand in for the one a later test builds).
+# The kernels' tests test the kernels: no call routed to SDPA by the shipped tuning data (Hopper)
+# or a tuning record. tests/test_route.py switches routing on where it tests it.
+os.environ.setdefault("SAGEBUILD_ROUTE", "0")
 if "SAGEBUILD_CACHE_DIR" not in os.environ:
     import tempfile
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from sagebuild import knobs
-from sagebuild.attention import dispatch, replay
+from sagebuild.attention import dispatch, replay, route
 from sagebuild.attention.plan import VARIANTS, LaunchPlan, make_plan
 from sagebuild.attention.validate import (
     AttentionInputError,
@@ -23,6 +23,7 @@ from sagebuild.attention.validate import (
 )
 from sagebuild.kernels.triton import launcher, layout, quant
 from sagebuild.kernels.triton.attn_fwd import QuantizedKV, attention_forward
+from sagebuild.tuning import record
 
 _EXT_OPS: dict[torch.device, Any] = {}
 
@@ -61,6 +62,7 @@ class _Call(NamedTuple):
     nhd: bool
     copies: bool  # some input's last dim is strided: validate.unit_stride copies it
     ops: Any  # the C++ extension's quantization ops, or None (Triton's)
+    routed: Optional[str] = None  # the call's shape label when it runs SDPA (``plan.sdpa``), else None
 
 
 # Replays by plan key and aliasing of the inputs (``replay``): a repeated call issues its recorded
@@ -74,10 +76,18 @@ _PLANS: dict[tuple, Any] = {}
 def clear_caches() -> None:
     """Forget plans, replays and per-key constexprs, and re-read the knobs (``knobs.refresh``):
     for tests and tuning scripts that change a knob or a module-level table at run time."""
-    _PLANS.clear()
-    _REPLAYS.clear()
+    _forget_plans()
     launcher.forget_constexprs()
     knobs.refresh()
+
+
+def _forget_plans() -> None:
+    """Plans and replays follow the tuning record: a reloaded record drops them (``record.on_reload``)."""
+    _PLANS.clear()
+    _REPLAYS.clear()
+
+
+record.on_reload(_forget_plans)
 
 
 def _put(cache: dict, key: Optional[tuple], value: Any) -> None:
@@ -201,7 +211,7 @@ def attend(
         tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, return_lse, pv,
         quantization_backend, config, accum,
     )  # fmt: skip
-    inputs = (q, k, v)
+    inputs, caller_mask = (q, k, v), attn_mask
     if attn_mask is not None:  # its layout fixes the plan and the launch's strides
         if not isinstance(attn_mask, torch.Tensor):
             check_mask(attn_mask, q, 0)  # raises: what a mask must be
@@ -223,12 +233,27 @@ def attend(
             qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
             pv_accum=accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
         )  # fmt: skip
-        kv_pairs = k.shape[0] * k.shape[2 if tensor_layout == "NHD" else 1]
-        ops = _ext_ops(q.device, kv_pairs) if plan.quantization == "extension" else None
-        call = _Call(plan, tensor_layout == "NHD", any(t.stride(-1) != 1 for t in (q, k, v)), ops)
+        call = _new_call(plan, q, k, v, tensor_layout)
         _put(_PLANS, key, call)
         rkey = None  # the signature's first call
+    if call.routed is not None:  # SDPA measured faster for this shape here: never recorded for replay
+        return route.run_sdpa(q, k, v, tensor_layout, is_causal, call.plan.sm_scale, caller_mask, call.routed)
     return _run(rkey, inputs, lambda: _execute(call, key, q, k, v, attn_mask))
+
+
+def _new_call(
+    plan: LaunchPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tensor_layout: str
+) -> _Call:
+    """A dense signature's cached decisions beyond its plan."""
+    nhd = tensor_layout == "NHD"
+    if plan.sdpa:
+        b, h, n = (q.shape[0], q.shape[2], q.shape[1]) if nhd else q.shape[:3]
+        nk = k.shape[1 if nhd else 2]
+        label = record.ShapeClass(plan.head_dim, n, nk, b * h, plan.causal, plan.mask != "none").label()
+        return _Call(plan, nhd, False, None, label)
+    kv_pairs = k.shape[0] * k.shape[2 if nhd else 1]
+    ops = _ext_ops(q.device, kv_pairs) if plan.quantization == "extension" else None
+    return _Call(plan, nhd, any(t.stride(-1) != 1 for t in (q, k, v)), ops)
 
 
 def _execute(

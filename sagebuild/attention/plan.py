@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Optional
 
-from sagebuild import archs
+from sagebuild import archs, knobs
 from sagebuild.attention import features
 from sagebuild.errors import SagebuildError
 from sagebuild.kernels.triton import configs
 from sagebuild.kernels.triton.configs import LaunchConfig
+from sagebuild.tuning import record
 
 INTERPRETER = "interpreter"  # the pseudo-arch of Triton's CPU interpreter (tests)
 VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
@@ -63,6 +64,8 @@ class LaunchPlan:
     table_version: str
     mask: str = "none"  # the caller's attn_mask: "none" | "bool" | "additive"
     mask_rows: bool = False  # the mask varies along query rows (else one row serves all: key padding)
+    tuned: str = ""  # the shape class that decided ("tuned 16x1024x64: sdpa"; "shipped ..."), or ""
+    sdpa: bool = False  # ``sageattn`` runs PyTorch SDPA for this call (``route``), not the kernels
 
     @property
     def fp8(self) -> bool:
@@ -265,8 +268,11 @@ def make_plan(
     dp = configs.padded_head_dim(head_dim)
     row = arch_row(arch)
     family = family_of(arch)
-    if pv == "auto":
-        pv, accum = default_pv(arch, head_dim, n_k)
+    shape = record.ShapeClass(head_dim, n_q, n_k, batch_heads, bool(causal), mask != "none")
+    found = tuned_class(arch, shape, layout)
+    auto = pv == "auto"
+    if auto:
+        pv, accum = _tuned_pv(found, row) or default_pv(arch, head_dim, n_k)
         pv_accum = pv_accum or accum
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
@@ -279,13 +285,15 @@ def make_plan(
     # K/V as our quantization lays them out, dense or packed (16-byte aligned rows)
     tma_layout = fp8 and quantization == "triton"
     split = configs.split_head_dim(head_dim, dp)
+    forced = config is not None or bool(knobs.raw(configs.ENV_VAR))
+    variant_key = configs.variant_key(pv, accum or "")
     try:
         cfg = configs.lookup(
             family,
             dp,
-            configs.variant_key(pv, accum or ""),
+            variant_key,
             bool(causal),
-            config,
+            config if forced else _tuned_config(found, variant_key),
             split=split,
             n_k=n_k,
             tma_ok=tma_layout and features.possible("tma", family),
@@ -336,4 +344,51 @@ def make_plan(
         table_version=configs.CONFIG_TABLE_VERSION,
         mask=mask,
         mask_rows=mask != "none" and bool(mask_rows),
+        tuned=f"{found[0]} {shape.label()}: {found[1].winner.describe()}" if found else "",
+        sdpa=auto
+        and not forced
+        and not return_lse
+        and found is not None
+        and found[1].winner.sdpa
+        and routing(),
     )
+
+
+def routing() -> bool:
+    """Whether ``sageattn`` may run SDPA where a class measured it faster (``SAGEBUILD_ROUTE``)."""
+    return knobs.switch("SAGEBUILD_ROUTE") is not False
+
+
+def tuned_class(arch: str, shape: record.ShapeClass, layout: str) -> Optional[tuple[str, record.TunedClass]]:
+    """The tuning record's class for a dense call (``record.find``: this machine's, then the
+    shipped data), or None: packed calls, calls of unknown size and unmatched ones keep the table."""
+    if layout == "varlen" or min(shape.n_q, shape.n_k, shape.batch_heads) < 1:
+        return None
+    return record.find(arch, shape)
+
+
+def _ours(found: Optional[tuple[str, record.TunedClass]]) -> list[record.Choice]:
+    """A class's measured choices of our kernels, best first (the winner, then the runner-up)."""
+    if found is None:
+        return []
+    return [c for c in (found[1].winner, found[1].runner_up) if c is not None and not c.sdpa]
+
+
+def _tuned_pv(
+    found: Optional[tuple[str, record.TunedClass]], row: Optional[archs.Arch]
+) -> Optional[tuple[str, str]]:
+    """``sageattn``'s P·V (and FP8 accumulation) from the class's best variant of ours, or None."""
+    for choice in _ours(found):
+        if choice.variant and (choice.variant == "fp16" or row is None or row.fp8_dtype):
+            return (
+                ("fp16", "fp32+fp32")
+                if choice.variant == "fp16"
+                else ("fp8", "fp32" if choice.variant == "fp8acc" else "fp32+fp32")
+            )
+    return None
+
+
+def _tuned_config(found: Optional[tuple[str, record.TunedClass]], variant_key: str) -> Optional[str]:
+    """The class's measured config for the call's variant (winner first, then runner-up), or None:
+    the shipped table decides."""
+    return next((c.config for c in _ours(found) if c.config and c.variant == variant_key), None)

@@ -533,18 +533,25 @@ def _load_checked(arch: str, path: Path) -> Optional[TuningRecord]:
     return rec
 
 
+def find(arch: str, shape: ShapeClass) -> Optional[tuple[str, TunedClass]]:
+    """``lookup`` with where the class came from: ("tuned", class) from this machine's record,
+    ("shipped", class) from ``tuning.defaults``."""
+    from sagebuild.tuning import defaults
+
+    records = [(o, r) for o, r in (("tuned", tuned(arch)), ("shipped", defaults.record_for(arch))) if r]
+    if not records:
+        return None
+    for keys in shape.passes():
+        for origin, rec in records:
+            found = rec.match_pass(shape, keys)
+            if found is not None:
+                return origin, found
+    return None
+
+
 def lookup(arch: str, shape: ShapeClass) -> Optional[TunedClass]:
     """The class a call on ``arch`` matches: at each head-dim pass, this machine's tuned record
     first, then the shipped data for the arch's family (``tuning.defaults``); None when neither
     has a class for the call's head-dim keys, causality and masking."""
-    from sagebuild.tuning import defaults
-
-    records = [r for r in (tuned(arch), defaults.record_for(arch)) if r is not None]
-    if not records:
-        return None
-    for keys in shape.passes():
-        for rec in records:
-            found = rec.match_pass(shape, keys)
-            if found is not None:
-                return found
-    return None
+    found = find(arch, shape)
+    return found[1] if found else None
