@@ -245,35 +245,14 @@ def make_plan(
     raise ``AttentionInputError``). ``n_k``: keys per sequence (the longest for varlen; 0: unknown);
     ``n_q`` and ``batch_heads`` (sequences × query heads): the grid's size, for the config table.
     ``pv``: "fp16", "fp8" or "auto" (``default_pv``, with its accumulation unless ``pv_accum``)."""
-    for name, value, allowed, fix in (
-        ("qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"),
-        ("quantization_backend", backend, ("auto", "triton", "ext"), "pass 'auto', 'triton' or 'ext'"),
-        ("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'"),
-        ("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'"),
-        ("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None"),
-    ):
-        check_choice(name, value, allowed, fix)
-    if mask != "none" and layout == "varlen":
-        raise AttentionInputError(
-            "packed (varlen) sequences take no attn_mask",
-            "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
-        )
-    if not head_dim_ok(head_dim):
-        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
-        raise AttentionInputError(
-            f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
-            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
+    _check_call(qk_quant_gran, backend, pv, layout, mask, head_dim)
     dp = configs.padded_head_dim(head_dim)
     row = arch_row(arch)
     family = family_of(arch)
     shape = record.ShapeClass(head_dim, n_q, n_k, batch_heads, bool(causal), mask != "none")
     found = tuned_class(arch, shape, layout)
     auto = pv == "auto"
-    if auto:
-        pv, accum = _tuned_pv(found, row) or default_pv(arch, head_dim, n_k)
-        pv_accum = pv_accum or accum
+    pv, pv_accum = _pv_choice(arch, found, pv, pv_accum, head_dim, n_k)
     fp8 = pv == "fp8"
     accum = (pv_accum or "fp32+fp32") if fp8 else None
     if fp8:
@@ -302,19 +281,7 @@ def make_plan(
         )
     except ValueError as exc:
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
-    if cfg.maxnreg is not None and row is not None and row.vendor != "cuda":
-        raise AttentionInputError(
-            f"the launch config {cfg.as_tuple()} caps registers (maxnreg), an NVIDIA-only Triton option; "
-            f"{arch} is not an NVIDIA GPU",
-            f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
-        )
-    if cfg.amd_options() and row is not None and row.vendor != "rocm":
-        names = ", ".join(cfg.amd_options())
-        raise AttentionInputError(
-            f"the launch config {cfg.spec()!r} sets {names}, AMD-only Triton options; "
-            f"{arch} is not an AMD GPU",
-            f"drop {names} from the config keyword or ${configs.ENV_VAR}",
-        )
+    _check_vendor(cfg, row, arch)
     pipe = features.enabled("wgmma_pipe", family, config_choice=cfg.pipe)
     parts = features.ROW_SUM_PARTS if features.enabled("row_sum_parts", family) else 1
     return LaunchPlan(
@@ -345,13 +312,70 @@ def make_plan(
         mask=mask,
         mask_rows=mask != "none" and bool(mask_rows),
         tuned=f"{found[0]} {shape.label()}: {found[1].winner.describe()}" if found else "",
-        sdpa=auto
-        and not forced
-        and not return_lse
-        and found is not None
-        and found[1].winner.sdpa
-        and routing(),
+        sdpa=auto and not forced and not return_lse and _sdpa_won(found),
     )
+
+
+def _check_call(qk_quant_gran: str, backend: str, pv: str, layout: str, mask: str, head_dim: int) -> None:
+    """``make_plan``'s choices and head dim, each bad value an ``AttentionInputError``."""
+    for name, value, allowed, fix in (
+        ("qk_quant_gran", qk_quant_gran, GRANULARITIES, "pass 'per_warp' (finer, default) or 'per_block'"),
+        ("quantization_backend", backend, ("auto", "triton", "ext"), "pass 'auto', 'triton' or 'ext'"),
+        ("pv", pv, ("auto", "fp16", "fp8"), "pass pv='auto', 'fp16' or 'fp8'"),
+        ("tensor_layout", layout, LAYOUTS, "pass tensor_layout='HND' or 'NHD'"),
+        ("mask", mask, MASKS, "pass a boolean or floating attn_mask, or None"),
+    ):
+        check_choice(name, value, allowed, fix)
+    if mask != "none" and layout == "varlen":
+        raise AttentionInputError(
+            "packed (varlen) sequences take no attn_mask",
+            "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
+        )
+    if not head_dim_ok(head_dim):
+        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
+        raise AttentionInputError(
+            f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
+            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
+            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+        )
+
+
+def _check_vendor(cfg: LaunchConfig, row: Optional[archs.Arch], arch: str) -> None:
+    """A config's vendor-only Triton options on the other vendor's GPU: a clear error."""
+    if cfg.maxnreg is not None and row is not None and row.vendor != "cuda":
+        raise AttentionInputError(
+            f"the launch config {cfg.as_tuple()} caps registers (maxnreg), an NVIDIA-only Triton option; "
+            f"{arch} is not an NVIDIA GPU",
+            f"drop the fifth number from the config keyword or ${configs.ENV_VAR}",
+        )
+    if cfg.amd_options() and row is not None and row.vendor != "rocm":
+        names = ", ".join(cfg.amd_options())
+        raise AttentionInputError(
+            f"the launch config {cfg.spec()!r} sets {names}, AMD-only Triton options; "
+            f"{arch} is not an AMD GPU",
+            f"drop {names} from the config keyword or ${configs.ENV_VAR}",
+        )
+
+
+def _pv_choice(
+    arch: str,
+    found: Optional[tuple[str, record.TunedClass]],
+    pv: str,
+    pv_accum: Optional[str],
+    head_dim: int,
+    n_k: int,
+) -> tuple[str, Optional[str]]:
+    """The call's P·V and FP8 accumulation: as asked, or for "auto" the tuned class's best variant
+    of ours, else ``default_pv`` (a given ``pv_accum`` kept either way)."""
+    if pv != "auto":
+        return pv, pv_accum
+    pv, accum = _tuned_pv(found, arch_row(arch)) or default_pv(arch, head_dim, n_k)
+    return pv, pv_accum or accum
+
+
+def _sdpa_won(found: Optional[tuple[str, record.TunedClass]]) -> bool:
+    """The call's class measured SDPA fastest and routing is on (``SAGEBUILD_ROUTE``)."""
+    return found is not None and found[1].winner.sdpa and routing()
 
 
 def routing() -> bool:
