@@ -11,9 +11,9 @@ at run time, so the patch reaches it. The script prints
 * what the patch did: calls accelerated vs passed through, with the reasons.
 
 On a CPU (or any device the kernels do not take) the patch passes every call through and the
-numbers match exactly. On Hopper, prompts shorter than the measured crossover (5120 tokens for
-this causal head dim 128 model, ``kernels/triton/configs.py``) go to SDPA as well, where it is
-faster; ``SAGEBUILD_PATCH_MIN_LEN=0`` sends them to the kernels. Examples::
+numbers match exactly. On Hopper, prompts whose shape class measured faster on SDPA (short
+prompts: the shipped classes of ``sagebuild/tuning/defaults.py``, or this machine's ``sagebuild
+tune`` record) go to SDPA as well; ``SAGEBUILD_ROUTE=0`` sends them to the kernels. Examples::
 
     python examples/hf_llama_patch.py                          # GPU if present, else CPU
     python examples/hf_llama_patch.py --device cuda --dtype bfloat16 --seq 6144 --layers 8

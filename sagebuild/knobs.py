@@ -77,16 +77,17 @@ KNOBS: tuple[Knob, ...] = (
         "switch",
         "on",
         "`sageattn` runs PyTorch SDPA for calls whose shape class was measured faster there (this "
-        "machine's tuning record, else the shipped data: `sagebuild.tuning`); 0 keeps every call on "
-        "the quantized kernels. The explicit variant functions and `config=` never route.",
+        "machine's tuning record, else the shipped data: `sagebuild.tuning`), and `patch_sdpa` passes "
+        "them through; 0 keeps every call on the quantized kernels. The explicit variant functions "
+        "and `config=` never route.",
         plan=True,
     ),
     Knob(
         "SAGEBUILD_PATCH_MIN_LEN",
         "int",
-        "the measured crossover table",
-        "`patch_sdpa` sends calls with at least this many query and key tokens to the quantized "
-        "kernels (0: every length), overriding the measured crossovers.",
+        "the measured shape classes",
+        "`patch_sdpa` sends calls with at least this many query and key tokens to `sageattn` (0: every "
+        "length), instead of asking the tuning record's shape classes which calls SDPA runs faster.",
     ),
     Knob(
         "SAGEBUILD_CACHE_DIR",

@@ -31,8 +31,9 @@ class DeviceSupport:
     arch: str
     variant: str
     head_dim_ok: Callable[[int], bool]
-    # (head dim, causal, batch × query heads) -> the length from which our kernels beat SDPA here
-    min_len: Callable[[int, bool, int], int | None] = lambda d, causal, bh: None
+    # (head dim, q_len, kv_len, batch × query heads, causal, masked) -> why SDPA runs this call
+    # (measured faster here), or None: our kernels
+    sdpa_faster: Callable[[int, int, int, int, bool, bool], str | None] = lambda d, lq, lk, bh, c, m: None
 
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
@@ -109,15 +110,14 @@ def decide(
         return support
     if not support.head_dim_ok(d):
         return f"head dim {d} not supported on {support.arch}"
-    need = support.min_len(d, bool(is_causal), b * hq)
-    if need and min(lq, lk) < need:
-        return f"shorter than {need} tokens on {support.arch} (SDPA measured faster there)"
-    return support
+    why = support.sdpa_faster(d, lq, lk, b * hq, bool(is_causal), attn_mask is not None)
+    return why or support
 
 
 def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None:
     """Why an ``attn_mask`` stays with SDPA, or None for a key-padding mask (bool or q's dtype, the
-    same for every query row: it costs at most the unmasked call, so the unmasked crossover holds)."""
+    same for every query row: it costs our kernels at most the unmasked call and SDPA at least,
+    so an unmasked class's verdict holds for it where no masked class was measured)."""
     import torch
 
     if type(mask) is not torch.Tensor:
@@ -150,7 +150,6 @@ def _dispatch_support(device: Any) -> DeviceSupport | str:
 def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     try:
         from sagebuild.attention import dispatch, plan
-        from sagebuild.kernels.triton import configs
     except Exception as err:  # a broken install must not break the user's model
         return f"attention kernels not importable ({type(err).__name__})"
     try:
@@ -159,17 +158,51 @@ def _dispatch_support_cached(device: Any) -> DeviceSupport | str:
     except Exception as err:
         first = str(err).split(";")[0].strip()
         return f"arch not supported: {first[:120]}"
+    return DeviceSupport(
+        arch=arch,
+        variant=variant,
+        head_dim_ok=plan.head_dim_ok,
+        sdpa_faster=functools.partial(sdpa_faster, arch),
+    )
 
-    family = dispatch.family(arch)
 
-    def min_len(d: int, causal: bool, batch_heads: int) -> int | None:
+MIN_LEN_ENV_VAR = "SAGEBUILD_PATCH_MIN_LEN"
+
+
+def sdpa_faster(
+    arch: str, d: int, lq: int, lk: int, batch_heads: int, causal: bool, masked: bool
+) -> str | None:
+    """Why a faithful call stays with SDPA for speed on ``arch``, or None. The call's shape class in
+    the tuning record (this machine's, else the shipped data: ``sagebuild.tuning``, the data
+    ``sageattn`` routes by) measured SDPA faster; a key-padding masked call without a masked class
+    takes its unmasked class's verdict (conservative: see ``_mask_reason``). ``SAGEBUILD_ROUTE=0``
+    accelerates every call; ``SAGEBUILD_PATCH_MIN_LEN=N`` replaces the record by a length (the
+    shorter of q and kv below N stays with SDPA; 0 accelerates every call; not a number: said once,
+    the record used)."""
+    from sagebuild import knobs
+    from sagebuild.attention import plan
+    from sagebuild.tuning import record
+
+    env = knobs.raw(MIN_LEN_ENV_VAR)
+    if env:
         try:
-            return configs.sdpa_crossover(family, d, causal, batch_heads=batch_heads)
-        except ValueError as err:  # a mistyped override must not break the model: say so once
-            _warn_once(configs.SDPA_CROSSOVER_ENV_VAR, f"{err}; using the measured lengths")
-            return configs.sdpa_crossover(family, d, causal, use_env=False, batch_heads=batch_heads)
-
-    return DeviceSupport(arch=arch, variant=variant, head_dim_ok=plan.head_dim_ok, min_len=min_len)
+            need = max(0, int(env))
+        except ValueError:
+            _warn_once(
+                MIN_LEN_ENV_VAR,
+                f"{MIN_LEN_ENV_VAR}={env!r} is not a whole number of tokens; using the measured classes",
+            )
+        else:
+            return f"shorter than {need} tokens ({MIN_LEN_ENV_VAR})" if min(lq, lk) < need else None
+    if not plan.routing():
+        return None
+    shape = record.ShapeClass(d, lq, lk, batch_heads, causal, masked)
+    found = record.find(arch, shape)
+    if found is None and masked:
+        found = record.find(arch, record.ShapeClass(d, lq, lk, batch_heads, causal))
+    if found is None or not found[1].winner.sdpa:
+        return None
+    return f"SDPA measured faster on {arch} ({found[0]} class {found[1].shape.label()})"
 
 
 def _dispatch_kernel(

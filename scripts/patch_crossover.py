@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Where a call through ``sagebuild.patch_sdpa()`` beats the original SDPA (GPU): the data behind
-``configs._SDPA_CROSSOVER``, the lengths from which the patch sends calls to our kernels.
+"""Where a call through ``sagebuild.patch_sdpa()`` beats the original SDPA (GPU): the sweeps behind
+the shipped shape classes of ``sagebuild/tuning/defaults.py`` (the patch's and ``sageattn``'s
+routing data; ``sagebuild tune`` measures a machine's own).
 
     python scripts/patch_crossover.py [--dims 128:3072,4096,5120,6144,8192] [--dims 64:6144,8192,12288]
         [--bh 1x16,1x32,2x32] [--sustain 0.25] [--rounds 4]
@@ -9,11 +10,10 @@ Eager calls (host time included, as a model makes them) through the patch agains
 SDPA on the same random fp16 inputs, q_len = kv_len, causal and not, timed by
 ``bench.time_interleaved`` (interleaved rounds, cold medians and the sustained time per call
 after ``--sustain`` seconds of back-to-back calls per round). The routing is switched off for
-the run (``SAGEBUILD_PATCH_MIN_LEN=0``), so every call is accelerated; a call the patch still
+the run (``SAGEBUILD_ROUTE=0``), so every call is accelerated; a call the patch still
 passes through is reported with its reason. One table row per shape: SDPA and patched ms, and
 SDPA time / patched time cold and sustained (above 1: the patch is faster). Docs:
-docs/plug-and-play.md ("Speed routing"); below 16 batch × heads check the scaling with
-``--bh 1x1,1x4,1x8`` (``configs.SDPA_CROSSOVER_BH``).
+docs/plug-and-play.md ("Speed routing"); small grids with ``--bh 1x1,1x4,1x8``.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("patch_crossover.py: needs a CUDA or ROCm GPU (on a CPU the patch passes every call through)")
         return 2
-    os.environ["SAGEBUILD_PATCH_MIN_LEN"] = "0"  # measure every length, routing off
+    os.environ["SAGEBUILD_ROUTE"] = "0"  # measure every shape: routing off (the patch's and sageattn's)
+    os.environ.pop("SAGEBUILD_PATCH_MIN_LEN", None)
     orig = F.scaled_dot_product_attention
     dev = torch.device("cuda")
     t0 = time.time()

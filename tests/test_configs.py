@@ -1,5 +1,5 @@
 """The launch-config table (``kernels/triton/configs.py``): rows, lookups, config strings, split
-head dims, the measured P·V preferences and ``patch_sdpa``'s crossovers. No kernel runs here."""
+head dims and the measured P·V preferences. No kernel runs here."""
 
 from __future__ import annotations
 
@@ -226,24 +226,6 @@ def test_split_head_dims_prefer_fp16_on_64_row_tiles_for_short_keys():
     assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top).as_tuple() == (64, 64, 4, 3)
     assert configs.lookup("Hopper", 256, "fp16", False, split=True, n_k=top + 1).as_tuple() == (128, 64, 8, 3)
     assert configs.lookup("Hopper", 256, "fp16", False, n_k=top).as_tuple() == (128, 64, 8, 3)
-
-
-def test_sdpa_crossover_rows_scale_with_batch_heads_and_the_knob_overrides(monkeypatch):
-    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
-    knobs.refresh()
-    assert configs.sdpa_crossover("Hopper", 128, False) == 4096
-    assert configs.sdpa_crossover("Hopper", 128, True) == 5120
-    assert configs.sdpa_crossover("Hopper", 64, False, batch_heads=4) == 16384  # 8192·sqrt(16/4)
-    assert configs.sdpa_crossover("Hopper", 64, False, batch_heads=64) == 8192
-    assert configs.sdpa_crossover("CDNA3", 64, False) is None
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
-    knobs.refresh()
-    assert configs.sdpa_crossover("CDNA3", 64, False) == 0
-    assert configs.sdpa_crossover("CDNA3", 64, False, use_env=False) is None
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "lots")
-    knobs.refresh()
-    with pytest.raises(ValueError, match="whole number"):
-        configs.sdpa_crossover("Hopper", 128, False)
 
 
 def test_causal_grids_go_heads_first_only_while_k_and_v_fit_l2():

@@ -262,136 +262,137 @@ def test_decide(case, expected):
         assert isinstance(verdict, str) and expected in verdict, verdict
 
 
-def _support_from(min_len):
-    return lambda dev: patch.DeviceSupport("fakearch", "fp16", lambda d: d <= 128, min_len)
+def _support_from(sdpa_faster):
+    return lambda dev: patch.DeviceSupport("fakearch", "fp16", lambda d: d <= 128, sdpa_faster)
 
 
 @pytest.mark.parametrize(
-    ("lq", "lk", "causal", "expected"),
+    ("lq", "lk", "causal", "mask", "expected"),
     [
-        (4096, 4096, False, None),
-        (4095, 4095, False, "shorter than 4096 tokens on fakearch (SDPA measured faster there)"),
-        (5120, 5120, True, None),
-        (4096, 4096, True, "shorter than 5120 tokens"),
-        (4096, 2048, False, "shorter than 4096 tokens"),  # the shorter of q and kv decides
-        (2048, 8192, False, "shorter than 4096 tokens"),
-        (1, 8192, False, "q_len 1 < 16 (decode"),  # the decode rule still comes first
+        (4096, 4096, False, False, None),
+        (1024, 1024, False, False, "SDPA measured faster (fake)"),
+        (4096, 4096, True, False, "SDPA measured faster (fake)"),
+        (4096, 512, False, True, None),  # a key-padding mask: the rule is told
+        (1, 8192, False, False, "q_len 1 < 16 (decode"),  # the decode rule still comes first
     ],
 )
-def test_decide_routes_short_calls_to_sdpa_by_the_measured_length(lq, lk, causal, expected):
-    """A device's speed rule (``DeviceSupport.min_len``: head dim, causal, batch × query heads →
-    tokens) sends calls shorter than it to SDPA with one stable reason per threshold; None or 0 is
-    no rule."""
+def test_decide_asks_the_device_which_calls_sdpa_runs_faster(lq, lk, causal, mask, expected):
+    """A device's speed rule (``DeviceSupport.sdpa_faster``: head dim, q_len, kv_len, batch ×
+    query heads, causal, masked -> a reason or None) keeps the calls it names with SDPA."""
     seen = []
 
-    def min_len(d, c, bh):
-        seen.append((d, c, bh))
-        return 5120 if c else 4096
+    def sdpa_faster(d, q_len, kv_len, bh, c, m):
+        seen.append((d, q_len, kv_len, bh, c, m))
+        return "SDPA measured faster (fake)" if (c or q_len < 2048) and not m else None
 
     q = _meta(1, 2, lq, 128)
     kv = _meta(1, 2, lk, 128)
-    verdict = _decide(q, kv, kv, is_causal=causal, support=_support_from(min_len))
+    pad = torch.ones(1, 1, 1, lk, dtype=torch.bool, device="meta") if mask else None
+    verdict = _decide(q, kv, kv, mask=pad, is_causal=causal and lq == lk, support=_support_from(sdpa_faster))
     if expected is None:
         assert isinstance(verdict, patch.DeviceSupport), verdict
     else:
-        assert verdict == expected if expected.endswith(")") else expected in verdict, verdict
+        assert isinstance(verdict, str) and expected in verdict, verdict
     if lq >= patch.MIN_Q_LEN:
-        assert seen == [(128, causal, 2)]
-    for no_rule in (lambda d, c, bh: None, lambda d, c, bh: 0):
-        assert isinstance(_decide(_meta(1, 2, 64, 128), support=_support_from(no_rule)), patch.DeviceSupport)
+        assert seen == [(128, lq, lk, 2, causal and lq == lk, mask)]
 
 
-def test_sdpa_crossover_table_and_override(monkeypatch):
-    """The measured lengths (``configs._SDPA_CROSSOVER``): Hopper by head dim and causality, no
-    rule for a family without a row; ``SAGEBUILD_PATCH_MIN_LEN`` replaces every row, and a value
-    that is not a number is refused by name."""
-    from sagebuild.kernels.triton import configs
+@pytest.fixture
+def routing(monkeypatch):
+    """The real speed rule on the shipped data (no tuning record): routing on, no override."""
+    from sagebuild import knobs
+    from sagebuild.tuning import record
 
-    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
-    dims = (40, 64, 80, 128, 256)
-    got = {(d, c): configs.sdpa_crossover("Hopper", d, c) for d in dims for c in (False, True)}
-    assert got == {
-        (40, False): 4096,  # SD1.5's head dim: padded to 64, but SDPA is slower there too
-        (40, True): 8192,
-        (80, False): 4096,
-        (80, True): 5120,
-        (64, False): 8192,
-        (64, True): 8192,
-        (128, False): 4096,
-        (128, True): 5120,
-        (256, False): 4096,
-        (256, True): 4096,
-    }
-    assert configs.sdpa_crossover("RDNA4", 128, False) is None
-    assert configs.sdpa_crossover("interpreter", 64, True) is None
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
-    assert configs.sdpa_crossover("Hopper", 128, False) == 0
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "1024")
-    assert configs.sdpa_crossover("RDNA4", 128, True) == 1024
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "4k")
-    with pytest.raises(ValueError, match="SAGEBUILD_PATCH_MIN_LEN='4k'"):
-        configs.sdpa_crossover("Hopper", 128, False)
-    assert configs.sdpa_crossover("Hopper", 128, False, use_env=False) == 4096
-    monkeypatch.setenv(configs.SDPA_CROSSOVER_ENV_VAR, "0")
-    assert configs.sdpa_crossover("Hopper", 128, False, batch_heads=1) == 0  # the override wins at any B·H
+    monkeypatch.setenv("SAGEBUILD_ROUTE", "1")
+    monkeypatch.delenv(patch.MIN_LEN_ENV_VAR, raising=False)
+    knobs.refresh()
+    record.uninstall()
+    yield
+    record.uninstall()
 
 
 @pytest.mark.parametrize(
-    ("head_dim", "causal", "batch_heads", "expected"),
+    ("shape", "faster"),
     [
-        (128, False, None, 4096),
-        (128, False, 16, 4096),  # the table's lengths were measured at B·H 16 to 64
-        (128, False, 64, 4096),  # more work per call never raises the length
-        (128, False, 8, 5793),  # 4096·sqrt(2), rounded up: the same B·H·N² as 16×4096²
-        (128, False, 4, 8192),
-        (128, False, 1, 16384),
-        (128, True, 4, 10240),
-        (64, False, 8, 11586),
-        (64, False, 0, 32768),  # an empty batch is caught earlier; treated as one here
-        (256, True, 2, 11586),
+        ((64, 1024, 1024, 16, False, False), "shipped class 16x1024x64"),  # the mission's small shape, 0.77x
+        ((64, 4096, 77, 20, False, False), "shipped class 20x4096:77x64"),  # SDXL cross-attention, 0.76x
+        ((160, 256, 256, 16, False, False), "shipped class 16x256x160"),  # SD1.5 head dim 160, 0.62x
+        ((128, 2048, 2048, 64, False, False), "shipped class 64x2048x128"),  # medium, 0.88x
+        ((128, 3072, 3072, 32, False, False), "shipped class 16x3072x128"),  # the sweep's 3072 point
+        ((128, 4096, 4096, 4, False, False), "shipped class 4x4096x128"),  # B·H 4 (run 28)
+        ((128, 4096, 4096, 64, False, False), None),  # long, 1.17x
+        ((128, 4096, 4096, 64, True, False), None),  # long causal, 1.05x
+        ((128, 16384, 16384, 32, True, False), None),
+        ((40, 4096, 4096, 16, False, False), None),  # SD1.5 head dim 40, 1.13x
+        ((64, 8192, 8192, 16, False, False), None),  # the sweep's 8192 crossover
+        ((128, 4096, 512, 48, False, True), None),  # key padding in the kernels, 1.36x
+        ((64, 4096, 77, 20, False, True), "shipped class 20x4096:77x64"),  # no masked class: unmasked verdict
     ],
 )
-def test_sdpa_crossover_scales_with_batch_heads(monkeypatch, head_dim, causal, batch_heads, expected):
-    """Below ``SDPA_CROSSOVER_BH`` batch × query heads a row's length grows to the length of equal
-    work (B·H·N² as at 16 heads): measured on an H200, the row's own length at 1–8 heads
-    ran the patched call at 0.35–0.80× SDPA's speed at head dim 128."""
-    from sagebuild.kernels.triton import configs
+def test_speed_rule_reads_the_shipped_hopper_classes(routing, shape, faster):
+    """``patch.sdpa_faster`` on Hopper: the shipped shape classes (docs/performance.md's workload
+    table and the patch's sweeps, ``sagebuild.tuning.defaults``), the same data ``sageattn``
+    routes by."""
+    why = patch.sdpa_faster("sm90", *shape)
+    if faster is None:
+        assert why is None
+    else:
+        assert why == f"SDPA measured faster on sm90 ({faster})"
+    assert patch.sdpa_faster("gfx1201", *shape) is None  # RDNA4: nothing measured, nothing tuned
 
-    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
-    got = configs.sdpa_crossover("Hopper", head_dim, causal, batch_heads=batch_heads)
-    assert got == expected
-    assert configs.sdpa_crossover("RDNA4", head_dim, causal, batch_heads=batch_heads) is None
+
+def test_speed_rule_overrides(routing, monkeypatch):
+    """``SAGEBUILD_PATCH_MIN_LEN`` replaces the classes by a length (any family), ``SAGEBUILD_ROUTE=0``
+    accelerates every call, and a tuned record's class comes before the shipped one."""
+    from sagebuild import knobs
+    from sagebuild.tuning import record
+
+    small = (64, 1024, 1024, 16, False, False)
+    monkeypatch.setenv(patch.MIN_LEN_ENV_VAR, "0")
+    assert patch.sdpa_faster("sm90", *small) is None
+    monkeypatch.setenv(patch.MIN_LEN_ENV_VAR, "2048")
+    assert patch.sdpa_faster("gfx1201", *small) == "shorter than 2048 tokens (SAGEBUILD_PATCH_MIN_LEN)"
+    assert patch.sdpa_faster("sm90", 64, 4096, 1024, 16, False, False) == (
+        "shorter than 2048 tokens (SAGEBUILD_PATCH_MIN_LEN)"
+    )  # the shorter of q and kv
+    assert patch.sdpa_faster("sm90", 64, 2048, 2048, 16, False, False) is None
+    monkeypatch.delenv(patch.MIN_LEN_ENV_VAR)
+    fp = record.Fingerprint("H100", "sm90", "", "", "", "", "", "")
+    tuned = record.TunedClass(
+        record.ShapeClass(64, 1024, 1024, 16, False), record.Choice("ours", ms=0.01), 0.02
+    )
+    record.install("sm90", record.TuningRecord(fp, [tuned]))
+    assert patch.sdpa_faster("sm90", *small) is None
+    record.uninstall("sm90")
+    monkeypatch.setenv("SAGEBUILD_ROUTE", "0")
+    knobs.refresh()
+    assert patch.sdpa_faster("sm90", *small) is None
 
 
-def test_dispatch_support_reads_the_crossover_of_the_device_family(monkeypatch):
-    """The real backend's support for an sm90 device (the dispatch answers as on an H200) takes
-    the Hopper row of the call's own head dim (40 has its measured row, though the kernels pad
-    it to 64), and turns a mistyped override into one warning and the measured lengths (a
-    model must not break on it)."""
+def test_dispatch_support_takes_the_device_arch_and_a_mistyped_override_once(routing, monkeypatch):
+    """The real backend's support for an sm90 device asks the speed rule with its arch; a
+    mistyped ``SAGEBUILD_PATCH_MIN_LEN`` is one warning and the measured classes (a model must
+    not break on it)."""
     from sagebuild.attention import dispatch
 
     monkeypatch.setattr(dispatch, "device_arch", lambda dev: "sm90")
     monkeypatch.setattr(dispatch, "variant_for_device", lambda dev: "qk_int8_pv_fp8")
-    monkeypatch.delenv("SAGEBUILD_PATCH_MIN_LEN", raising=False)
     patch._dispatch_support_cached.cache_clear()
     try:
         support = patch._dispatch_support(torch.device("cuda", 0))
         assert isinstance(support, patch.DeviceSupport) and support.arch == "sm90"
-        lens = [support.min_len(d, False, 16) for d in (40, 48, 64, 96, 128, 200)]
-        assert lens == [4096, 8192, 8192, 4096, 4096, 4096]
-        assert support.min_len(40, True, 16) == 8192
-        assert support.min_len(128, True, 64) == 5120
-        assert support.min_len(128, False, 4) == 8192  # fewer than 16 batch × heads: equal work
-        monkeypatch.setenv("SAGEBUILD_PATCH_MIN_LEN", "lots")
-        patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
-        with pytest.warns(RuntimeWarning, match="SAGEBUILD_PATCH_MIN_LEN='lots'.*measured lengths"):
-            assert support.min_len(128, False, 32) == 4096
+        assert "16x1024x64" in support.sdpa_faster(64, 1024, 1024, 16, False, False)
+        assert support.sdpa_faster(128, 4096, 4096, 64, False, False) is None
+        monkeypatch.setenv(patch.MIN_LEN_ENV_VAR, "lots")
+        patch._warned.discard(patch.MIN_LEN_ENV_VAR)
+        with pytest.warns(RuntimeWarning, match="SAGEBUILD_PATCH_MIN_LEN='lots'.*measured classes"):
+            assert "16x1024x64" in support.sdpa_faster(64, 1024, 1024, 16, False, False)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert support.min_len(64, True, 16) == 8192  # said once
+            assert support.sdpa_faster(128, 4096, 4096, 64, False, False) is None  # said once
     finally:
         patch._dispatch_support_cached.cache_clear()
-        patch._warned.discard("SAGEBUILD_PATCH_MIN_LEN")
+        patch._warned.discard(patch.MIN_LEN_ENV_VAR)
 
 
 class _Sub(torch.Tensor):
@@ -704,41 +705,28 @@ def test_gpu_patched_matches_original(dtype, hq, hk, n, d, causal, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
-def test_gpu_short_calls_go_to_sdpa_where_measured_faster(monkeypatch):
-    """On a device whose family has a measured crossover (Hopper), a call one token short of it
-    goes to SDPA unchanged with the speed reason, one at it is accelerated, and one at it with
-    fewer batch × heads than the table was measured at goes to SDPA (its length grows to equal
-    work); families without a row accelerate all three."""
+def test_gpu_calls_go_to_sdpa_where_their_class_measured_faster(routing):
+    """On a device whose family has shipped classes (Hopper), the mission's small call
+    (1×16×1024×64, measured 0.77×) goes to SDPA unchanged with the speed reason and a long one
+    (2×32×4096×128, 1.17×) is accelerated; families without classes accelerate both."""
     from sagebuild.attention import dispatch
-    from sagebuild.kernels.triton import configs
 
-    monkeypatch.delenv(configs.SDPA_CROSSOVER_ENV_VAR, raising=False)
     patch._dispatch_support_cached.cache_clear()
-    family = dispatch.family(dispatch.device_arch(torch.device("cuda")))
-    hq = configs.SDPA_CROSSOVER_BH
-    need = configs.sdpa_crossover(family, 128, False, batch_heads=hq)
-    need_small = configs.sdpa_crossover(family, 128, False, batch_heads=2)
-    n = need or 4096
-    q, k, v = _qkv(b=1, hq=hq, lq=n, d=128, device="cuda", seed=4)
-    qs, ks, vs = (t[:, :2] for t in (q, k, v))
+    arch = dispatch.device_arch(torch.device("cuda"))
+    q, k, v = _qkv(b=1, hq=16, lq=1024, d=64, device="cuda", seed=4)
+    ql, kl, vl = _qkv(b=2, hq=32, lq=4096, d=128, device="cuda", seed=5)
     with patch.patch_sdpa():
-        short = F.scaled_dot_product_attention(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:])
-        full = F.scaled_dot_product_attention(q, k, v)
-        small = F.scaled_dot_product_attention(qs, ks, vs)
+        small = F.scaled_dot_product_attention(q, k, v)
+        long = F.scaled_dot_product_attention(ql, kl, vl)
     stats = patch.patch_stats()
-    if need:
-        assert stats.accelerated == 1 and stats.passed_through == 2, stats.to_dict()
-        arch = dispatch.device_arch(torch.device("cuda"))
-        assert need_small is not None and need_small > n
-        assert stats.reasons == {
-            f"shorter than {need} tokens on {arch} (SDPA measured faster there)": 1,
-            f"shorter than {need_small} tokens on {arch} (SDPA measured faster there)": 1,
-        }
-        assert torch.equal(short, ORIG(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:]))
-        assert torch.equal(small, ORIG(qs, ks, vs))
+    if dispatch.family(arch) == "Hopper":
+        assert stats.accelerated == 1 and stats.reasons == {
+            f"SDPA measured faster on {arch} (shipped class 16x1024x64)": 1
+        }, stats.to_dict()
+        assert torch.equal(small, ORIG(q, k, v))
     else:
-        assert stats.accelerated == 3, stats.to_dict()
-    cos = F.cosine_similarity(full.float().flatten(), ORIG(q, k, v).float().flatten(), dim=0).item()
+        assert stats.accelerated == 2, stats.to_dict()
+    cos = F.cosine_similarity(long.float().flatten(), ORIG(ql, kl, vl).float().flatten(), dim=0).item()
     assert cos > 0.998, cos
 
 

@@ -226,45 +226,6 @@ def heads_first(family: str, causal: bool, kv_bytes: int) -> bool:
     return causal and kv_bytes <= _HEADS_FIRST_MAX_KV_BYTES.get(family, -1)
 
 
-# ``sagebuild.patch_sdpa``'s speed routing: (family, largest head dim or "*", causal or
-# "*") -> the shortest query and key length from which a patched call (host time included) is at
-# least as fast as SDPA's default backend at B·H >= SDPA_CROSSOVER_BH, sustained; shorter calls
-# go to SDPA. Below that B·H a row's length L scales to L·sqrt(SDPA_CROSSOVER_BH / (B·H)).
-_SDPA_CROSSOVER: list[tuple[str, Union[int, str], Union[bool, str], int]] = [
-    ("Hopper", 40, False, 4096),
-    ("Hopper", 64, "*", 8192),
-    ("Hopper", 128, False, 4096),
-    ("Hopper", 128, True, 5120),
-    ("Hopper", "*", "*", 4096),
-]
-SDPA_CROSSOVER_BH = 16
-SDPA_CROSSOVER_ENV_VAR = "SAGEBUILD_PATCH_MIN_LEN"
-
-
-def sdpa_crossover(
-    family: str, head_dim: int, causal: bool, use_env: bool = True, batch_heads: int | None = None
-) -> int | None:
-    """The query/key length from which ``patch_sdpa`` sends a call of ``batch_heads`` (batch ×
-    query heads; None: at least SDPA_CROSSOVER_BH) to our kernels on this family
-    (``SAGEBUILD_PATCH_MIN_LEN`` overrides every row and every B·H, 0 sends every length;
-    ValueError when it is not a number), or None: no row."""
-    env = knobs.raw(SDPA_CROSSOVER_ENV_VAR) if use_env else None
-    if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            raise ValueError(
-                f"{SDPA_CROSSOVER_ENV_VAR}={env!r}: expected a whole number of tokens (0 sends every "
-                "length to the quantized kernels)"
-            ) from None
-    for fam, hd, cau, min_len in _SDPA_CROSSOVER:
-        if fam == family and (hd == "*" or head_dim <= hd) and cau in ("*", causal):
-            if batch_heads is None or batch_heads >= SDPA_CROSSOVER_BH:
-                return min_len
-            return math.ceil(min_len * math.sqrt(SDPA_CROSSOVER_BH / max(1, batch_heads)))
-    return None
-
-
 def preferred_pv(family: str, head_dim: int, n_k: int) -> str | None:
     """The P·V variant ("fp16" / "fp8" / "fp8acc") measured faster than the arch default for a
     call's (unpadded) head dim and key count, or None; split head dims (``split_head_dim``) match
