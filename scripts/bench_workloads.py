@@ -11,7 +11,10 @@ before every call); rounds alternate the providers' order and the table gives th
 rounds. "ratio" is SDPA's time over ours (above 1: faster). Varlen rows also time the dense
 ``sageattn`` call on the same packed tokens ("/ dense": issue 36 asks ≤ 1.1), masked rows the
 unmasked call on the same padded batch (issue 35 asks ≤ 1.1). cos and
-rel L1 compare our output with SDPA's on the same inputs. Exit 1 when a row failed to run.
+rel L1 compare our output with SDPA's on the same inputs. "ran" says whether ``sageattn`` ran
+the kernels or routed the class to SDPA (``sagebuild.attention.route``: this machine's tuning
+record, else the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels alone). Exit 1 when
+a row failed to run.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from triton.testing import do_bench
 
 import sagebuild
 from sagebuild import sageattn, sageattn_varlen
+from sagebuild.attention import route
 from sagebuild.attention.metrics import accuracy
 
 Fn = Callable[[], Any]
@@ -179,6 +183,9 @@ def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, A
     for fn in fns.values():  # compile, record and replay before timing
         for _ in range(3):
             fn()
+    route.reset()
+    case.ours()
+    ran = "SDPA (routed)" if route.routed() else "kernels"
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
@@ -187,16 +194,28 @@ def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, A
             times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     acc = accuracy(case.ours_out(case.ours()), case.sdpa_out(case.sdpa()))
     ms = {name: statistics.median(t) for name, t in times.items()}
-    return {"ms": ms, "ratio": ms["sdpa"] / ms["ours"], "cos": acc["cos"], "rel_l1": acc["rel_l1"]}
+    return {
+        "ms": ms,
+        "ratio": ms["sdpa"] / ms["ours"],
+        "cos": acc["cos"],
+        "rel_l1": acc["rel_l1"],
+        "ran": ran,
+    }
 
 
 def header() -> str:
     props = torch.cuda.get_device_properties(0)
     import triton
 
+    from sagebuild.attention import dispatch, plan
+    from sagebuild.tuning import record
+
+    arch = dispatch.device_arch("cuda")
+    tuned = record.record_path(arch) if record.tuned(arch) is not None else "none (shipped classes)"
     return (
         f"{datetime.date.today()}, {props.name}, torch {torch.__version__}, Triton {triton.__version__}, "
-        f"sagebuild {sagebuild.__version__}: whole calls, do_bench medians (L2 flushed), interleaved rounds"
+        f"sagebuild {sagebuild.__version__}: whole calls, do_bench medians (L2 flushed), interleaved rounds; "
+        f"routing {'on' if plan.routing() else 'off'}, tuning record: {tuned}"
     )
 
 
@@ -225,8 +244,8 @@ def main() -> int:
         print("error: no CUDA/ROCm GPU visible to torch; run this on the GPU machine", file=sys.stderr)
         return 2
     print(header())
-    print("| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 | ran |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rows, failed = [], False
     for name, shape, dtype, build in chosen:
         dt = str(dtype).removeprefix("torch.")
@@ -234,7 +253,7 @@ def main() -> int:
             res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms)
         except Exception as exc:  # one failing class must not hide the others' numbers
             failed = True
-            print(f"| {name} | {shape} | {dt} | error: {type(exc).__name__}: {exc} | | | | | |", flush=True)
+            print(f"| {name} | {shape} | {dt} | error: {type(exc).__name__}: {exc} | | | | | | |", flush=True)
             rows.append(
                 {"workload": name, "shape": shape, "dtype": dt, "error": f"{type(exc).__name__}: {exc}"}
             )
@@ -245,7 +264,7 @@ def main() -> int:
         vd = f"{ms['ours'] / ms['dense']:.2f}" if "dense" in ms else ""
         print(
             f"| {name} | {shape} | {dt} | {ms['ours']:.4f} | {ms['sdpa']:.4f} | {res['ratio']:.2f}× | {vd} | "
-            f"{res['cos']:.5f} | {res['rel_l1']:.4f} |",
+            f"{res['cos']:.5f} | {res['rel_l1']:.4f} | {res['ran']} |",
             flush=True,
         )
         rows.append({"workload": name, "shape": shape, "dtype": dt, **res})
