@@ -1,10 +1,12 @@
 """Shared inputs and comparisons of the interpreter tests of the kernel modules (test_attn_fwd,
 test_quant, test_layout, test_attention_interp): seeded Q/K/V, the golden-model agreement check
-with (dtype, atol, rtol) triples, and a plan's launches run directly."""
+with (dtype, atol, rtol) triples, and a plan's launches run directly; and the GPU tests' host
+time per call (``host_us``)."""
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Optional
 
 import pytest
@@ -101,3 +103,15 @@ def fp64_attention(q, k, v, layout="HND", causal=False, scale=None, mask=None):
     lse = torch.logsumexp(s, -1)
     out = torch.softmax(s, -1).nan_to_num(0.0) @ v
     return (out.transpose(1, 2) if layout == "NHD" else out).float(), lse.float()
+
+
+def host_us(fn, n: int = 2000) -> float:
+    """Back-to-back calls' wall time per call, µs (GPU; at small shapes the host's, not the device's)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6

@@ -7,10 +7,9 @@ need Inductor's code generation and CUDA graphs.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
+from kernel_inputs import host_us as _host_us
 
 from sagebuild.attention import functions, ops
 from sagebuild.attention.metrics import accuracy
@@ -49,18 +48,6 @@ def test_inductor_fullgraph(mode):
     for g, e in ((got, eager), (got2, eager2)):
         acc = accuracy(g, e)
         assert acc["finite"] and acc["cos"] >= 0.9999 and acc["rel_l1"] <= 5e-3, acc
-
-
-def _host_us(fn, n: int = 2000) -> float:
-    """Back-to-back calls' wall time per call (the GPU work at this shape is shorter than the host's)."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 @pytest.mark.timing

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_inputs import fp64_attention
+from kernel_inputs import fp64_attention, host_us
 
 from sagebuild.attention import api, dispatch, functions, route
 from sagebuild.tuning import record
@@ -261,20 +261,8 @@ def test_gpu_routed_call_costs_a_cached_lookup():
     """A routed call's host time over calling SDPA directly, back to back at 1×16×1024×64 (host
     bound): the plan-cache lookup and the layers above it, printed (~10 µs expected; device time,
     what scripts/bench_workloads.py measures, is SDPA's)."""
-    import time
-
     _hopper()
     q, k, v = (torch.randn(1, 16, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-
-    def host_us(fn, n=2000):
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) / n * 1e6
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     rounds = [
