@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import threading
 import warnings
 from collections import Counter
@@ -20,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_ACCEL_DTYPES = ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -58,84 +55,42 @@ def decide(
     grad_enabled: bool = False,
 ) -> DeviceSupport | str:
     """The device support to accelerate with, or the reason (a short sentence) to pass through: a
-    pure function of the arguments' metadata and ``support_for(device)`` (testable on meta tensors)."""
-    import torch
+    pure function of the arguments' metadata and ``support_for(device)`` (testable on meta tensors).
+    The reason is the first of ``attention.reasons``' kernel and SDPA rules, then the device's."""
+    from sagebuild.attention import reasons
 
-    tensors = (query, key, value)
-    if not all(type(t) is torch.Tensor or type(t) is torch.nn.Parameter for t in tensors):
-        if not all(isinstance(t, torch.Tensor) for t in tensors):
-            return "non-tensor q/k/v"
-        return "tensor subclass (not a plain torch.Tensor)"
-    if any(t.is_nested for t in tensors):
-        return "nested tensor"
-    dev = query.device
-    if dev.type not in gpu_device_types:
-        return f"{dev.type} tensors (needs CUDA/HIP)"
-    if key.device != dev or value.device != dev:
-        return "q/k/v on different devices"
-    dtype = str(query.dtype).removeprefix("torch.")
-    if dtype not in _ACCEL_DTYPES:
-        return f"dtype {dtype} (needs float16/bfloat16)"
-    if key.dtype != query.dtype or value.dtype != query.dtype:
-        return "q/k/v dtypes differ"
-    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
-        return f"{query.dim()}-D inputs (needs 4-D B,H,N,D)"
-    if attn_mask is not None and (why := _mask_reason(attn_mask, query, key, is_causal)):
-        return why
-    if dropout_p != 0.0:
-        return "dropout_p > 0"
-    if grad_enabled and any(t.requires_grad for t in tensors):
-        return "inputs require grad (kernels are inference-only)"
-    b, hq, lq, d = query.shape
-    bk, hk, lk, dk = key.shape
-    if bk != b or tuple(value.shape[:3]) != (bk, hk, lk):
-        return "q/k/v batch or length mismatch"
-    if dk != d or value.shape[3] != d:
-        return "k/v head dim differs from q's"
-    if hq != hk:
-        if not enable_gqa:
-            return "heads differ without enable_gqa"
-        if hk == 0 or hq % hk != 0:
-            return "heads_q not a multiple of heads_kv"
-    if min(b, hq, lq, lk, d) == 0:
-        return "empty tensor"
-    if is_causal and lq != lk:
-        return "is_causal with q_len != kv_len"
-    if lq < MIN_Q_LEN:
-        return f"q_len {lq} < {MIN_Q_LEN} (decode: quantizing all keys for a few queries is slower than SDPA)"
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        return "non-positive or non-finite scale"
-    support = support_for(dev)
+    call = reasons.Call(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        is_causal=bool(is_causal),
+        scale=scale,
+        devices=gpu_device_types,
+        dropout_p=dropout_p,
+        enable_gqa=enable_gqa,
+        grad_enabled=grad_enabled,
+    )
+    why = reasons.first_reason(call, sdpa=True)
+    if why is not None:
+        return why.label
+    return _device_verdict(query, key, bool(is_causal), attn_mask is not None, support_for)
+
+
+def _device_verdict(
+    query: Any, key: Any, is_causal: bool, masked: bool, support_for: SupportFn
+) -> DeviceSupport | str:
+    """The device's support for a call the rules admit, or why not: its arch, its head dims, and
+    whether SDPA measured faster there. A key-padding mask (the only one the rules admit) costs our
+    kernels at most the unmasked call and SDPA at least, so an unmasked class's verdict holds for
+    it where no masked class was measured."""
+    support = support_for(query.device)
     if isinstance(support, str):
         return support
+    b, hq, lq, d = query.shape
     if not support.head_dim_ok(d):
         return f"head dim {d} not supported on {support.arch}"
-    why = support.sdpa_faster(d, lq, lk, b * hq, bool(is_causal), attn_mask is not None)
-    return why or support
-
-
-def _mask_reason(mask: Any, query: Any, key: Any, is_causal: bool) -> str | None:
-    """Why an ``attn_mask`` stays with SDPA, or None for a key-padding mask (bool or q's dtype, the
-    same for every query row: it costs our kernels at most the unmasked call and SDPA at least,
-    so an unmasked class's verdict holds for it where no masked class was measured)."""
-    import torch
-
-    if type(mask) is not torch.Tensor:
-        return "attn_mask not a plain tensor"
-    if is_causal:
-        return "attn_mask with is_causal (SDPA refuses both)"
-    if mask.dtype != torch.bool and mask.dtype != query.dtype:
-        return f"attn_mask dtype {str(mask.dtype).removeprefix('torch.')} (needs bool or q's dtype)"
-    if mask.device != query.device:
-        return "attn_mask on another device"
-    b, h, lq, _ = query.shape
-    if mask.dim() > 4 or any(
-        n not in (1, want) for n, want in zip(mask.shape[::-1], (key.shape[2], lq, h, b))
-    ):
-        return "attn_mask does not broadcast to [B, H, N_q, N_k]"
-    if mask.dim() >= 2 and mask.shape[-2] > 1 and mask.stride(-2) != 0:
-        return "attn_mask varies along queries (key-padding masks only)"
-    return None
+    return support.sdpa_faster(d, lq, key.shape[2], b * hq, is_causal, masked) or support
 
 
 def _dispatch_support(device: Any) -> DeviceSupport | str:
@@ -175,7 +130,7 @@ def sdpa_faster(
     """Why a faithful call stays with SDPA for speed on ``arch``, or None. The call's shape class in
     the tuning record (this machine's, else the shipped data: ``sagebuild.tuning``, the data
     ``sageattn`` routes by) measured SDPA faster; a key-padding masked call without a masked class
-    takes its unmasked class's verdict (conservative: see ``_mask_reason``). ``SAGEBUILD_ROUTE=0``
+    takes its unmasked class's verdict (conservative: see ``_device_verdict``). ``SAGEBUILD_ROUTE=0``
     accelerates every call; ``SAGEBUILD_PATCH_MIN_LEN=N`` replaces the record by a length (the
     shorter of q and kv below N stays with SDPA; 0 accelerates every call; not a number: said once,
     the record used)."""

@@ -147,7 +147,7 @@ def plan_dense(
 ) -> LaunchPlan:
     """Validate dense inputs (clear errors for every user mistake) and plan their call; ``choices``:
     ``make_plan``'s pv, pv_accum, qk_quant_gran, config, return_lse, smooth_k and sm_scale."""
-    qv, kv, _ = check_dense(q, k, v, tensor_layout)
+    qv, kv, _ = check_dense(q, k, v, tensor_layout, attn_mask)
     mask, rows = "none", False
     if attn_mask is not None:
         _, mask, rows = check_mask(attn_mask, qv, kv.shape[2])

@@ -196,7 +196,17 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
 
 def head_dim_ok(d: int) -> bool:
     """Head dims 1 to the largest native one are served (the native ones as they are, others padded)."""
-    return d >= 1 and configs.padded_head_dim(d) is not None
+    return 1 <= d <= configs.NATIVE_HEAD_DIMS[-1]  # ``configs.padded_head_dim`` pads up to the largest
+
+
+def head_dim_error(head_dim: int) -> AttentionInputError:
+    """What is wrong with a head dim ``head_dim_ok`` refuses, and what to do."""
+    native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
+    return AttentionInputError(
+        f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
+        f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
+        "use torch.nn.functional.scaled_dot_product_attention for this head dim",
+    )
 
 
 def check_sm_scale(sm_scale: Any, head_dim: int) -> float:
@@ -332,12 +342,7 @@ def _check_call(qk_quant_gran: str, backend: str, pv: str, layout: str, mask: st
             "pass each sequence's extent in cu_seqlens_q / cu_seqlens_k instead",
         )
     if not head_dim_ok(head_dim):
-        native = ", ".join(str(n) for n in configs.NATIVE_HEAD_DIMS)
-        raise AttentionInputError(
-            f"head dim {head_dim} is not supported: the kernels run head dims {native} natively and pad "
-            f"any head dim from 1 to {configs.NATIVE_HEAD_DIMS[-1]}",
-            "use torch.nn.functional.scaled_dot_product_attention for this head dim",
-        )
+        raise head_dim_error(head_dim)
 
 
 def _check_vendor(cfg: LaunchConfig, row: Optional[archs.Arch], arch: str) -> None:
