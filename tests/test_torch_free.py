@@ -42,6 +42,7 @@ TORCH_FREE = (
     "sagebuild.report.schema",
     "sagebuild.lock",
     "sagebuild.accept",
+    "sagebuild.patch",
     "sagebuild.cli.app",
 )
 
