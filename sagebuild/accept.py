@@ -213,7 +213,7 @@ def _check_fits(got: _Settings, opts: AcceptOptions) -> None:
     """Refuse a bench or verify shape that will not fit before 10 minutes of build. The memory is
     measured through torch: without torch there is nothing to measure, and the doctor's torch-import
     check fails with the fix."""
-    from sagebuild import benchmem
+    from sagebuild.bench import memory as benchmem
 
     try:
         benchmem.check_fits(got.bench_cfg)

@@ -11,8 +11,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sagebuild.bench import AUTO, check_inputs
-from sagebuild.benchmem import resolve_device
+from sagebuild.bench.config import check_inputs
+from sagebuild.bench.memory import resolve_device
+from sagebuild.benchrecord import AUTO
 from sagebuild.errors import SagebuildError
 
 DEFAULT_SHAPE = (1, 8, 512, 64)  # the seed's smoke test: batch 1, 8 heads, 512 tokens, head dim 64
@@ -152,7 +153,7 @@ def run_verify(
     import torch
 
     from sagebuild.attention import reference
-    from sagebuild.bench import random_qkv
+    from sagebuild.bench.run import random_qkv
 
     dev = resolve_device(device)
     q, k, v = random_qkv(shape, layout, dtype, seed, dev)

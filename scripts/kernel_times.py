@@ -23,8 +23,9 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from sagebuild import bench, benchmem, sageattn
+from sagebuild import bench, sageattn
 from sagebuild.bench import packed_call, packed_segments, sdpa_call
+from sagebuild.benchrecord import sequence_pairs
 from sagebuild.errors import SagebuildError
 from sagebuild.profiles import parse_shape_key
 
@@ -61,7 +62,7 @@ def dense_case(spec: str, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
 def packed_case(text: str, heads: int, head_dim: int, dtype: torch.dtype) -> tuple[str, Fn, Fn]:
     """``sageattn_varlen`` over packed sequences, SDPA once per sequence on its own keys."""
     lens, keys = bench.parse_varlen(text)
-    segments = benchmem.sequence_pairs(lens, keys)
+    segments = sequence_pairs(lens, keys)
     q = torch.randn(sum(lens), heads, head_dim, device="cuda", dtype=dtype)
     n_k = sum(mk for _, mk in segments)
     k, v = (torch.randn(n_k, heads, head_dim, device="cuda", dtype=dtype) for _ in range(2))

@@ -10,7 +10,8 @@ follows its parent):
 1. readers of the machine and its configuration: probe, profiles, dists, explain (the failure
    database every step explains its failures with);
 2. the parts that build and run: checks, build, ext, attention, kernels, compat;
-3. services over them: verify, bench, benchmem, patch, lock, report;
+3. services over them: verify, bench, benchrecord (the words bench and report share), patch,
+   lock, report;
 4. the pipelines: doctor, accept;
 5. the command line, which nothing imports.
 
@@ -54,7 +55,7 @@ LAYERS: dict[str, int] = {
     "sagebuild.compat": 2,
     "sagebuild.verify": 3,
     "sagebuild.bench": 3,
-    "sagebuild.benchmem": 3,
+    "sagebuild.benchrecord": 3,
     "sagebuild.patch": 3,
     "sagebuild.lock": 3,
     "sagebuild.report": 3,
@@ -146,3 +147,15 @@ def test_the_checker_sees_a_climb(tmp_path: Path):
     bad.write_text("def f():\n    from sagebuild.cli import common\n")
     assert _imports("sagebuild.doctor", bad) == [(2, "sagebuild.cli.common", True)]
     assert layer_of("sagebuild.cli.common") > layer_of("sagebuild.doctor")
+
+
+def test_the_report_renders_a_record_and_imports_nothing_from_bench():
+    """The report is a view of the bench's record (its dict): what both need lives in benchrecord."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {target}"
+        for module, path in MODULES.items()
+        if module.startswith("sagebuild.report")
+        for line, target, _ in _imports(module, path)
+        if target == "sagebuild.bench" or target.startswith("sagebuild.bench.")
+    ]
+    assert found == []

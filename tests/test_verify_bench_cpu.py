@@ -135,7 +135,7 @@ def test_round_orders_vary_each_providers_predecessor(n):
     in every round (a rotation gave the same pairs in nearly every round on the H200); for odd n,
     no pair more than twice in 2n rounds."""
     rounds = n if n % 2 == 0 else 2 * n
-    orders = [bench._round_order(n, r) for r in range(rounds)]
+    orders = [bench.timing.round_order(n, r) for r in range(rounds)]
     assert all(sorted(o) == list(range(n)) for o in orders)
     pairs = Counter((a, b) for o in orders for a, b in zip(o, o[1:]))
     if n % 2 == 0:
@@ -418,7 +418,7 @@ def test_cli_bench_json():
 def test_cli_bench_estimates_its_memory_once(monkeypatch):
     """``sagebuild bench`` checks the shape fits (and measures the CPU's rate) once: the estimate it
     made before showing progress is the one the run takes."""
-    from sagebuild import benchmem
+    from sagebuild.bench import memory as benchmem
 
     calls = []
     real = benchmem.estimate
@@ -445,12 +445,12 @@ def test_kernel_only_adapter_matches_the_whole_call():
         ("qk_int8_pv_fp16", attention.sageattn_qk_int8_pv_fp16_triton),
         ("qk_int8_pv_fp8", attention.sageattn_qk_int8_pv_fp8_triton),
     ):
-        run, plan = bench._kernel_only(var, q, k, v, "HND", False)
+        run, plan = bench.providers.kernel_only(var, q, k, v, "HND", False)
         assert torch.equal(run(), whole(q, k, v, quantization_backend="triton")), var
         assert plan["variant"] == var and plan["quantization"] == "triton" and plan["layout"] == "HND"
     # NHD inputs: the launch transposes them as the call does
     qn, kn, vn = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    run, plan = bench._kernel_only("qk_int8_pv_fp16", qn, kn, vn, "NHD", True)
+    run, plan = bench.providers.kernel_only("qk_int8_pv_fp16", qn, kn, vn, "NHD", True)
     whole = attention.sageattn_qk_int8_pv_fp16_triton(qn, kn, vn, tensor_layout="NHD", is_causal=True)
     assert plan["layout"] == "NHD" and plan["causal"] and torch.equal(run().transpose(1, 2), whole)
 
@@ -601,23 +601,23 @@ def test_shape_keys_name_keys_and_kv_heads_and_profiles_accept_them():
 def test_memory_estimate_counts_keys_not_queries_squared():
     """A cross-attention bench's score matrices are N_q × N_k: 77 keys need far less than 4096²
     (the golden model's full score matrix is most of a CPU run's 7.6 GB at 2×10×4096×64)."""
-    from types import SimpleNamespace
+    from sagebuild.bench import memory as benchmem
+    from sagebuild.bench.config import BenchConfig
 
-    from sagebuild import benchmem
-
-    base = dict(batch=2, heads=10, seq=(4096,), head_dim=64, warmup=0, reps=1)
-    self_attn = benchmem.bytes_needed(SimpleNamespace(**base), 4096, on_gpu=False)[0]
-    cross = benchmem.bytes_needed(SimpleNamespace(**base, kv_seq=77), 4096, on_gpu=False)[0]
+    base = dict(batch=2, heads=10, seq=(4096,), head_dim=64, dtype="float16", causal=False, min_speedup=0.0)
+    base.update(warmup=0, reps=1)
+    self_attn = benchmem.bytes_needed(BenchConfig(**base), 4096, on_gpu=False)[0]
+    cross = benchmem.bytes_needed(BenchConfig(**base, kv_seq=77), 4096, on_gpu=False)[0]
     assert cross < self_attn / 5
-    assert benchmem.keys(SimpleNamespace(**base, kv_seq=77), 4096) == 77
-    assert benchmem.keys(SimpleNamespace(**base), 4096) == 4096
+    assert BenchConfig(**base, kv_seq=77).keys(4096) == 77
+    assert BenchConfig(**base).keys(4096) == 4096
     # packed sequences: the largest score matrix is one sequence's, not the total's
-    packed = SimpleNamespace(**{**base, "seq": (4096,)}, varlen=(1024, 3072))
+    packed = BenchConfig(**base, varlen=(1024, 3072))
     assert benchmem.score_shape(packed, 4096) == (3072, 3072)
     assert benchmem.bytes_needed(packed, 4096, on_gpu=False)[0] < self_attn
     # packed cross-attention: the keys are the key lengths' total, the largest matrix one sequence's
-    text = SimpleNamespace(**{**base, "seq": (4096,)}, varlen=(2048, 2048), varlen_keys=(137, 512))
-    assert benchmem.keys(text, 4096) == 649 and benchmem.score_shape(text, 4096) == (2048, 512)
+    text = BenchConfig(**base, varlen=(2048, 2048), varlen_keys=(137, 512))
+    assert text.keys(4096) == 649 and benchmem.score_shape(text, 4096) == (2048, 512)
     assert benchmem.cpu_seconds(text) < benchmem.cpu_seconds(packed)
     # a cross-attention shape too large is refused naming the keys and --kv-seq
     cfg = bench.config_from_profile(CPU, seq=(64,), heads=1, kv_seq=10**11, warmup=0, reps=1)
@@ -716,7 +716,7 @@ def test_packed_segments_are_views_of_each_sequence():
     assert torch.equal(a[0].transpose(0, 1), q[:2]) and torch.equal(b[0].transpose(0, 1), q[2:])
     assert ka.shape == (1, 2, 1, 3) and torch.equal(kb[0].transpose(0, 1), kv[1:]) and vb.shape == kb.shape
     assert a.data_ptr() == q.data_ptr()  # views: no copy before the timed calls
-    assert torch.equal(bench._unpack([a, b]), q)
+    assert torch.equal(bench.providers.unpack([a, b]), q)
 
 
 def test_cli_bench_varlen_json():
@@ -757,7 +757,7 @@ def test_packed_call_runs_sageattn_varlen_with_the_variant(variant, segments, ca
     assert plan["layout"] == "varlen" and plan["causal"] == causal
     if variant != "auto":
         assert plan["variant"] == variant
-    ref = bench._unpack(
+    ref = bench.providers.unpack(
         [reference.exact_attention(*s, is_causal=causal) for s in bench.packed_segments(segments, q, k, v)]
     )
     acc = metrics.accuracy(call(), ref)

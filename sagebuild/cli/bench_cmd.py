@@ -56,8 +56,10 @@ def render(res: Any) -> None:
         if r["timing"] is None:
             what = f"{escape(r['provider'])} @ seq {r['seq']}: {escape(r['error'] or '')}"
             out.print(f"[red]error[/] {what}", highlight=False)
-    from sagebuild.bench import describe
+    from sagebuild.benchrecord import describe, provider_notes
 
+    for line in provider_notes(d):
+        out.print(f"provider: {escape(line)}", highlight=False)
     backend = f"SDPA backend: {res.sdpa_backend['name']} ({res.sdpa_backend['how']})"
     for line in (f"shape: {describe(d['config'])}", backend, f"timing: {res.method}", res.note):
         out.print(escape(line), highlight=False)
@@ -86,7 +88,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from sagebuild import bench as bm
-        from sagebuild import benchmem
+        from sagebuild.bench import memory as benchmem
         from sagebuild.console import interactive, status, steps
         from sagebuild.fsio import write_text_atomic
 

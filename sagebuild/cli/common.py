@@ -116,6 +116,14 @@ _BENCH_OPTIONS = (
         "each call) or sustained (needs --sustain: the GPU at its power limit, steadier in CI).",
     ),
     (
+        "against",
+        str,
+        "--against",
+        "Also time these peers beside SDPA and ours: a comma-separated list of sdpa, ck (Comfy "
+        "Kitchen), upstream (SageAttention), fa2, fa3, fa4 (FlashAttention), aiter, or all; one not "
+        "installed or refusing the shape is listed with its reason (default: sdpa).",
+    ),
+    (
         "min_speedup",
         float,
         "--min-speedup",
@@ -144,12 +152,13 @@ def with_bench_options(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
-        from sagebuild.bench import parse_int_list, parse_varlen
+        from sagebuild.bench.config import parse_against, parse_int_list, parse_varlen
 
         bench = {p.name: kwargs.pop(p.name) for p in from_table}
         bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] else None
         varlen = parse_varlen(bench["varlen"]) if bench["varlen"] else (None, None)
         bench["varlen"], bench["varlen_keys"] = varlen
+        bench["against"] = parse_against(bench["against"]) if bench["against"] else None
         return fn(**kwargs, bench=bench)
 
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
@@ -159,7 +168,7 @@ def with_bench_options(fn: F) -> F:
 
 def parse_shape(text: str, option: str) -> Any:
     """The ``B,H,N,D`` an option such as ``--shape`` names, or a usage error (exit 2)."""
-    from sagebuild.bench import parse_int_list
+    from sagebuild.bench.config import parse_int_list
 
     dims = parse_int_list(text, option.lstrip("-"))
     if len(dims) != 4:

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         """Run each kernel variant on small random tensors: shape, dtype, device, finite values and
         accuracy against the float32 reference within the profile's bounds. On a CPU-only machine
         the golden model runs (proves the algorithm and the install, not a GPU)."""
-        from sagebuild.benchmem import check_shape_fits
+        from sagebuild.bench.memory import check_shape_fits
         from sagebuild.errors import Exit
         from sagebuild.verify import plan_text, run_verify, verify_plan
 

@@ -7,7 +7,7 @@ import json
 from html import escape
 from typing import Any
 
-from sagebuild.bench import GATE_METRICS, describe
+from sagebuild.benchrecord import GATE_METRICS, describe
 from sagebuild.report.svg import speedup_chart
 
 _ICON = {"ok": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
@@ -32,7 +32,9 @@ def speedup_series(bench: dict[str, Any] | None) -> dict[str, list[tuple[int, fl
     series: dict[str, list[tuple[int, float]]] = {}
     for row in (bench or {}).get("rows", []):
         if row["kind"] != "baseline" and row.get(key) is not None:
-            label = row["provider"] + (" (kernel only)" if row["kind"] == "kernel_only" else "")
+            label = row.get("label") or row["provider"] + (
+                " (kernel only)" if row["kind"] == "kernel_only" else ""
+            )
             series.setdefault(label, []).append((row["seq"], float(row[key])))
     return series
 
@@ -80,7 +82,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append(
             [
                 str(r["seq"]),
-                r["provider"],
+                r.get("label") or r["provider"],
                 r["kind"],
                 plan_text(r.get("plan")),
                 _f(t and t["median_ms"]),

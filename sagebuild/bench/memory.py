@@ -1,6 +1,6 @@
 """How much memory and time a bench will take, worked out from its shape before anything is allocated.
 
-The byte model (:func:`bytes_needed`) follows ``sagebuild.bench.run_bench``.
+The byte model (:func:`bytes_needed`) follows ``sagebuild.bench.run.run_bench``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ import contextlib
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sagebuild.errors import Exit, SagebuildError
+
+if TYPE_CHECKING:
+    from sagebuild.bench.config import BenchConfig
 
 GIB = 1024**3
 _HEADROOM = 0.85  # refuse above this share of what is free: allocators and the rest of the machine
@@ -81,33 +84,16 @@ def resolve_device(device: str = "auto") -> Any:
     return dev
 
 
-def sequence_pairs(varlen: tuple[int, ...], varlen_keys: Optional[tuple[int, ...]]) -> list[tuple[int, int]]:
-    """Packed sequences' (queries, keys) from ``--varlen``'s lengths: each sequence's own keys
-    when given, else as many keys as queries."""
-    return list(zip(varlen, varlen_keys or varlen))
-
-
-def packed_sequences(cfg: Any) -> list[tuple[int, int]]:
-    """A bench config's packed sequences' (queries, keys); empty for a dense bench."""
-    return sequence_pairs(getattr(cfg, "varlen", None) or (), getattr(cfg, "varlen_keys", None))
-
-
-def keys(cfg: Any, seq: int) -> int:
-    """Keys per call at ``seq`` queries: the config's ``kv_seq`` (cross-attention), the packed
-    sequences' total keys, or ``seq``."""
-    return getattr(cfg, "kv_seq", None) or sum(mk for _, mk in packed_sequences(cfg)) or seq
-
-
-def score_shape(cfg: Any, seq: int) -> tuple[int, int]:
+def score_shape(cfg: BenchConfig, seq: int) -> tuple[int, int]:
     """The largest score matrix's rows and columns: one packed sequence's, else queries × keys."""
-    segments = packed_sequences(cfg)
-    return max(segments, key=lambda s: s[0] * s[1]) if segments else (seq, keys(cfg, seq))
+    segments = cfg.segments()
+    return max(segments, key=lambda s: s[0] * s[1]) if segments else (seq, cfg.keys(seq))
 
 
-def bytes_needed(cfg: Any, seq: int, on_gpu: bool) -> tuple[int, int]:
+def bytes_needed(cfg: BenchConfig, seq: int, on_gpu: bool) -> tuple[int, int]:
     """(device bytes, host bytes) at one sequence length; pure arithmetic, no allocation. K/V are
     counted at every query head (the references expand GQA's K/V heads)."""
-    bh, nk = cfg.batch * cfg.heads, keys(cfg, seq)
+    bh, nk = cfg.batch * cfg.heads, cfg.keys(seq)
     eq, ekv = bh * seq * cfg.head_dim, bh * nk * cfg.head_dim  # elements of Q, of K or V
     e = max(eq, ekv)
     s_rows, s_cols = score_shape(cfg, seq)
@@ -141,14 +127,14 @@ def _rates() -> tuple[float, float]:
     return per_s(lambda: torch.matmul(a, a), 2 * 256**3), per_s(lambda: torch.exp2(x), x.numel())
 
 
-def cpu_seconds(cfg: Any) -> float:
+def cpu_seconds(cfg: BenchConfig) -> float:
     """A rough duration of a CPU bench: golden models, SDPA and the exact reference at every length."""
     mm, ew = _rates()
     calls = 1 + cfg.warmup + cfg.reps
     total = 0.0
-    segments = packed_sequences(cfg)
+    segments = cfg.segments()
     for n in cfg.seq:
-        scores = cfg.batch * cfg.heads * (sum(m * mk for m, mk in segments) if segments else n * keys(cfg, n))
+        scores = cfg.batch * cfg.heads * (sum(m * mk for m, mk in segments) if segments else n * cfg.keys(n))
         flops = 4.0 * scores * cfg.head_dim
         # per-element costs calibrated on the golden model's key-tile loop (many small tiles)
         golden = flops / mm + 250.0 * scores / ew
@@ -158,7 +144,7 @@ def cpu_seconds(cfg: Any) -> float:
     return total
 
 
-def estimate(cfg: Any, dev: Any) -> Estimate:
+def estimate(cfg: BenchConfig, dev: Any) -> Estimate:
     import psutil
 
     on_gpu = dev.type == "cuda"
@@ -183,7 +169,7 @@ def estimate(cfg: Any, dev: Any) -> Estimate:
 
 
 def check_fits(
-    cfg: Any,
+    cfg: BenchConfig,
     device: str = "auto",
     what: str = "bench",
     options: str = "--seq, --batch, --heads or --head-dim",
@@ -195,7 +181,7 @@ def check_fits(
     problems = est.problems()
     if problems:
         shape = f"batch {cfg.batch} × heads {cfg.heads} × seq {est.seq} × head dim {cfg.head_dim}"
-        n_k = keys(cfg, est.seq)
+        n_k = cfg.keys(est.seq)
         if n_k != est.seq:
             shape += f" ({n_k} keys)"
             options = f"--kv-seq, {options}"
@@ -213,20 +199,19 @@ def check_fits(
 def check_shape_fits(shape: tuple[int, ...], device: str = "auto", option: str = "--shape") -> Estimate:
     """:func:`check_fits` for one B,H,N,D call (verify's smoke test, its shape given by ``option``):
     one call per provider."""
-    from types import SimpleNamespace
+    from sagebuild.bench.config import shape_config
 
-    b, h, n, d = shape
-    cfg = SimpleNamespace(batch=b, heads=h, seq=(n,), head_dim=d, warmup=0, reps=0)
+    cfg = shape_config(*shape)
     return check_fits(cfg, device, what="verify shape", options=f"{option} values")
 
 
-def Eta(cfg: Any, est: Estimate, say: Callable[[str], None]) -> Callable[[str], None]:
+def Eta(cfg: BenchConfig, est: Estimate, say: Callable[[str], None]) -> Callable[[str], None]:
     """``say``, on a long CPU run with the elapsed time and an ETA added: from the estimate until one
     length has finished, then from the pace (work grows as queries × keys)."""
     if est.seconds is None or est.seconds < LONG_RUN_S:
         return say
     t0, seqs = time.monotonic(), list(cfg.seq)
-    work = {n: n * keys(cfg, n) for n in seqs}
+    work = {n: n * cfg.keys(n) for n in seqs}
     total = sum(work.values())
 
     def with_eta(message: str) -> None:
