@@ -140,14 +140,6 @@ class Upstream(Peer):
     pip = "install it from github.com/thu-ml/SageAttention"
     layout, bottom_right, max_head_dim = "HND", False, 128
 
-    def import_reason(self, exc: Exception) -> str:
-        """Why the import failed: not installed (and how to install it), or the error it raised."""
-        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
-        if missing and self.module.startswith(missing):
-            return f"{self.module} is not installed ({self.pip})"
-        first = (str(exc).splitlines() or [""])[0][:160]
-        return f"import {self.module} failed ({type(exc).__name__}: {first})"
-
     def not_ours(self, mod: Any) -> Optional[str]:
         try:
             version = importlib.metadata.version("sageattention")
