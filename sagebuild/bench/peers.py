@@ -24,6 +24,10 @@ from typing import Any, Callable, Optional
 from sagebuild.bench.providers import Built, Case, Provider, Shape
 
 
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [""])[0][:160]
+
+
 class Peer(Provider):
     """A peer's facts as data; ``available`` walks them in order and returns the first reason."""
 
@@ -57,8 +61,7 @@ class Peer(Provider):
         missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
         if missing and self.module.startswith(missing):
             return f"{self.module} is not installed ({self.pip})"
-        first = (str(exc).splitlines() or [""])[0][:160]
-        return f"import {self.module} failed ({type(exc).__name__}: {first})"
+        return f"import {self.module} failed ({type(exc).__name__}: {_first_line(exc)})"
 
     def not_ours(self, mod: Any) -> Optional[str]:
         return None
@@ -84,7 +87,10 @@ class Peer(Provider):
             return "causal with other key counts: its mask's alignment differs from SDPA's and ours"
         if shape.head_dim > self.max_head_dim:
             return f"head dim {shape.head_dim} > {self.max_head_dim}, the most it takes"
-        return self.device_reason(mod, device)
+        try:
+            return self.device_reason(mod, device)
+        except Exception as exc:  # noqa: BLE001 - a peer's own check that breaks is its reason
+            return f"its availability check failed ({type(exc).__name__}: {_first_line(exc)})"
 
     def device_reason(self, mod: Any, device: Any) -> Optional[str]:
         """Why it cannot run on ``device`` (None: it can)."""

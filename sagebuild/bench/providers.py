@@ -238,8 +238,14 @@ def kernel_only(
 
 
 def plan_ran(plan: Optional[dict[str, Any]]) -> Optional[str]:
-    """A launch plan's record in a few words: the variant and kernel that ran."""
-    return f"{plan['variant']} ({plan.get('kernel') or 'triton'})" if plan else None
+    """A launch plan's record in a few words: the variant and launch config that ran, or PyTorch
+    SDPA where ``sageattn`` routed the call there (and the tuned shape class that decided)."""
+    if not plan:
+        return None
+    if plan.get("sdpa"):
+        return f"PyTorch SDPA (routed: {plan.get('tuned') or 'tuned'})"
+    tuned = f"; {plan['tuned']}" if plan.get("tuned") else ""
+    return f"{plan['variant']} {plan['config']}{tuned}"
 
 
 class Ours(Provider):

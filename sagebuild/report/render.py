@@ -7,8 +7,8 @@ import json
 from html import escape
 from typing import Any
 
-from sagebuild.benchrecord import GATE_METRICS, describe
-from sagebuild.report.svg import speedup_chart
+from sagebuild.benchrecord import GATE_METRICS, describe, provider_notes
+from sagebuild.report.svg import speedup_chart, time_chart
 
 _ICON = {"ok": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭️"}
 
@@ -32,11 +32,24 @@ def speedup_series(bench: dict[str, Any] | None) -> dict[str, list[tuple[int, fl
     series: dict[str, list[tuple[int, float]]] = {}
     for row in (bench or {}).get("rows", []):
         if row["kind"] != "baseline" and row.get(key) is not None:
-            label = row.get("label") or row["provider"] + (
-                " (kernel only)" if row["kind"] == "kernel_only" else ""
-            )
-            series.setdefault(label, []).append((row["seq"], float(row[key])))
+            series.setdefault(_label(row), []).append((row["seq"], float(row[key])))
     return series
+
+
+def time_series(bench: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
+    """Shape (``seq=N``) → [(provider, median ms)] of every timed row: the time chart's bars."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for row in bench.get("rows", []):
+        if row.get("timing"):
+            groups.setdefault(f"seq={row['seq']}", []).append(
+                (_label(row), float(row["timing"]["median_ms"]))
+            )
+    return groups
+
+
+def _label(row: dict[str, Any]) -> str:
+    """How a row names its provider (records written before rows had labels: the provider)."""
+    return row.get("label") or row["provider"] + (" (kernel only)" if row["kind"] == "kernel_only" else "")
 
 
 def chart_title(bench: dict[str, Any] | None) -> str:
@@ -84,7 +97,7 @@ def bench_table(bench: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 str(r["seq"]),
                 r.get("label") or r["provider"],
                 r["kind"],
-                plan_text(r.get("plan")),
+                plan_text(r.get("plan")) if not (r.get("plan") or {}).get("sdpa") else r.get("ran") or "–",
                 _f(t and t["median_ms"]),
                 f"{_f(t['p20_ms'])}–{_f(t['p80_ms'])}" if t else "–",
                 _f(t and t.get("back_to_back_ms")),
@@ -202,6 +215,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             "",
         ]
         lines += _md_table(*bench_table(b))
+        lines += ["", *(f"- {line}" for line in provider_notes(b))] if provider_notes(b) else []
         g = b["gate"]
         # the regression gate's note (or why there is none), then the explicit gate
         gates = [(g.get("expectation") or {}).get("note")]
@@ -222,9 +236,10 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 # ---- HTML -----------------------------------------------------------------------------------
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1700px;color:#222}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
 th{background:#f4f4f4}.ok{color:#186a18}.fail{color:#b00}.warn{color:#a60}.skip{color:#777}
+.bench{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
 code,pre{background:#f6f6f6}pre{padding:.6em;overflow:auto;font-size:12px}"""
 
 
@@ -273,8 +288,14 @@ def to_html(report: dict[str, Any]) -> str:
             f"<p>Shape: {escape(describe(b['config']))}. SDPA backend: "
             f"<b>{escape(b['sdpa_backend']['name'])}</b> ({escape(b['sdpa_backend']['how'])}). "
             f"Timing: {escape(b['method'])}. {escape(b['note'])}</p>",
+            '<div class="bench">',
             _html_table(*bench_table(b)),
+            time_chart(time_series(b), "Time per call by provider and shape (median ms; lower is faster)"),
+            "</div>",
         ]
+        notes = provider_notes(b)
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in notes) + "</ul>")
         if b["gate"]["failures"]:
             parts.append(
                 '<p class="fail">Below threshold: ' + escape("; ".join(b["gate"]["failures"])) + "</p>"

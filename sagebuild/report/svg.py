@@ -1,5 +1,6 @@
-"""An inline SVG chart of speed-up over SDPA against log2(sequence length); no plotting library,
-so the report stays one self-contained file."""
+"""The report's inline SVG charts, drawn here with no plotting library so the report stays one
+self-contained file: speed-up over SDPA against log2(sequence length), and time per call per
+provider per shape."""
 
 from __future__ import annotations
 
@@ -81,5 +82,42 @@ def speedup_chart(series: dict[str, list[tuple[int, float]]], title: str, gate: 
         ly = _T + 14 + i * 18
         out.append(f'<rect x="{W - _R + 12}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
         out.append(f'<text x="{W - _R + 30}" y="{ly + 1}" font-size="11">{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+_BAR_W, _BAR_LABEL, _BAR_H, _PANEL_HEAD = 440, 170, 16, 24  # width, label column, bar row, panel title
+
+
+def time_chart(groups: dict[str, list[tuple[str, float]]], title: str) -> str:
+    """``groups`` maps a shape (``seq=4096``) to (provider, median ms) pairs: one panel of horizontal
+    bars per shape, each on its own linear axis from 0 (shapes differ by orders of magnitude)."""
+    height = 30 + sum(_PANEL_HEAD + _BAR_H * max(len(bars), 1) + 8 for bars in groups.values())
+    span = _BAR_W - _BAR_LABEL - 70  # the longest bar; its value's text to the right
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="time-chart" width="{_BAR_W}" height="{height}" '
+        f'viewBox="0 0 {_BAR_W} {height}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{_BAR_W}" height="{height}" fill="white"/>',
+        f'<text x="{_BAR_W / 2:.0f}" y="18" text-anchor="middle" font-size="13">{escape(title)}</text>',
+    ]
+    y = 30
+    colors: dict[str, str] = {}
+    for shape, bars in groups.items():
+        out.append(f'<text x="4" y="{y + 15}" font-size="12" font-weight="bold">{escape(shape)}</text>')
+        y += _PANEL_HEAD
+        top = max((ms for _, ms in bars), default=0.0) or 1.0
+        for name, ms in bars:
+            color = colors.setdefault(name, _COLORS[len(colors) % len(_COLORS)])
+            w = max(ms / top * span, 1.0)
+            out += [
+                f'<text x="{_BAR_LABEL - 6}" y="{y + 12}" text-anchor="end" font-size="11">'
+                f"{escape(name)}</text>",
+                f'<rect class="bar" x="{_BAR_LABEL}" y="{y + 2}" width="{w:.1f}" height="{_BAR_H - 4}" '
+                f'fill="{color}"><title>{escape(name)} @ {escape(shape)}: {ms:.4g} ms</title></rect>',
+                f'<text x="{_BAR_LABEL + w + 4:.1f}" y="{y + 12}" font-size="11">{ms:.4g} ms</text>',
+            ]
+            y += _BAR_H
+        y += 8
     out.append("</svg>")
     return "\n".join(out)
