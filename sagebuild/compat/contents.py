@@ -9,6 +9,7 @@ import json
 import re
 
 from sagebuild._version import __version__
+from sagebuild.upstream_api import CORE_NAMES, INTERNAL_MODULES
 from sagebuild.upstream_api import UPSTREAM_NAMES as NAMES  # what the installed package re-exports
 
 UPSTREAM_API_VERSION = "2.2.0"
@@ -42,11 +43,48 @@ __provider__ = "sagebuild"  # whose package this is, for callers (compat status 
 __all__ = {list(NAMES) + ["sageattn_qk_int8_pv_fp8_triton"]!r}
 '''
 
-_CORE = f'''"""sageattention.core: where upstream defines its functions (some callers import from here)."""
+ARCHS = ("sm80", "sm89", "sm90")
 
-{_IMPORTS}
-__all__ = {list(NAMES)!r}
-'''
+
+def _reexport(
+    doc: str, sources: dict[str, tuple[str, str]], head: str = "", also: tuple[str, ...] = ()
+) -> str:
+    """A module re-exporting ``sources`` (name -> (our module, attribute path)) after ``head``;
+    ``also``: names ``head`` defines, exported too."""
+    mods = sorted({mod for mod, _ in sources.values()})
+    alias = {mod: f"_m{i}" for i, mod in enumerate(mods)}
+    lines = [f'"""{doc}"""', "", head + "".join(f"import {m} as {alias[m]}\n" for m in mods)]
+    lines += [f"{name} = {alias[mod]}.{attr}" for name, (mod, attr) in sources.items()]
+    lines.append(f"\n__all__ = {[*also, *sorted(sources)]!r}\n")
+    return "\n".join(lines)
+
+
+_CORE = _reexport(
+    "sageattention.core: upstream's functions, quantizers, device queries and Triton forwards "
+    "(KJNodes' memory-efficient patches import from here), on sagebuild's kernels.",
+    CORE_NAMES,
+    _IMPORTS
+    + f"from . import {', '.join(f'{a}_compile' for a in ARCHS)}\n\n"
+    + "".join(
+        f"{a.upper()}_ENABLED = True  # sagebuild runs these names on any GPU its kernels serve\n"
+        for a in ARCHS
+    )
+    + "\n",
+    also=NAMES,
+)
+
+
+def _internal_files() -> dict[str, bytes]:
+    """upstream's internal modules (``INTERNAL_MODULES``) as files of the package."""
+    out = {f"{PACKAGE}/triton/__init__.py": b'"""sageattention.triton (sagebuild compat)."""\n'}
+    for dotted, sources in INTERNAL_MODULES.items():
+        name = dotted.rsplit(".", 1)[-1]
+        arch = name.removeprefix("_qattn_").removesuffix("_compile")
+        head = f"from . import _qattn_{arch}\n\n" if name.endswith("_compile") else ""  # KJNodes looks for it
+        doc = f"{dotted}: upstream's names on sagebuild's kernels (sagebuild compat)."
+        out[dotted.replace(".", "/") + ".py"] = _reexport(doc, sources, head).encode()
+    return out
+
 
 _METADATA = (
     "Metadata-Version: 2.1\n"
@@ -63,6 +101,7 @@ def files() -> dict[str, bytes]:
     return {
         f"{PACKAGE}/__init__.py": _INIT.encode(),
         f"{PACKAGE}/core.py": _CORE.encode(),
+        **_internal_files(),
         f"{DIST_INFO}/METADATA": _METADATA.encode(),
         f"{DIST_INFO}/INSTALLER": f"{INSTALLER}\n".encode(),
         f"{DIST_INFO}/top_level.txt": f"{PACKAGE}\n".encode(),
