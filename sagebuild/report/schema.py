@@ -45,26 +45,48 @@ def validate(instance: Any, schema: dict[str, Any] | None = None) -> list[str]:
 
 def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
     """The violations of ``value`` at ``path`` against ``node``, a part of the schema ``root``."""
+    node = _resolve(node, root)
+    if "oneOf" in node:
+        return _one_of(value, node["oneOf"], root, path)
+    if "type" in node:
+        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+        if not any(_is_type(value, t) for t in types):
+            return [f"{path}: expected {' or '.join(types)}, got {type(value).__name__}"]
+    errors = _value_errors(value, node, path)
+    if isinstance(value, dict):
+        errors += _object_errors(value, node, root, path)
+    if isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            errors += validate_sub(item, node["items"], root, f"{path}[{i}]")
+    return errors
+
+
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with its local ``$ref`` chain followed."""
     while "$ref" in node:
         ref = node["$ref"]
         if not ref.startswith("#/"):
             raise ValueError(f"only local $ref is supported, got {ref}")
         node = functools.reduce(operator.getitem, ref[2:].split("/"), root)
-    if "oneOf" in node:
-        results = [validate_sub(value, s, root, path) for s in node["oneOf"]]
-        passing = sum(not r for r in results)
-        if passing > 1:
-            return [f"{path}: matches {passing} of the oneOf alternatives (must match exactly 1)"]
+    return node
 
-        # None passing: the closest alternative says what is wrong (its type fits, then fewest errors)
-        def distance(errs: list[str]) -> tuple[bool, int]:
-            return (any(e.startswith(f"{path}: expected") for e in errs), len(errs))
 
-        return min(results, key=distance) if passing == 0 else []
-    if "type" in node:
-        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-        if not any(_is_type(value, t) for t in types):
-            return [f"{path}: expected {' or '.join(types)}, got {type(value).__name__}"]
+def _one_of(value: Any, alternatives: list[dict[str, Any]], root: dict[str, Any], path: str) -> list[str]:
+    """Exactly one alternative must match; with none, the closest says what is wrong (its type
+    fits, then it has the fewest errors)."""
+    results = [validate_sub(value, s, root, path) for s in alternatives]
+    passing = sum(not r for r in results)
+    if passing > 1:
+        return [f"{path}: matches {passing} of the oneOf alternatives (must match exactly 1)"]
+
+    def distance(errs: list[str]) -> tuple[bool, int]:
+        return (any(e.startswith(f"{path}: expected") for e in errs), len(errs))
+
+    return min(results, key=distance) if passing == 0 else []
+
+
+def _value_errors(value: Any, node: dict[str, Any], path: str) -> list[str]:
+    """``const``, ``enum`` and ``minimum``."""
     errors: list[str] = []
     if "const" in node and value != node["const"]:
         errors.append(f"{path}: expected {node['const']!r}, got {value!r}")
@@ -72,18 +94,17 @@ def validate_sub(value: Any, node: dict[str, Any], root: dict[str, Any], path: s
         errors.append(f"{path}: {value!r} is not one of {node['enum']}")
     if "minimum" in node and _is_type(value, "number") and value < node["minimum"]:
         errors.append(f"{path}: {value} is below the minimum {node['minimum']}")
-    if isinstance(value, dict):
-        props = node.get("properties", {})
-        for key in node.get("required", []):
-            if key not in value:
-                errors.append(f"{path}: missing required key {key!r}")
-        for key, item in value.items():
-            sub = props.get(key, node.get("additionalProperties", True))
-            if sub is False:
-                errors.append(f"{path}: unexpected key {key!r}")
-            elif isinstance(sub, dict):
-                errors += validate_sub(item, sub, root, f"{path}.{key}")
-    if isinstance(value, list) and "items" in node:
-        for i, item in enumerate(value):
-            errors += validate_sub(item, node["items"], root, f"{path}[{i}]")
+    return errors
+
+
+def _object_errors(value: dict[str, Any], node: dict[str, Any], root: dict[str, Any], path: str) -> list[str]:
+    """``required``, ``properties`` and ``additionalProperties``."""
+    errors = [f"{path}: missing required key {key!r}" for key in node.get("required", []) if key not in value]
+    props = node.get("properties", {})
+    for key, item in value.items():
+        sub = props.get(key, node.get("additionalProperties", True))
+        if sub is False:
+            errors.append(f"{path}: unexpected key {key!r}")
+        elif isinstance(sub, dict):
+            errors += validate_sub(item, sub, root, f"{path}.{key}")
     return errors
