@@ -90,6 +90,13 @@ KNOBS: tuple[Knob, ...] = (
         "length), instead of asking the tuning record's shape classes which calls SDPA runs faster.",
     ),
     Knob(
+        "SAGEBUILD_RECORD",
+        "path",
+        "unset (nothing recorded)",
+        "`sageattn` appends each new call signature (shape key, dtype, layout; one JSON line) to this "
+        "file, for `sagebuild tune --from-record FILE` to tune what the program really runs.",
+    ),
+    Knob(
         "SAGEBUILD_CACHE_DIR",
         "path",
         "the platform cache dir (~/.cache/sagebuild)",

@@ -84,6 +84,19 @@ def stop_recording() -> None:
     _tls.recording = None
 
 
+def watch_compiled(into: Optional[list]) -> None:
+    """Append the compiled kernel of every launch of this thread that goes through Triton (a
+    signature's first) to ``into`` (None stops): ``sagebuild tune`` reads their registers, spills
+    and scratch before timing a candidate. Under the CPU interpreter Triton returns no kernel."""
+    _tls.compiled = into
+
+
+def _watched(kernel: Any) -> None:
+    watch = getattr(_tls, "compiled", None)
+    if watch is not None and kernel is not None:
+        watch.append(kernel)
+
+
 def launch(
     fn: Any,
     grid: tuple[int, ...],
@@ -123,12 +136,13 @@ def _launch(
             run_bound(_bound(kernel, grid, consts), args, raw_stream(dev))
             return
         kernel = fn[grid](*args, **constexprs, **options)
+        _watched(kernel)
         if kernel is not None and _constexprs_trailing(fn, len(args), constexprs):
             if len(_compiled) >= MAX_ENTRIES:
                 _compiled.clear()
             _compiled[cache_key] = kernel
         return
-    fn[grid](*args, **constexprs, **options)
+    _watched(fn[grid](*args, **constexprs, **options))
 
 
 def bind(
@@ -208,4 +222,5 @@ __all__ = [
     "run_bound",
     "start_recording",
     "stop_recording",
+    "watch_compiled",
 ]

@@ -233,6 +233,8 @@ def attend(
             qk_quant_gran=qk_quant_gran, smooth_k=smooth_k, return_lse=return_lse, pv=pv,
             pv_accum=accum, quantization_backend=quantization_backend, config=config, attn_mask=attn_mask,
         )  # fmt: skip
+        if pv == "auto":  # sageattn's new signature: $SAGEBUILD_RECORD (``sagebuild tune --from-record``)
+            _note_call(plan, q, k, v, tensor_layout)
         call = _new_call(plan, q, k, v, tensor_layout)
         _put(_PLANS, key, call)
         rkey = None  # the signature's first call
@@ -254,6 +256,15 @@ def _new_call(
     kv_pairs = k.shape[0] * k.shape[2 if nhd else 1]
     ops = _ext_ops(q.device, kv_pairs) if plan.quantization == "extension" else None
     return _Call(plan, nhd, any(t.stride(-1) != 1 for t in (q, k, v)), ops)
+
+
+def _note_call(plan: LaunchPlan, q: Any, k: Any, v: Any, tensor_layout: str) -> None:
+    """Append the call's signature to ``$SAGEBUILD_RECORD`` when set (``tuning.classes.note_call``)."""
+    from sagebuild.tuning.classes import note_call
+
+    if tensor_layout == "NHD":
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    note_call(tuple(q.shape), tuple(k.shape), q.dtype, tensor_layout, plan.causal)
 
 
 def _execute(

@@ -13,7 +13,9 @@ import typer
 
 from sagebuild._version import __version__
 
-COMMAND_MODULES = ("doctor", "profiles", "compile", "verify", "bench", "accept", "lock", "explain", "compat")
+COMMAND_MODULES = (
+    "doctor", "profiles", "compile", "verify", "bench", "tune", "accept", "lock", "explain", "compat",
+)  # fmt: skip
 
 app = typer.Typer(
     name="sagebuild",
