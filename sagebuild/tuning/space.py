@@ -91,12 +91,11 @@ def variants(family: str, fp8_ok: bool) -> tuple[str, ...]:
 
 
 def head_dim_key(head_dim: int) -> Union[int, None]:
-    """The key a call's head dim is searched by: its split width when it runs split, else its
-    padded head dim (None: too large for the kernels)."""
-    pad = configs.padded_head_dim(head_dim)
-    if pad is None:
-        return None
-    return configs.split_width(pad) if configs.split_head_dim(head_dim, pad) else pad
+    """The key a call's head dim is searched by (the record's and the table's rule): its split
+    width when it runs split, else its padded head dim (None: too large for the kernels)."""
+    from sagebuild.tuning.record import ShapeClass
+
+    return ShapeClass(head_dim, 1, 1, 1, False).head_dim_key
 
 
 def space_configs(family: str, head_dim: int, variant: str) -> tuple[str, ...]:
