@@ -5,6 +5,7 @@ So ``sagebuild doctor > d.txt`` captures the answer while progress and errors st
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import sys
@@ -14,6 +15,37 @@ from typing import Callable, Iterator, Optional, TextIO
 from rich.console import Console
 
 from sagebuild.errors import Exit
+
+# What an ASCII-only terminal (``LC_ALL=C``, ``PYTHONUTF8=0``) shows for the glyphs our messages use;
+# anything else becomes "?". Files (reports, locks) are always written as UTF-8 and keep them.
+_ASCII = {
+    "\u2014": "--", "\u2013": "-", "\u2192": "->", "\u2190": "<-", "\u00d7": "x", "\u2265": ">=",
+    "\u2264": "<=", "\u00b7": ".", "\u2026": "...", "\u00b2": "^2", "\u00b3": "^3", "\u1d40": "^T",
+    "\u00b5": "u", "\u2248": "~", "\u2713": "ok", "\u2717": "x", "\u2018": "'", "\u2019": "'",
+    "\u201c": '"', "\u201d": '"', "\u2212": "-", "\u00b1": "+-", "\u2260": "!=", "\u221e": "inf",
+}  # fmt: skip
+_ASCII_ERRORS = "sagebuild-ascii"
+
+
+def _to_ascii(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "".join(_ASCII.get(c, "?") for c in exc.object[exc.start : exc.end]), exc.end
+
+
+codecs.register_error(_ASCII_ERRORS, _to_ascii)
+
+
+def encodable_streams() -> None:
+    """Let stdout and stderr print any text, whatever their encoding: a character the terminal's
+    encoding lacks (an ASCII-only locale) is written as its ASCII look-alike instead of raising
+    ``UnicodeEncodeError`` in the middle of a table or a ``--help`` page."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        reconfigure = getattr(stream, "reconfigure", None)
+        if encoding and reconfigure and codecs.lookup(encoding).name not in ("utf-8", "utf-16", "utf-32"):
+            reconfigure(errors=_ASCII_ERRORS)
+
 
 # a pipe or a CI log has no width: rich would assume 80 columns and squeeze tables
 _PIPE_WIDTH = 160

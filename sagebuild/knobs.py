@@ -109,6 +109,13 @@ KNOBS: tuple[Knob, ...] = (
         "Where this environment's compiled extension is written and looked up.",
     ),
     Knob(
+        "SAGEBUILD_TEST_SHARED_CACHE",
+        "switch",
+        "off (each test run gets a fresh temporary cache)",
+        "The test suite keeps a set `SAGEBUILD_CACHE_DIR` instead of a temporary cache of its own "
+        "(`scripts/gpu_check.sh` sets it, so the GPU tests use the build its compile stage made).",
+    ),
+    Knob(
         "SAGEBUILD_OUT",
         "path",
         "sagebuild-out",

@@ -16,9 +16,11 @@ LOGS="${LOGS:-/tmp/sagebuild-gpu-logs}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT" "$LOGS"
 export PYTHONUNBUFFERED=1
-# One extension cache for compile, the tests and accept (tests/conftest.py otherwise isolates the
-# tests in a temporary one and they would not exercise the build).
+# One extension cache for compile, the tests and accept: tests/conftest.py otherwise isolates the
+# tests in a temporary one (always, even with SAGEBUILD_CACHE_DIR set) and they would not exercise
+# the build; SAGEBUILD_TEST_SHARED_CACHE=1 asks it to keep this one.
 export SAGEBUILD_CACHE_DIR="${SAGEBUILD_CACHE_DIR:-/tmp/sagebuild-gpu-cache}"
+export SAGEBUILD_TEST_SHARED_CACHE=1
 
 all_stages="install compile tests bench"
 stages="${*:-$all_stages}"

@@ -14,15 +14,27 @@ import torch
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-# Tests never read or write the developer's ~/.cache/sagebuild (a build there from older sources,
-# loaded by an in-process test, would stand in for the one a later test builds).
 # The kernels' tests test the kernels: no call routed to SDPA by the shipped tuning data (Hopper)
 # or a tuning record. tests/test_route.py switches routing on where it tests it.
 os.environ.setdefault("SAGEBUILD_ROUTE", "0")
-if "SAGEBUILD_CACHE_DIR" not in os.environ:
+
+
+def _isolate_the_cache() -> None:
+    """Point ``SAGEBUILD_CACHE_DIR`` at a fresh temporary folder, whatever it was: tests never read or
+    write the developer's cache, the default ~/.cache/sagebuild or one ``SAGEBUILD_CACHE_DIR`` names (a
+    build there from other sources, loaded by an in-process test, would stand in for the one a later
+    test builds). ``SAGEBUILD_TEST_SHARED_CACHE=1`` keeps a set ``SAGEBUILD_CACHE_DIR`` instead:
+    scripts/gpu_check.sh asks for that, so its GPU tests exercise the build its compile stage made."""
     import tempfile
 
-    os.environ["SAGEBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="sagebuild-test-cache-")
+    from sagebuild import knobs
+
+    shared = knobs.switch("SAGEBUILD_TEST_SHARED_CACHE") and knobs.raw("SAGEBUILD_CACHE_DIR")
+    if not shared:
+        os.environ["SAGEBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="sagebuild-test-cache-")
+
+
+_isolate_the_cache()
 
 
 def _exact_fp8_casts_in_interpreter() -> None:

@@ -46,6 +46,16 @@ def _fifo(d: Path) -> Path:
     return p
 
 
+def _users_files(d: Path) -> Path:
+    """A job's folder that already holds files named as accept's and bench's outputs."""
+    for name in ("build.log", "report.json", "junit.xml", "notes.txt"):
+        (d / name).write_text(f"the user's {name}\n")
+    return d
+
+
+ASCII_ONLY = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+
+
 def _file(d: Path) -> Path:
     p = d / "existing.txt"
     p.write_text("keep me\n")
@@ -60,6 +70,9 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     json_doc: bool = False
     stderr_has: str = ""
+    in_work: bool = False  # run in a folder of the user's files named as our outputs (else beside it)
+    no_output: str = ""  # text no output may contain (an internal error's words)
+    stdout_has: str = ""  # a failed step's verdict (then no error/fix lines are expected)
 
 
 CASES = [
@@ -122,7 +135,39 @@ CASES = [
         {2},
         env={"SAGEBUILD_EXT_DIR": "/dev/null"},
     ),
-]
+    # issue 60: an empty path is a usage error, never the current directory (an unset CI variable)
+    *(
+        Case(f"{cmd[0]}-{cmd[-1].lstrip('-')}-empty", (lambda c: lambda d: [*c, ""])(cmd), {2}, in_work=True,
+             stderr_has="is empty")
+        for cmd in (
+            ["accept", "--profile", "cpu", "--out"],
+            ["bench", "--profile", "cpu", "--seq", "64", "--reps", "1", "--out"],
+            ["lock", "--profile", "cpu", "--out"],
+            ["lock", "--check"],
+            ["compile", "--profile", "cpu", "--dry-run", "--log"],
+        )
+    ),
+    Case("accept-out-empty-json", lambda d: ["accept", "--profile", "cpu", "--out", "", "--json"], {2},
+         json_doc=True, in_work=True),
+    Case("bench-seq-empty", lambda d: ["bench", "--profile", "cpu", "--seq", ""], {2}, stderr_has="--seq ''"),
+    Case("bench-varlen-empty", lambda d: ["bench", "--profile", "cpu", "--varlen", ""], {2},
+         stderr_has="--varlen ''"),
+    Case("accept-varlen-empty", lambda d: ["accept", "-p", "cpu", "--out", str(d / "o"), "--varlen", ""], {2},
+         stderr_has="--varlen ''"),
+    # issue 60: an ASCII-only terminal prints every glyph as its look-alike, never an internal error
+    Case("help-ascii", lambda d: ["--help"], {0}, env=ASCII_ONLY, no_output="UnicodeEncodeError"),
+    Case("accept-help-ascii", lambda d: ["accept", "--help"], {0}, env=ASCII_ONLY,
+         no_output="UnicodeEncodeError"),
+    Case("doctor-ascii", lambda d: ["doctor", "--profile", "cpu"], {0, 10}, env=ASCII_ONLY,
+         no_output="internal error"),
+    Case("profiles-ascii", lambda d: ["profiles", "show", "cpu"], {0}, env=ASCII_ONLY,
+         no_output="internal error"),
+    Case(
+        "accept-ascii",
+        lambda d: ["accept", "-p", "cpu", "--out", str(d.parent / "run"), "--verify-shape", "1,8,9999999,64"],
+        {3}, env=ASCII_ONLY, no_output="internal error", stdout_has="not accepted (exit 3) -- report",
+    ),
+]  # fmt: skip
 
 
 def _snapshot(d: Path) -> dict[str, str]:
@@ -143,6 +188,8 @@ def _limits() -> None:
 def test_bad_input_gives_a_clear_message_and_a_documented_code(case: Case, tmp_path: Path):
     work = tmp_path / "work"
     work.mkdir()
+    if case.in_work:
+        _users_files(work)
     args = case.args(work)
     before = _snapshot(work)
     env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1", **case.env}
@@ -151,16 +198,18 @@ def test_bad_input_gives_a_clear_message_and_a_documented_code(case: Case, tmp_p
     r = subprocess.run(
         [sys.executable, "-m", "sagebuild", *args],
         capture_output=True, text=True, env=env, timeout=TIME_LIMIT_S, preexec_fn=_limits,
-        stdin=subprocess.DEVNULL, cwd=tmp_path,
+        stdin=subprocess.DEVNULL, cwd=work if case.in_work else tmp_path,
     )  # fmt: skip
     elapsed = time.monotonic() - t0
     both = r.stdout + r.stderr
     assert "Traceback" not in both, both[-3000:]
+    assert not case.no_output or case.no_output not in both, both[-3000:]
     assert r.returncode in case.codes, (r.returncode, both[-3000:])
     assert r.returncode in DOCUMENTED
     assert elapsed < TIME_LIMIT_S
     assert _snapshot(work) == before, "a file that was there changed"
-    if r.returncode != 0:
+    assert case.stdout_has in r.stdout, r.stdout[-2000:]
+    if r.returncode != 0 and not case.stdout_has:
         assert "error:" in r.stderr and "fix:" in r.stderr, r.stderr[-2000:]
         assert case.stderr_has.lower() in r.stderr.lower(), r.stderr[-2000:]
     if case.json_doc:
@@ -194,3 +243,37 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path, json_out: bool):
         os.close(w_fd)
     assert r.returncode == 141, r.stderr
     assert r.stderr == "", r.stderr
+
+
+# ---- issue 60: each of these lost or overwrote a user's file, or misled, before its fix ----------
+
+TESTS = Path(__file__).resolve().parent
+_CACHE_SEEN = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import conftest, os; print(os.environ[sys.argv[2]])"
+)
+
+
+@pytest.mark.parametrize("shared", [None, "1"])
+def test_the_tests_never_use_a_cache_dir_that_is_set(tmp_path: Path, shared):
+    """The README's test command with SAGEBUILD_CACHE_DIR naming a cache that holds a build (the
+    quickstart's): the tests get a fresh temporary cache of their own, unless the GPU check asks
+    to share (SAGEBUILD_TEST_SHARED_CACHE=1)."""
+    users = tmp_path / "users-cache"
+    (users / "ext").mkdir(parents=True)
+    env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(users)}
+    env.pop("SAGEBUILD_TEST_SHARED_CACHE", None)
+    if shared:
+        env["SAGEBUILD_TEST_SHARED_CACHE"] = shared
+    r = subprocess.run(
+        [sys.executable, "-c", _CACHE_SEEN, str(TESTS), "SAGEBUILD_CACHE_DIR"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = Path(r.stdout.strip().splitlines()[-1])
+    if shared:
+        assert seen == users
+    else:
+        assert seen != users and seen.is_dir() and not any(seen.iterdir())

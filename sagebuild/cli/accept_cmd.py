@@ -22,6 +22,7 @@ from sagebuild.cli.common import (
     handle_errors,
     out,
     parse_shape,
+    path_option,
     with_bench_options,
 )
 
@@ -37,7 +38,7 @@ def register(app: typer.Typer) -> None:
     @with_bench_options
     def accept_cmd(
         profile: ProfileOpt = "auto",
-        out_dir: Annotated[Path, typer.Option("--out", "-o", help=_OUT)] = Path("sagebuild-out"),
+        out_dir: Annotated[str, typer.Option("--out", "-o", help=_OUT)] = "sagebuild-out",
         keep_going: Annotated[bool, typer.Option("--keep-going", help=_KEEP)] = False,
         jobs: JobsOpt = None,
         arch: ArchOpt = None,
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
         dims = parse_shape(verify_shape, "--verify-shape")
         opts = AcceptOptions(
             profile=profile,
-            out=out_dir,
+            out=path_option(out_dir, "--out"),
             keep_going=keep_going,
             jobs=jobs,
             arch=arch,

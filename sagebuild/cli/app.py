@@ -58,4 +58,7 @@ def main() -> None:
     # torch prints this when numpy is absent (CPU wheels do not require it); nothing here uses
     # numpy, so it would only alarm a user reading the pipeline's output
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    from sagebuild.console import encodable_streams
+
+    encodable_streams()
     app()

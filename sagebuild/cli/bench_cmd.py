@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -12,6 +11,7 @@ from sagebuild.cli.common import (
     ProfileOpt,
     handle_errors,
     out,
+    path_option,
     resolve_profile,
     respond,
     with_bench_options,
@@ -78,8 +78,8 @@ def register(app: typer.Typer) -> None:
         layout: Annotated[str, typer.Option("--layout", help="HND or NHD.")] = "HND",
         seed: Annotated[int, typer.Option("--seed", help="Random seed of the inputs.")] = 0,
         device: Annotated[str, typer.Option("--device", help="auto, cuda, cuda:1 or cpu.")] = "auto",
-        out_path: Annotated[
-            Optional[Path], typer.Option("--out", help="Also write the result as JSON here.")
+        out_text: Annotated[
+            Optional[str], typer.Option("--out", help="Also write the result as JSON here.")
         ] = None,
         json_out: JsonOpt = False,
     ) -> None:
@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
         from sagebuild.console import interactive, status, steps
         from sagebuild.fsio import write_text_atomic
 
+        out_path = path_option(out_text, "--out")
         prof, why = resolve_profile(profile)
         cfg = bm.config_from_profile(prof, **bench, dtype=dtype, layout=layout, seed=seed)
         est = benchmem.check_fits(cfg, device)  # before anything is allocated (exit 3 if it won't fit)

@@ -155,8 +155,9 @@ def with_bench_options(fn: F) -> F:
         from sagebuild.bench.config import parse_against, parse_int_list, parse_varlen
 
         bench = {p.name: kwargs.pop(p.name) for p in from_table}
-        bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] else None
-        varlen = parse_varlen(bench["varlen"]) if bench["varlen"] else (None, None)
+        # an empty value is a usage error there, not "the profile's default"
+        bench["seq"] = parse_int_list(bench["seq"], "seq") if bench["seq"] is not None else None
+        varlen = parse_varlen(bench["varlen"]) if bench["varlen"] is not None else (None, None)
         bench["varlen"], bench["varlen_keys"] = varlen
         bench["against"] = parse_against(bench["against"]) if bench["against"] else None
         return fn(**kwargs, bench=bench)
@@ -176,6 +177,20 @@ def parse_shape(text: str, option: str) -> Any:
             f"{option} {text}: expected four numbers B,H,N,D", fix=f"e.g. {option} 1,8,512,64"
         )
     return dims
+
+
+def path_option(text: Optional[str], option: str) -> Optional[Path]:
+    """A path option's value as a ``Path``; an empty one is a usage error (exit 2), never the current
+    directory that ``Path("")`` would be (an unset CI variable, ``--out "$OUT"``, must not write
+    over the files where the job stands)."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise SagebuildError(
+            f"{option} is empty (an unset variable?)",
+            fix=f"pass {option} a path; '.' if you mean the current directory",
+        )
+    return Path(text)
 
 
 def resolve_profile(spec: str) -> tuple[Any, str]:

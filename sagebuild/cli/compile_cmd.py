@@ -16,6 +16,7 @@ from sagebuild.cli.common import (
     console,
     handle_errors,
     out,
+    path_option,
     respond,
 )
 from sagebuild.errors import Exit
@@ -99,17 +100,18 @@ def register(app: typer.Typer) -> None:
         profile: ProfileOpt = "auto",
         jobs: JobsOpt = None,
         arch: ArchOpt = None,
-        source: Annotated[Optional[Path], typer.Option("--source", help=_HELP_SOURCE)] = None,
+        source_text: Annotated[Optional[str], typer.Option("--source", help=_HELP_SOURCE)] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help=_HELP_DRY)] = False,
         root: RootOpt = Path("/"),
         json_out: JsonOpt = False,
-        log: Annotated[Optional[Path], typer.Option("--log", help=_HELP_LOG)] = None,
+        log_text: Annotated[Optional[str], typer.Option("--log", help=_HELP_LOG)] = None,
     ) -> None:
         """Build the fused quantization extension for this machine's GPUs with a safe MAX_JOBS,
         verify it in a fresh interpreter, and compile the profile's Triton kernels ahead of time."""
         from sagebuild.build import plan as build_plan
         from sagebuild.build import run
 
+        source, log = path_option(source_text, "--source"), path_option(log_text, "--log")
         plan, why = build_plan.plan_for_machine(profile, root, jobs, arch, source)
         doc = {"command": "compile", "dry_run": dry_run, "profile_why": why, "plan": plan.to_dict()}
         if not json_out:

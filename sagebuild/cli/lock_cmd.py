@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, handle_errors, respond
+from sagebuild.cli.common import JsonOpt, handle_errors, path_option, respond
 from sagebuild.cli.common import out as out_
 from sagebuild.errors import Exit
 
@@ -18,8 +17,8 @@ _PROFILE_HELP = "Bundled profile name, YAML path or 'auto' (with --check the def
 
 
 def lock(
-    out: Annotated[Path, typer.Option("--out", "-o", help=_OUT_HELP)] = Path("sagebuild.lock"),
-    check: Annotated[Optional[Path], typer.Option("--check", help=_CHECK_HELP)] = None,
+    out_text: Annotated[str, typer.Option("--out", "-o", help=_OUT_HELP)] = "sagebuild.lock",
+    check_text: Annotated[Optional[str], typer.Option("--check", help=_CHECK_HELP)] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help=_PROFILE_HELP)] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -27,6 +26,7 @@ def lock(
     from sagebuild import lock as lk
     from sagebuild import probe, profiles
 
+    out, check = path_option(out_text, "--out"), path_option(check_text, "--check")
     locked = lk.load(check) if check is not None else None  # a bad file fails fast, before probing
     facts = probe.collect()
     archs = facts.gpu_archs()
