@@ -11,10 +11,13 @@ before every call); rounds alternate the providers' order and the table gives th
 rounds. "ratio" is SDPA's time over ours (above 1: faster). Varlen rows also time the dense
 ``sageattn`` call on the same packed tokens ("/ dense": issue 36 asks ≤ 1.1), masked rows the
 unmasked call on the same padded batch (issue 35 asks ≤ 1.1). cos and
-rel L1 compare our output with SDPA's on the same inputs. "ran" says whether ``sageattn`` ran
-the kernels or routed the class to SDPA (``sagebuild.attention.route``: this machine's tuning
-record, else the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels alone). Exit 1 when
-a row failed to run.
+rel L1 compare our output with SDPA's on the same inputs. ``--against ck`` (any of
+``sagebuild bench --against``'s peers) adds the peer's time, its time over ours ("ck / ours": above
+1, ours is faster) and its cos against SDPA for the dense rows it can run (Comfy Kitchen: the
+non-causal ones); a peer that cannot run a row leaves it blank and the JSON says why. "ran" says
+whether ``sageattn`` ran the kernels or routed the class to SDPA (``sagebuild.attention.route``:
+this machine's tuning record, else the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels
+alone). Exit 1 when a row failed to run.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ import sagebuild
 from sagebuild import sageattn, sageattn_varlen
 from sagebuild.attention import route
 from sagebuild.attention.metrics import accuracy
+from sagebuild.bench import providers
+from sagebuild.bench.config import parse_against
+from sagebuild.bench.peers import Peer, peers
+from sagebuild.errors import SagebuildError
 
 Fn = Callable[[], Any]
 
@@ -49,6 +56,7 @@ class Case:
     dense: Fn | None
     ours_out: Callable[[Any], torch.Tensor]
     sdpa_out: Callable[[Any], torch.Tensor]
+    inputs: providers.Case | None = None  # a dense call's q, k, v (HND): what peers are timed on
 
 
 def _rand(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -75,6 +83,7 @@ def dense(b: int, h: int, nq: int, d: int, dtype: torch.dtype, causal: bool = Fa
         dense=None,
         ours_out=_hnd,
         sdpa_out=_hnd,
+        inputs=providers.Case(nq, q, k, v, "HND", causal),
     )
 
 
@@ -175,11 +184,30 @@ WORKLOADS: list[tuple[str, str, torch.dtype, Callable[[], Case]]] = [
 ]  # fmt: skip
 
 
-def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, Any]:
+def peer_calls(case: Case, against: list[Peer]) -> tuple[dict[str, Fn], dict[str, str]]:
+    """The peers' calls on a dense case's inputs, and why each other peer cannot run it."""
+    calls, reasons = {}, {}
+    c = case.inputs
+    for peer in against:
+        if c is None:
+            reason = "packed or masked row: peers are timed on dense calls"
+        else:
+            dtype = str(c.q.dtype).removeprefix("torch.")
+            reason = peer.available(c.shape(), dtype, "HND", c.causal, c.q.device)
+        if reason:
+            reasons[peer.name] = reason
+        else:
+            calls[peer.name] = peer.build(c).call
+    return calls, reasons
+
+
+def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int, against: list[Peer]) -> dict[str, Any]:
     """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy."""
     fns = {"ours": case.ours, "sdpa": case.sdpa}
     if case.dense is not None:
         fns["dense"] = case.dense
+    theirs, reasons = peer_calls(case, against)
+    fns.update(theirs)
     for fn in fns.values():  # compile, record and replay before timing
         for _ in range(3):
             fn()
@@ -192,15 +220,33 @@ def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int) -> dict[str, A
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    acc = accuracy(case.ours_out(case.ours()), case.sdpa_out(case.sdpa()))
+    want = case.sdpa_out(case.sdpa())
+    acc = accuracy(case.ours_out(case.ours()), want)
     ms = {name: statistics.median(t) for name, t in times.items()}
+    peer_cos = {name: accuracy(_hnd(fn()), want)["cos"] for name, fn in theirs.items()}
     return {
         "ms": ms,
         "ratio": ms["sdpa"] / ms["ours"],
         "cos": acc["cos"],
         "rel_l1": acc["rel_l1"],
         "ran": ran,
+        "peers": {n: {"ms": ms[n], "vs_ours": ms[n] / ms["ours"], "cos": peer_cos[n]} for n in theirs},
+        "peers_not_run": reasons,
     }
+
+
+def peer_cells(res: dict[str, Any], against: list[Peer]) -> str:
+    """The row's peer columns: ms, its time over ours, cos against SDPA (blank where it did not run)."""
+    cells = []
+    for peer in against:
+        p = res.get("peers", {}).get(peer.name)
+        cells += [f"{p['ms']:.4f}", f"{p['vs_ours']:.2f}×", f"{p['cos']:.5f}"] if p else ["", "", ""]
+    return "".join(f" {c} |" for c in cells)
+
+
+def _probe() -> tuple[Any, ...]:
+    """A small dense call's ``available`` arguments: a peer that cannot even import says why."""
+    return providers.Shape(1, 1, 128, 64, 1, 128), "float16", "HND", False, torch.device("cuda")
 
 
 def header() -> str:
@@ -227,7 +273,13 @@ def main() -> int:
     ap.add_argument("--rep-ms", type=int, default=100)
     ap.add_argument("--json", default="", help="also write the rows to this file")
     ap.add_argument("--list", action="store_true", help="print the workloads and exit")
+    ap.add_argument("--against", default="", help="peers to time beside ours on dense rows, e.g. ck")
     args = ap.parse_args()
+    try:
+        against = peers(parse_against(args.against)) if args.against else []
+    except SagebuildError as exc:
+        print(f"error: {exc.message} ({exc.fix})", file=sys.stderr)
+        return 2
     picks = [s.strip() for s in args.only.split(",") if s.strip()]
     chosen = [w for w in WORKLOADS if not picks or any(p in w[0] or p in w[1] for p in picks)]
     if args.list or not chosen:
@@ -244,13 +296,17 @@ def main() -> int:
         print("error: no CUDA/ROCm GPU visible to torch; run this on the GPU machine", file=sys.stderr)
         return 2
     print(header())
-    print("| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 | ran |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for p in against:
+        print(f"{p.name}: {p.label}, {p.what() if p.load() else p.available(*_probe())}")
+    extra = "".join(f" {p.name} ms | {p.name} / ours | {p.name} cos |" for p in against)
+    print(f"| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 | ran |{extra}")
+    print("|" + " --- |" * (10 + 3 * len(against)))
+
     rows, failed = [], False
     for name, shape, dtype, build in chosen:
         dt = str(dtype).removeprefix("torch.")
         try:
-            res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms)
+            res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms, against)
         except Exception as exc:  # one failing class must not hide the others' numbers
             failed = True
             print(f"| {name} | {shape} | {dt} | error: {type(exc).__name__}: {exc} | | | | | | |", flush=True)
@@ -264,7 +320,7 @@ def main() -> int:
         vd = f"{ms['ours'] / ms['dense']:.2f}" if "dense" in ms else ""
         print(
             f"| {name} | {shape} | {dt} | {ms['ours']:.4f} | {ms['sdpa']:.4f} | {res['ratio']:.2f}× | {vd} | "
-            f"{res['cos']:.5f} | {res['rel_l1']:.4f} | {res['ran']} |",
+            f"{res['cos']:.5f} | {res['rel_l1']:.4f} | {res['ran']} |{peer_cells(res, against)}",
             flush=True,
         )
         rows.append({"workload": name, "shape": shape, "dtype": dt, **res})

@@ -9,6 +9,7 @@
 # the device tool's 8-file limit leaves room for accept's files.
 # Carry `.whl/` (git-ignored) to install a diffusers wheel and its pure-Python dependency wheels
 # (no index is used), and pytest-xdist's wheels to run the GPU tests in parallel. BENCH_ARGS: more arguments for scripts/bench_workloads.py (e.g. --only long).
+# With Comfy Kitchen importable (PYTHONPATH), the bench stage adds its column and a `sagebuild bench --against all` run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/sagebuild-gpu-out}"
@@ -81,9 +82,18 @@ if has tests; then
   grep -E "^[0-9]+ (passed|failed)|(passed|failed|error).* in [0-9.]+s" "$LOGS/tests.log" | tee -a "$summary"
 fi
 if has bench; then
+  # Comfy Kitchen importable (carried unpacked on PYTHONPATH): its column in the workloads table
+  # (non-causal dense rows), and `sagebuild bench` timing every peer beside SDPA and ours
+  peer_args=""
+  if $PY -c "import comfy_kitchen" 2> /dev/null; then peer_args="--against ck"; fi
   # shellcheck disable=SC2086
-  run bench $PY scripts/bench_workloads.py ${BENCH_ARGS:-} --json "$LOGS/bench.json"
-  grep -E "^\||whole calls" "$LOGS/bench.log" | tee -a "$summary"
+  run bench $PY scripts/bench_workloads.py ${BENCH_ARGS:-} $peer_args --json "$LOGS/bench.json"
+  grep -E "^\||whole calls|^ck:" "$LOGS/bench.log" | tee -a "$summary"
+  if [[ -n "$peer_args" ]]; then
+    run bench_peers $PY -m sagebuild bench --seq 4096 --heads 24 --head-dim 128 --against all \
+      --out "$LOGS/bench_peers.json"
+    tail -n 40 "$LOGS/bench_peers.log" | tee -a "$summary"
+  fi
   # issue 36's end-to-end target: a diffusers Wan forward, sage backend against native
   if $PY -c "import diffusers" 2> /dev/null; then
     run bench_diffusers $PY scripts/bench_diffusers.py --json "$LOGS/diffusers.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ SCRIPTS = Path(__file__).parent.parent / "scripts"
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -81,3 +83,41 @@ def test_kernel_times_names_our_two_launches_and_sdpas_kernel(capsys):
         ours = {r[2]: float(r[4].rstrip(" |")) for r in rows if r[0] == f"| {call}" and r[1] == "sageattn"}
         assert ours.get("_attn_fwd_kernel") == 1 and ours.get("_quant_blocks_kernel") == 1, (call, ours)
         assert any(r[0] == f"| {call}" and r[1] == "sdpa" for r in rows), call
+
+
+def test_bench_workloads_times_a_peer_on_the_dense_rows_it_can_run(monkeypatch):
+    """``--against ck``: a dense non-causal row gets Comfy Kitchen's call (a stand-in computing real
+    attention here), a causal or packed row its reason; an unknown peer is a usage error."""
+    import types
+
+    import torch
+
+    from sagebuild.bench import providers
+    from sagebuild.bench.peers import peers
+
+    ck = types.ModuleType("comfy_kitchen")
+    ck.int8_attention = lambda q, k, v, *, scale=None, attn_mask=None: (
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    )
+    ck.int8_attention_is_available = lambda device=None: True
+    monkeypatch.setitem(sys.modules, "comfy_kitchen", ck)
+    bw = _load("bench_workloads")
+    q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(3))
+
+    def case(causal, dense=True):
+        inputs = providers.Case(64, q, k, v, "HND", causal) if dense else None
+        return bw.Case(
+            ours=lambda: q, sdpa=lambda: q, dense=None, ours_out=bw._hnd, sdpa_out=bw._hnd, inputs=inputs
+        )
+
+    against = peers(("ck",))
+    calls, reasons = bw.peer_calls(case(False), against)
+    assert list(calls) == ["ck"] and reasons == {}
+    assert torch.allclose(calls["ck"](), torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert "no causal mask" in bw.peer_calls(case(True), against)[1]["ck"]
+    assert "dense calls" in bw.peer_calls(case(False, dense=False), against)[1]["ck"]
+    res = {"peers": {"ck": {"ms": 0.5, "vs_ours": 1.56, "cos": 0.99987}}}
+    assert bw.peer_cells(res, against) == " 0.5000 | 1.56× | 0.99987 |"
+    assert bw.peer_cells({}, against) == "  |  |  |"
+    monkeypatch.setattr(sys, "argv", ["bench_workloads.py", "--against", "ck,fa9"])
+    assert bw.main() == 2
