@@ -252,3 +252,33 @@ def _report_shell() -> dict:
         "ok": True, "exit_code": 0, "profile": {"name": "cpu", "why": "test"}, "sagebuild_version": "0",
         "created": "now", "steps": [], "checks": [], "files": {},
     }  # fmt: skip
+
+
+def test_the_dispatched_row_says_when_sageattn_routed_the_call_to_sdpa():
+    """Where the tuning routes a call to SDPA (issue 58), the dispatched provider's ``ran`` says so,
+    the table's kernel column shows it and the variant line compares SDPA's time with the variants'."""
+    from sagebuild.attention.plan import make_plan
+    from sagebuild.bench.providers import plan_ran
+    from sagebuild.report.render import bench_table
+
+    plan = make_plan("sm90", head_dim=64, n_k=1024, pv="fp8", pv_accum="fp32", config="64,128,4,3").record()
+    assert plan_ran(plan).startswith("qk_int8_pv_fp8 64,128,4,3")
+    routed = {**plan, "sdpa": True, "tuned": "tuned 16x1024x64: sdpa"}
+    assert plan_ran(routed) == "PyTorch SDPA (routed: tuned 16x1024x64: sdpa)"
+
+    def row(provider, kind, ms, plan=None, ran=None):
+        t = bench.Timing(ms, ms, ms, 1)
+        return bench.BenchRow(1024, provider, kind, t, plan=plan, ran=ran, label=provider)
+
+    rows = [
+        row("sdpa", "baseline", 0.018, ran="SDPA cudnn"),
+        row("sageattn", "whole_call", 0.019, routed, plan_ran(routed)),
+        row("qk_int8_pv_fp16", "whole_call", 0.024, plan),
+        row("qk_int8_pv_fp8", "whole_call", 0.023, plan),
+    ]
+    assert bench.compare_variants(rows) == (
+        "seq=1024: dispatch picks SDPA (routed); fastest: SDPA (routed) (SDPA (routed) 0.018 ms, "
+        "qk_int8_pv_fp8 0.023 ms, qk_int8_pv_fp16 0.024 ms; the pick won)"
+    )
+    head, cells = bench_table({"rows": [r.to_dict() for r in rows]})
+    assert cells[1][head.index("kernel")] == "PyTorch SDPA (routed: tuned 16x1024x64: sdpa)"

@@ -165,6 +165,36 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _md_bench(b: dict[str, Any]) -> list[str]:
+    """The report's bench section in Markdown: the table, the providers that did not run, the gate."""
+    lines: list[str] = []
+    label = "CPU timings — not a GPU result" if b["timing_kind"] == "cpu" else f"GPU: {b.get('device_name')}"
+    lines += [
+        "",
+        f"### Bench ({label})",
+        "",
+        f"Shape: {describe(b['config'])}. SDPA backend: **{b['sdpa_backend']['name']}** "
+        f"({b['sdpa_backend']['how']}); timing: {b['method']}. {b['note']}",
+        "",
+    ]
+    lines += _md_table(*bench_table(b))
+    notes = provider_notes(b)
+    lines += ["", *(f"- {line}" for line in notes)] if notes else []
+    g = b["gate"]
+    # the regression gate's note (or why there is none), then the explicit gate
+    gates = [(g.get("expectation") or {}).get("note")]
+    if g.get("min_speedup", 0) > 0:
+        gates.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
+    gate_s = "; ".join(filter(None, gates)) or (
+        "speed gate applied" if g["speed_gate_applied"] else "no speed gate"
+    )
+    if g["speed_gate_applied"] and _gate_metric(b) != "cold":
+        gate_s += f" ({_gate_metric(b)})"
+    verdict = "below threshold: " + "; ".join(g["failures"]) if g["failures"] else "all within thresholds"
+    lines += ["", f"Gate: {gate_s}; {verdict}"]
+    return lines
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     """A compact summary for ``$GITHUB_STEP_SUMMARY`` / a merge-request comment."""
     verdict = "passed" if report["ok"] else f"FAILED (exit {report['exit_code']})"
@@ -202,32 +232,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         ]
         lines += _md_table(*_verify_table(v))
     if report.get("bench"):
-        b = report["bench"]
-        label = (
-            "CPU timings — not a GPU result" if b["timing_kind"] == "cpu" else f"GPU: {b.get('device_name')}"
-        )
-        lines += [
-            "",
-            f"### Bench ({label})",
-            "",
-            f"Shape: {describe(b['config'])}. SDPA backend: **{b['sdpa_backend']['name']}** "
-            f"({b['sdpa_backend']['how']}); timing: {b['method']}. {b['note']}",
-            "",
-        ]
-        lines += _md_table(*bench_table(b))
-        lines += ["", *(f"- {line}" for line in provider_notes(b))] if provider_notes(b) else []
-        g = b["gate"]
-        # the regression gate's note (or why there is none), then the explicit gate
-        gates = [(g.get("expectation") or {}).get("note")]
-        if g.get("min_speedup", 0) > 0:
-            gates.append(f"explicit gate: speed-up over SDPA ≥ {g['min_speedup']:g}×")
-        gate_s = "; ".join(filter(None, gates)) or (
-            "speed gate applied" if g["speed_gate_applied"] else "no speed gate"
-        )
-        if g["speed_gate_applied"] and _gate_metric(b) != "cold":
-            gate_s += f" ({_gate_metric(b)})"
-        verdict = "below threshold: " + "; ".join(g["failures"]) if g["failures"] else "all within thresholds"
-        lines += ["", f"Gate: {gate_s}; {verdict}"]
+        lines += _md_bench(report["bench"])
     files = [f"`{k}`: {v}" for k, v in report["files"].items() if v]
     if files:
         lines += ["", "Files: " + " · ".join(files)]
