@@ -178,7 +178,35 @@ def parse(data: Any, source: str) -> Profile:
     vendor = _req(data, "vendor", str, source)
     if vendor not in VENDORS:
         raise ProfileError(source, "vendor", f"one of {', '.join(VENDORS)}", vendor)
-    arch_list = data.get("archs", [])
+    norm_archs = _archs(data.get("archs", []), vendor, source)
+    v = data.get("versions") or {}
+    if not isinstance(v, dict):
+        raise ProfileError(source, "versions", "a mapping (python/torch/triton/hip/cuda)", v)
+    versions = Versions(**{f.name: _spec(v, f.name, source) for f in fields(Versions)})
+    build = _build(_req(data, "build", dict, source), vendor, source)
+    kernels = _req(data, "kernels", list, source)
+    for k in kernels:
+        if k not in VARIANTS:
+            raise ProfileError(source, "kernels", f"variants from {', '.join(VARIANTS)}", k)
+    accuracy = _accuracy(_req(data, "accuracy", dict, source), kernels, source)
+    bench = _bench(_req(data, "bench", dict, source), source)
+    return Profile(
+        name=_req(data, "name", str, source),
+        description=str(data.get("description", "")),
+        vendor=vendor,
+        archs=tuple(norm_archs),
+        versions=versions,
+        build=build,
+        kernels=tuple(kernels),
+        accuracy=accuracy,
+        bench=bench,
+        torch_install=_req(data, "torch_install", str, source),
+        source=source,
+    )
+
+
+def _archs(arch_list: Any, vendor: str, source: str) -> list[str]:
+    """The profile's archs by their canonical names: known ones of its vendor, at least one for a GPU."""
     if not isinstance(arch_list, list) or not all(isinstance(a, str) for a in arch_list):
         raise ProfileError(source, "archs", "a list of arch names such as [gfx1201, gfx1200]", arch_list)
     norm_archs = []
@@ -192,19 +220,17 @@ def parse(data: Any, source: str) -> Profile:
         norm_archs.append(arch.name)
     if vendor != "cpu" and not norm_archs:
         raise ProfileError(source, "archs", "at least one arch for a GPU profile", arch_list)
+    return norm_archs
 
-    v = data.get("versions") or {}
-    if not isinstance(v, dict):
-        raise ProfileError(source, "versions", "a mapping (python/torch/triton/hip/cuda)", v)
-    versions = Versions(**{f.name: _spec(v, f.name, source) for f in fields(Versions)})
 
-    b = _req(data, "build", dict, source)
+def _build(b: dict[str, Any], vendor: str, source: str) -> Build:
+    """The ``build`` section; its ``arch_env`` is the vendor's."""
     expected_env = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST", "cpu": None}[vendor]
     if b.get("arch_env") != expected_env:
         raise ProfileError(
             source, "build.arch_env", f"{expected_env!r} for vendor {vendor}", b.get("arch_env")
         )
-    build = Build(
+    return Build(
         arch_env=expected_env,
         mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source, **_POSITIVE),
         max_jobs=_req(b, "build.max_jobs", int, source, **_AT_LEAST_1),
@@ -212,11 +238,9 @@ def parse(data: Any, source: str) -> Profile:
         min_mem_gb=_req(b, "build.min_mem_gb", float, source),
     )
 
-    kernels = _req(data, "kernels", list, source)
-    for k in kernels:
-        if k not in VARIANTS:
-            raise ProfileError(source, "kernels", f"variants from {', '.join(VARIANTS)}", k)
-    acc_raw = _req(data, "accuracy", dict, source)
+
+def _accuracy(acc_raw: dict[str, Any], kernels: list[str], source: str) -> dict[str, Accuracy]:
+    """Each kernel's accuracy floor (the ``accuracy`` section names every kernel the profile runs)."""
     accuracy = {}
     for k in kernels:
         if not isinstance(acc_raw.get(k), dict):
@@ -224,14 +248,17 @@ def parse(data: Any, source: str) -> Profile:
         accuracy[k] = Accuracy(
             *(_req(acc_raw[k], f"accuracy.{k}.{f.name}", float, source) for f in fields(Accuracy))
         )
+    return accuracy
 
-    bn = _req(data, "bench", dict, source)
+
+def _bench(bn: dict[str, Any], source: str) -> Bench:
+    """The ``bench`` section: its shape, timing and gate defaults."""
     seq = bn.get("seq", 1024)
     seq_t = tuple(seq) if isinstance(seq, list) else (seq,)
     if not seq_t or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in seq_t):
         raise ProfileError(source, "bench.seq", "a positive integer or a list of them", seq)
     dtypes = ("float16", "bfloat16")
-    bench = Bench(
+    return Bench(
         batch=_req(bn, "bench.batch", int, source, **_AT_LEAST_1),
         heads=_req(bn, "bench.heads", int, source, **_AT_LEAST_1),
         seq=seq_t,
@@ -245,19 +272,6 @@ def parse(data: Any, source: str) -> Profile:
         regression=_req(
             bn, "bench.regression", float, source, 0.85, lambda x: 0 < x <= 1, "a fraction in (0, 1]"
         ),
-    )
-    return Profile(
-        name=_req(data, "name", str, source),
-        description=str(data.get("description", "")),
-        vendor=vendor,
-        archs=tuple(norm_archs),
-        versions=versions,
-        build=build,
-        kernels=tuple(kernels),
-        accuracy=accuracy,
-        bench=bench,
-        torch_install=_req(data, "torch_install", str, source),
-        source=source,
     )
 
 
