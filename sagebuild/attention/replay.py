@@ -14,7 +14,7 @@ at run time need ``api.clear_caches()``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -127,64 +127,91 @@ class Recorder:
     def build(self, inputs: tuple, result: Any) -> Optional[Replay]:
         if self._watch.foreign or not self.launches:
             return None
-        ptrs = [t.data_ptr() for t in inputs]
-        groups: dict[int, list] = {}  # storage pointer -> [(view id, spec, tensor)]
-        spec_ids: dict[tuple, int] = {}
-
-        def view_id(t: torch.Tensor) -> int:
-            spec = (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())  # recreates the view
-            storage = t.untyped_storage().data_ptr()
-            vid = spec_ids.get((storage, spec))
-            if vid is None:
-                vid = spec_ids[(storage, spec)] = len(spec_ids)
-                groups.setdefault(storage, []).append((vid, spec, t))
-            return vid
-
+        views = _Views()
         dev = inputs[0].device
-
-        def index(a: torch.Tensor) -> int:
-            idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
-                        and a.dtype == t.dtype), None)  # fmt: skip
-            return idx if idx is not None else len(inputs) + view_id(a)
-
-        launches = []
-        for _, fn, grid, args, constexprs, key, options in self.launches:
-            slots, descs = [], []
-            for pos, a in enumerate(args):
-                if isinstance(a, torch.Tensor):
-                    slots.append((pos, index(a)))
-                elif isinstance(a, TensorDescriptor):
-                    spec = (list(a.shape), list(a.strides), list(a.block_shape), a.padding)
-                    descs.append((pos, index(a.base), spec))
-            template = [None if isinstance(a, (torch.Tensor, TensorDescriptor)) else a for a in args]
-            bound = (
-                None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
-            )
-            launches.append((fn, grid, template, tuple(slots), tuple(descs), constexprs, key, options, bound))
+        index = _indexer(inputs, views)
+        launches = [_recorded(launch, index, dev) for launch in self.launches]
         outs = result if isinstance(result, tuple) else (result,)
         if not all(isinstance(t, torch.Tensor) for t in outs):
             return None
         input_storages = {t.untyped_storage().data_ptr() for t in inputs}
         if any(t.untyped_storage().data_ptr() in input_storages for t in outs):
             return None
-        out_ids = tuple(len(inputs) + view_id(t) for t in outs)
-        plan = []
-        for members in groups.values():
-            if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
-                return None  # a buffer the call did not allocate (it would be replaced)
-            dtype = members[0][1][0]
-            if any(spec[0] != dtype for _, spec, _ in members):
-                return None
-            nbytes = members[0][2].untyped_storage().nbytes()
-            primary = next((m for m in members if _spans(m[2], nbytes)), None)
-            if primary is None:  # only parts of the allocation are used: allocate it flat
-                flat = (dtype, (nbytes // members[0][2].element_size(),), (1,), 0)
-                plan.append(((-1 - len(plan), flat), [(vid, spec) for vid, spec, _ in members]))
-            else:
-                rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
-                plan.append(((primary[0], primary[1]), rest))
+        out_ids = tuple(len(inputs) + views.id(t) for t in outs)
+        plan = _allocations(list(views.groups.values()), input_storages)
+        if plan is None:
+            return None
         outputs = out_ids if isinstance(result, tuple) else out_ids[0]
-        return Replay(dev, plan, launches, outputs, len(spec_ids), len(inputs))
+        return Replay(dev, plan, launches, outputs, len(views.spec_ids), len(inputs))
+
+
+class _Views:
+    """The tensors a call's launches take that are not its inputs, grouped by storage: each distinct
+    view (dtype, shape, strides, offset: what recreates it) numbered once."""
+
+    def __init__(self) -> None:
+        self.groups: dict[int, list] = {}  # storage pointer -> [(view id, spec, tensor)]
+        self.spec_ids: dict[tuple, int] = {}
+
+    def id(self, t: torch.Tensor) -> int:
+        spec = (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())  # recreates the view
+        storage = t.untyped_storage().data_ptr()
+        vid = self.spec_ids.get((storage, spec))
+        if vid is None:
+            vid = self.spec_ids[(storage, spec)] = len(self.spec_ids)
+            self.groups.setdefault(storage, []).append((vid, spec, t))
+        return vid
+
+
+def _indexer(inputs: tuple, views: _Views) -> Callable[[torch.Tensor], int]:
+    """A launch argument's tensor index: an input's position (same pointer and dtype), else
+    ``len(inputs)`` + its view id."""
+    ptrs = [t.data_ptr() for t in inputs]
+
+    def index(a: torch.Tensor) -> int:
+        idx = next((i for i, (p, t) in enumerate(zip(ptrs, inputs)) if a.data_ptr() == p
+                    and a.dtype == t.dtype), None)  # fmt: skip
+        return idx if idx is not None else len(inputs) + views.id(a)
+
+    return index
+
+
+def _recorded(launch: tuple, index: Callable[[torch.Tensor], int], dev: torch.device) -> tuple:
+    """One recorded launch as a replay issues it: its non-tensor arguments as a template, the
+    tensors' and descriptors' positions and indices, and (on a GPU) its bound launcher."""
+    _, fn, grid, args, constexprs, key, options = launch
+    slots, descs = [], []
+    for pos, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            slots.append((pos, index(a)))
+        elif isinstance(a, TensorDescriptor):
+            spec = (list(a.shape), list(a.strides), list(a.block_shape), a.padding)
+            descs.append((pos, index(a.base), spec))
+    template = [None if isinstance(a, (torch.Tensor, TensorDescriptor)) else a for a in args]
+    bound = None if dev.type != "cuda" else launcher.bind(fn, grid, constexprs, key, options, dev.index)
+    return (fn, grid, template, tuple(slots), tuple(descs), constexprs, key, options, bound)
+
+
+def _allocations(groups: list, input_storages: set) -> Optional[list]:
+    """How a replay allocates the call's own buffers: per storage, the view that recreates it (or
+    the whole allocation, flat) and the other views into it; None when the call is not replayable
+    (a buffer it did not allocate, or one storage viewed as two dtypes)."""
+    plan: list = []
+    for members in groups:
+        if any(t.untyped_storage().data_ptr() in input_storages for _, _, t in members):
+            return None  # a buffer the call did not allocate (it would be replaced)
+        dtype = members[0][1][0]
+        if any(spec[0] != dtype for _, spec, _ in members):
+            return None
+        nbytes = members[0][2].untyped_storage().nbytes()
+        primary = next((m for m in members if _spans(m[2], nbytes)), None)
+        if primary is None:  # only parts of the allocation are used: allocate it flat
+            flat = (dtype, (nbytes // members[0][2].element_size(),), (1,), 0)
+            plan.append(((-1 - len(plan), flat), [(vid, spec) for vid, spec, _ in members]))
+        else:
+            rest = [(vid, spec) for vid, spec, _ in members if vid != primary[0]]
+            plan.append(((primary[0], primary[1]), rest))
+    return plan
 
 
 def _first_equal(descs: tuple) -> list[int]:
