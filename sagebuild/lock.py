@@ -56,6 +56,18 @@ def _artefacts(info: Mapping[str, Any] | None, library: Path | None) -> list[dic
     return [{"name": str(info.get("name", "sagebuild ext")), "sha256": sha, "build": _artefact_build(info)}]
 
 
+def tuning_records(gpu_archs: list[str]) -> dict[str, str | None]:
+    """The tuning record (``sagebuild tune``) of each of the machine's GPU archs by its sha256, or
+    None: none yet (no path: a lock names no paths)."""
+    from sagebuild.tuning.record import record_path
+
+    out: dict[str, str | None] = {}
+    for arch in gpu_archs:
+        path = record_path(arch)
+        out[arch] = sha256_file(path) if path.is_file() else None
+    return out
+
+
 def snapshot(
     facts: Mapping[str, Any] | None = None,
     profile: Any | None = None,
@@ -87,6 +99,7 @@ def snapshot(
         "compilers": _compilers(build_info),
         "distributions": dict(sorted((distributions or dists.installed_distributions()).items())),
         "artefacts": _artefacts(build_info, library),
+        "tuning": tuning_records(list(facts.get("gpu_archs") or [])),
         "profile": None if profile is None else {k: v for k, v in profile.to_dict().items() if k != "source"},
     }
 
@@ -196,7 +209,7 @@ def load(path: Path | str) -> dict[str, Any]:
 class Drift:
     """One difference between the lock and the environment now."""
 
-    kind: str  # package | python | platform | torch | triton | gpu | compiler | artefact | profile
+    kind: str  # package | python | platform | torch | triton | gpu | compiler | artefact | tuning | profile
     key: str
     locked: Any
     current: Any
@@ -247,6 +260,8 @@ def diff(locked: Mapping[str, Any], current: Mapping[str, Any]) -> list[Drift]:
     ]
     drifts += _flat("package", *versions)
     drifts += _artefact_drifts(locked, current)
+    if "tuning" in locked:  # locks from before tuning records name none: nothing to compare
+        drifts += _flat("tuning", locked.get("tuning") or {}, current.get("tuning") or {}, prefix="record ")
     drifts += _profile_drifts(locked.get("profile"), current.get("profile"))
     return drifts
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -83,8 +84,25 @@ def by_id(facts: Facts, profile_name: str) -> dict[str, checks.Check]:
     return {c.id: c for c in checks.run_checks(facts, profiles.load_bundled(profile_name))}
 
 
+def tune_record_for(facts: Facts, arch: str, cache: Path, **changed: str) -> Path:
+    """A tuning record in ``cache`` as ``sagebuild tune`` writes it for the facts' GPU of ``arch``
+    (``changed``: fingerprint fields as they were when it was tuned)."""
+    from sagebuild.checks.tuning import facts_fingerprint
+    from sagebuild.tuning import record
+
+    fp = {k: v or "" for k, v in facts_fingerprint(facts, arch).items()}
+    rec = record.TuningRecord(
+        record.Fingerprint(**{**fp, **changed}),
+        [record.TunedClass(record.ShapeClass(64, 1024, 1024, 16, False), record.Choice("sdpa", ms=0.02))],
+    )
+    return record.save(rec, cache / "tuning" / f"{arch}.json")
+
+
 @pytest.mark.parametrize("vendor", ["rocm", "cuda", "cpu"])
-def test_healthy_machines_pass(vendor: str) -> None:
+def test_healthy_machines_pass(vendor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    if vendor == "rocm":  # an RDNA4 card is healthy once tuned (no shipped measurements)
+        tune_record_for(healthy(vendor), "gfx1201", tmp_path)
     results = checks.run_checks(healthy(vendor), profiles.load_bundled(PROFILE[vendor]))
     bad = [(c.id, c.status, c.detail) for c in results if c.status in ("warn", "fail")]
     assert bad == []
@@ -372,6 +390,8 @@ FAILING = [
     ("extension", "cuda", _set("extension.sha256_ok", False), "fail", "compile --profile hopper-cu12"),
     ("extension", "rocm", _set("extension.info", {"archs": ["gfx1100"]}), "warn", "--arch gfx1100,gfx1201"),
     ("extension", "cpu", _set("extension", ExtensionFacts(dir="/x")), "skip", "compile --profile cpu"),
+    # RDNA4 without a tuning record (none in the tests' cache dir): its configs were never measured
+    ("attention-tuning", "rocm", _set("driver", None), "warn", "sagebuild tune --preset diffusion"),
 ]
 
 
@@ -540,7 +560,7 @@ def test_check_decorator_names_the_verdict_once() -> None:
 def test_registry_ids_are_unique_and_in_table_order() -> None:
     ids = [fn.check_id for fn in checks.REGISTRY]
     assert len(ids) == len(set(ids))
-    assert ids[:3] == ["python-version", "python-linux", "path-python"] and ids[-1] == "extension"
+    assert ids[:3] == ["python-version", "python-linux", "path-python"] and ids[-1] == "attention-tuning"
 
 
 def test_docs_doctor_md_describes_every_check() -> None:
@@ -550,3 +570,27 @@ def test_docs_doctor_md_describes_every_check() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "doctor.md").read_text(encoding="utf-8")
     missing = [fn.check_id for fn in checks.REGISTRY if f"**`{fn.check_id}`**" not in doc]
     assert not missing, f"docs/doctor.md does not describe {missing}"
+
+
+def test_attention_tuning_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ok with a record of this setup; ok without one where the family has shipped measurements;
+    warn without one for an unmeasured family; warn when stale after a torch, Triton or driver
+    change; each warning names the command that fixes it."""
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    rocm, cuda = healthy("rocm"), healthy("cuda")
+    none = by_id(rocm, "rdna4-rocm6")["attention-tuning"]
+    assert none.status == "warn" and "RDNA4" in none.detail and "sagebuild tune --preset" in none.fix
+    shipped = by_id(cuda, "hopper-cu12")["attention-tuning"]
+    assert shipped.status == "ok" and "shipped Hopper measurements" in shipped.detail
+    path = tune_record_for(rocm, "gfx1201", tmp_path)
+    tuned = by_id(rocm, "rdna4-rocm6")["attention-tuning"]
+    assert tuned.status == "ok" and "1 tuned classes" in tuned.detail and tuned.fix is None
+    for field, old in (("torch", "1.0.0+rocm1.0"), ("triton", "1.0.0"), ("driver", "amdgpu 1.0.0")):
+        rocm.driver = "amdgpu 6.10.5"
+        tune_record_for(rocm, "gfx1201", tmp_path, **{field: old})
+        stale = by_id(rocm, "rdna4-rocm6")["attention-tuning"]
+        assert stale.status == "warn" and f"{field} {old} -> " in stale.detail, stale.detail
+        assert stale.fix.startswith("re-tune: sagebuild tune --preset")
+    path.write_text("{not json")
+    broken = by_id(rocm, "rdna4-rocm6")["attention-tuning"]
+    assert broken.status == "warn" and f"delete {path}" in broken.fix

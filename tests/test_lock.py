@@ -226,3 +226,30 @@ def test_lock_hashes_the_library_on_disk_beside_its_build_record(tmp_path: Path,
     ]
     lib.unlink()  # no library on disk: the hash the build recorded
     assert lk.current(None, facts=facts)["artefacts"][0]["sha256"] == info["sha256"]
+
+
+def test_lock_names_the_tuning_record_and_check_reports_its_drift(tmp_path: Path, monkeypatch):
+    """None yet, then its hash; a re-tuned (or deleted) record is drift; a lock written before
+    tuning records were locked compares none."""
+    from sagebuild.tuning import record
+
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    before = _env()
+    assert before["tuning"] == {"sm90": None}
+    fp = record.Fingerprint("NVIDIA H200", "sm90", "", "cuda 13.0", "2.11.0+cu130", "3.6.0", "0.1.0", "t")
+    rec = record.TuningRecord(
+        fp, [record.TunedClass(record.ShapeClass(64, 1024, 1024, 16, False), record.Choice("sdpa"))]
+    )
+    path = record.save(rec)
+    tuned = _env()
+    assert tuned["tuning"] == {"sm90": lk.sha256_file(path)} and str(tmp_path) not in lk.render(tuned)
+    (added,) = lk.diff(before, tuned)
+    assert (added.kind, added.key, added.change) == ("tuning", "record sm90", "added")
+    rec.put(record.TunedClass(record.ShapeClass(128, 4096, 4096, 64, False), record.Choice("ours", ms=1.0)))
+    record.save(rec)
+    (changed,) = lk.diff(tuned, _env())
+    assert changed.change == "changed" and str(changed).startswith("tuning record sm90: ")
+    path.unlink()
+    assert lk.diff(tuned, _env())[0].change == "removed"
+    older = {k: v for k, v in tuned.items() if k != "tuning"}
+    assert lk.diff(older, _env()) == []

@@ -64,11 +64,18 @@ def lock(
         "requirements": str(req),
         "profile": prof.name,
         "distributions": n,
+        "tuning": lock_doc["tuning"],
     }
     said = (
         f"wrote {path} ({n} distributions, profile {prof.name}: {why})"
         f"\nwrote {req} (pip install -r {req} reinstalls the same versions)"
     )
+    if not lock_doc["tuning"]:
+        said += "\ntuning record: none (no GPU detected)"
+    for arch, sha in lock_doc["tuning"].items():
+        said += f"\ntuning record {arch}: " + (
+            f"sha256 {sha}" if sha else "none yet (`sagebuild tune` writes one)"
+        )
     respond(json_out, doc, lambda: out_.print(said, markup=False, highlight=False))
 
 
