@@ -128,3 +128,10 @@ def test_the_grid_limit_now_passes_through_instead_of_raising_in_the_kernel(monk
     assert kernel_calls == []
     assert patch.patch_stats().reasons == {"batch entries × heads beyond the kernels' grid": 1}
     patch.reset_stats()
+
+
+def test_nested_tensors_get_a_clear_error_and_pass_through():
+    nt = torch.nested.nested_tensor([_t(2, 16, 64), _t(2, 24, 64)])
+    with pytest.raises(AttentionInputError, match="nested tensor.*sageattn_varlen"):
+        sageattn(nt, nt, nt)
+    assert _decide(nt, nt, nt) == "nested tensor"

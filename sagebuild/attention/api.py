@@ -129,7 +129,7 @@ def _plan_key(q: Any, k: Any, v: Any, *flags: Any) -> Optional[tuple]:
             knobs.plan_values(), *flags,
         )  # fmt: skip
         hash(key)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):  # RuntimeError: a nested tensor has no sizes
         return None
     return key
 

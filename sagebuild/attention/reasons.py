@@ -26,6 +26,7 @@ KERNEL, SDPA = "kernel", "sdpa"
 DENSE_LAYOUTS = ("HND", "NHD")
 DTYPES = ("float16", "bfloat16")
 _TORCH_DTYPES = tuple(getattr(torch, name) for name in DTYPES)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses: their own semantics stay with SDPA
 MASK_KINDS = {  # uint8: a boolean mask's bytes, as the API hands it on (nonzero attends)
     "bool": "bool",
     "uint8": "bool",
@@ -119,8 +120,10 @@ def _measured(call: Call) -> Call:
     stages' rules read them on every patched SDPA call)."""
     if call.shapes is not None:
         return call
-    qkv = (call.q, call.k, call.v)
-    shapes = tuple(tuple(t.shape) for t in qkv) if call.packed else tuple(bhnd(call, t) for t in qkv)
+    if call.packed:
+        shapes = (tuple(call.q.shape), tuple(call.k.shape), tuple(call.v.shape))
+    else:
+        shapes = (bhnd(call, call.q), bhnd(call, call.k), bhnd(call, call.v))
     return Call(*call[:-1], shapes)  # not ``_replace``: Dynamo traces a plain construction
 
 
@@ -163,6 +166,8 @@ def _layout(c: Call) -> Optional[Reason]:
 
 @_rule("inputs")
 def _tensor(c: Call) -> Optional[Reason]:
+    if isinstance(c.q, torch.Tensor) and isinstance(c.k, torch.Tensor) and isinstance(c.v, torch.Tensor):
+        return None  # the common case first: these rules run on every patched SDPA call
     for name, t in _named(c):
         if not isinstance(t, torch.Tensor):
             fix = "pass torch tensors on the GPU"
@@ -174,8 +179,10 @@ def _tensor(c: Call) -> Optional[Reason]:
 
 @_rule("inputs", SDPA)
 def _plain(c: Call) -> Optional[Reason]:
+    if type(c.q) in _PLAIN and type(c.k) in _PLAIN and type(c.v) in _PLAIN:
+        return None
     for name, t in _named(c):
-        if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        if type(t) not in _PLAIN:
             return Reason(
                 "plain",
                 "tensor subclass (not a plain torch.Tensor)",
@@ -187,6 +194,8 @@ def _plain(c: Call) -> Optional[Reason]:
 
 @_rule("inputs")
 def _nested(c: Call) -> Optional[Reason]:
+    if not (c.q.is_nested or c.k.is_nested or c.v.is_nested):
+        return None
     for name, t in _named(c):
         if t.is_nested:
             fix = "pass padded (B, H, N, D) tensors, or packed ones to sageattn_varlen"
@@ -231,6 +240,8 @@ def _same_device(c: Call) -> Optional[Reason]:
 
 @_rule("inputs")
 def _dtypes(c: Call) -> Optional[Reason]:
+    if c.q.dtype in _TORCH_DTYPES and c.k.dtype in _TORCH_DTYPES and c.v.dtype in _TORCH_DTYPES:
+        return None
     for name, t in _named(c):
         if t.dtype in _TORCH_DTYPES:
             continue
@@ -268,6 +279,8 @@ def _same_dtype(c: Call) -> Optional[Reason]:
 @_rule("inputs")
 def _rank(c: Call) -> Optional[Reason]:
     rank = 3 if c.packed else 4
+    if c.q.dim() == rank and c.k.dim() == rank and c.v.dim() == rank:
+        return None
     for name, t in _named(c):
         if t.dim() == rank:
             continue
@@ -313,7 +326,7 @@ def _head_dim(c: Call) -> Optional[Reason]:
 
 @_rule("shapes")
 def _batch(c: Call) -> Optional[Reason]:
-    bq, bk, bv = (shape[0] for shape in c.shapes)
+    bq, bk, bv = c.shapes[0][0], c.shapes[1][0], c.shapes[2][0]
     if bq == bk == bv:
         return None
     return Reason(
@@ -487,7 +500,7 @@ def _dropout(c: Call) -> Optional[Reason]:
 
 @_rule("options", SDPA)
 def _grad(c: Call) -> Optional[Reason]:
-    if not (c.grad_enabled and any(t.requires_grad for _, t in _named(c))):
+    if not (c.grad_enabled and (c.q.requires_grad or c.k.requires_grad or c.v.requires_grad)):
         return None
     label = "inputs require grad (kernels are inference-only)"
     return Reason("grad", label, label, "run inference under torch.no_grad() or torch.inference_mode()")
