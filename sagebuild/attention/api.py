@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from sagebuild import knobs
-from sagebuild.attention import dispatch, replay, route
+from sagebuild.attention import dispatch, reasons, replay, route
 from sagebuild.attention.plan import VARIANTS, LaunchPlan, make_plan
 from sagebuild.attention.validate import (
     AttentionInputError,
@@ -204,8 +204,8 @@ def attend(
     lse [B, H, N_q] float32). ``pv``: "auto", "fp16", "fp8" (``plan.make_plan``) or "prefer_fp8"
     (upstream's ``*_fp8_cuda`` names: FP8 P·V where the arch has FP8 matrix units, else FP16);
     ``pv_accum``: "auto" (the plan's) or a name; ``attn_mask``: SDPA's (``validate.check_mask``)."""
-    if not isinstance(q, torch.Tensor):
-        raise AttentionInputError(f"q must be a torch.Tensor, got {type(q).__name__}", "pass torch tensors")
+    if not isinstance(q, torch.Tensor):  # before q.is_cuda below: the rules' clear error
+        reasons.raise_first(reasons.Call(q, k, v, layout=tensor_layout))
     accum = None if pv_accum == "auto" else pv_accum
     flags = (
         tensor_layout, is_causal, sm_scale, qk_quant_gran, smooth_k, return_lse, pv,
