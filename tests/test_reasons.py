@@ -8,13 +8,15 @@ import torch
 
 from sagebuild import patch
 from sagebuild.attention import AttentionInputError, reasons, sageattn
-from sagebuild.attention.validate import check_dense, check_varlen
+from sagebuild.attention.validate import check_dense, check_varlen, kernel_devices
 
 H = torch.float16
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: the interpreter (tests/conftest.py) admits it
+HERE = kernel_devices()
 
 
 def _t(*shape, dtype=H):
-    return torch.zeros(*shape, dtype=dtype)  # CPU: the interpreter (tests/conftest.py) admits it
+    return torch.zeros(*shape, dtype=dtype, device=DEV)
 
 
 def _support(device):
@@ -24,7 +26,7 @@ def _support(device):
 def _decide(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, gqa=True, grad=False):
     return patch.decide(
         q, k, v, mask, dropout_p, is_causal, scale, gqa,
-        support_for=_support, gpu_device_types=("cpu",), grad_enabled=grad,
+        support_for=_support, gpu_device_types=(DEV,), grad_enabled=grad,
     )  # fmt: skip
 
 
@@ -48,7 +50,7 @@ BAD = [  # (q, k, v, the first reason's code): each a mistake the kernels refuse
 def test_validate_raises_and_decide_counts_the_same_first_reason(q, k, v, code):
     k = q if k is None else k
     v = k if v is None else v
-    why = reasons.first_reason(reasons.Call(q, k, v, devices=("cpu",)))
+    why = reasons.first_reason(reasons.Call(q, k, v, devices=HERE))
     assert why is not None and why.code == code
     assert "\n" not in why.message and why.fix and why.label
     with pytest.raises(AttentionInputError) as err:
@@ -62,14 +64,14 @@ def test_validate_raises_and_decide_counts_the_same_first_reason(q, k, v, code):
 def test_reasons_are_ordered_and_stop_at_the_first_failing_stage():
     q = _t(1, 2, 32, 64, dtype=torch.float32)
     k = _t(1, 2, 32, 32, dtype=torch.float32)
-    found = reasons.not_supported_reasons(reasons.Call(q, k, k, devices=("cpu",)))
+    found = reasons.not_supported_reasons(reasons.Call(q, k, k, devices=HERE))
     assert [r.code for r in found] == ["dtype", "head_dims"]  # inputs only: shapes read what they check
-    assert found[0] == reasons.first_reason(reasons.Call(q, k, k, devices=("cpu",)))
+    assert found[0] == reasons.first_reason(reasons.Call(q, k, k, devices=HERE))
     q, k = _t(2, 2, 8, 64), _t(1, 2, 8, 64)
-    call = reasons.Call(q, k, k, devices=("cpu",), dropout_p=0.1, grad_enabled=True, enable_gqa=False)
+    call = reasons.Call(q, k, k, devices=HERE, dropout_p=0.1, grad_enabled=True, enable_gqa=False)
     assert [r.code for r in reasons.not_supported_reasons(call)] == ["batch"]
     q = _t(1, 2, 8, 64).requires_grad_()
-    call = reasons.Call(q, q, q, devices=("cpu",), dropout_p=0.1, grad_enabled=True)
+    call = reasons.Call(q, q, q, devices=HERE, dropout_p=0.1, grad_enabled=True)
     assert reasons.not_supported_reasons(call) == []  # what the kernels run
     sdpa = [r.code for r in reasons.not_supported_reasons(call, sdpa=True)]
     assert sdpa == ["dropout", "grad", "decode"]  # what the patch leaves to SDPA, in order
@@ -79,11 +81,11 @@ def test_sdpa_rules_never_refuse_a_sageattn_call():
     """Decode steps, masks that vary along queries and cross-length causal calls run in the kernels
     when called directly; only the patch leaves them to SDPA."""
     q, kv = _t(1, 2, 4, 64), _t(1, 2, 9, 64)
-    mask = torch.ones(4, 9, dtype=torch.bool).tril(5)
+    mask = torch.ones(4, 9, dtype=torch.bool, device=DEV).tril(5)
     check_dense(q, kv, kv, "HND", mask)
     assert _decide(q, kv, kv).startswith("q_len 4 < 16")
     q = _t(1, 2, 16, 64)
-    mask = torch.ones(16, 9, dtype=torch.bool).tril(5)
+    mask = torch.ones(16, 9, dtype=torch.bool, device=DEV).tril(5)
     check_dense(q, kv, kv, "HND", mask)
     assert _decide(q, kv, kv, mask) == "attn_mask varies along queries (key-padding masks only)"
     assert _decide(q, kv, kv, is_causal=True) == "is_causal with q_len != kv_len"
@@ -92,7 +94,7 @@ def test_sdpa_rules_never_refuse_a_sageattn_call():
 def test_mask_and_scale_reasons_come_from_their_one_rule():
     q = _t(1, 2, 16, 64)
     bad = _t(3, 1, 1, 16)
-    why = reasons.first_reason(reasons.Call(q, q, q, attn_mask=bad, devices=("cpu",)))
+    why = reasons.first_reason(reasons.Call(q, q, q, attn_mask=bad, devices=HERE))
     assert why.code == "mask" and "does not broadcast" in why.message
     with pytest.raises(AttentionInputError, match="does not broadcast"):
         sageattn(q, q, q, attn_mask=bad)
@@ -103,9 +105,9 @@ def test_mask_and_scale_reasons_come_from_their_one_rule():
 
 
 def test_packed_calls_share_the_input_rules():
-    cu = torch.tensor([0, 8], dtype=torch.int32)
+    cu = torch.tensor([0, 8], dtype=torch.int32, device=DEV)
     q32 = _t(8, 2, 64, dtype=torch.float32)
-    why = reasons.first_reason(reasons.Call(q32, q32, q32, packed=True, devices=("cpu",)))
+    why = reasons.first_reason(reasons.Call(q32, q32, q32, packed=True, devices=HERE))
     with pytest.raises(AttentionInputError) as err:
         check_varlen(q32, q32, q32, cu, cu, 8, 8)
     assert why is not None and err.value.message == why.message
@@ -119,7 +121,7 @@ def test_the_grid_limit_now_passes_through_instead_of_raising_in_the_kernel(monk
     "kernel raised"; the patch now leaves it to SDPA by the grid rule, before any launch."""
     kernel_calls = []
     monkeypatch.setattr(
-        patch, "_backend", patch._Backend(_support, lambda *a, **k: kernel_calls.append(a), ("cpu",))
+        patch, "_backend", patch._Backend(_support, lambda *a, **k: kernel_calls.append(a), (DEV,))
     )
     patch.reset_stats()
     q = _t(1, 1, 1, 64).expand(65536, 1, 1, 64)  # the grid comes first, before the decode rule
