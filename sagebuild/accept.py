@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from sagebuild import fsio
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.explain import explain_for_report, fix_entry
+from sagebuild.lock import DEFAULT_NAME
 from sagebuild.report.schema import validate
 from sagebuild.report.write import BACKUP_NAME, BUILD_LOG, REPORT_FILES, environment_backup, write_report
 
@@ -29,7 +30,7 @@ STEP_EXIT = {
     "verify": Exit.VERIFY_FAILED,
     "bench": Exit.BENCH_BELOW_THRESHOLD,
 }
-LOCK_NAME = "sagebuild.lock"
+LOCK_NAME = DEFAULT_NAME
 # every file a run writes: what the swap replaces, or removes when the new run did not write it
 RUN_FILES = (*REPORT_FILES.values(), BUILD_LOG, BACKUP_NAME, LOCK_NAME, f"{LOCK_NAME}.requirements.txt")
 INTERNAL = "internal error (a sagebuild bug, please report it)"

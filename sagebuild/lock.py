@@ -18,6 +18,7 @@ from sagebuild.errors import SagebuildError
 from sagebuild.fsio import sha256_file, write_text_atomic
 
 LOCK_KIND = "sagebuild-lock"
+DEFAULT_NAME = "sagebuild.lock"  # `sagebuild lock`'s file, accept's, and the one the doctor reads in ./
 LOCK_VERSION = 1
 TORCH_INDEX = "https://download.pytorch.org/whl"
 

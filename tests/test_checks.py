@@ -48,6 +48,8 @@ def healthy(vendor: str) -> Facts:
             platform="linux",
             in_venv=True,
             path_python="/home/me/.venv/bin/python3",
+            include_dir="/usr/include/python3.11",
+            python_h=True,
         ),
         tools=tools,
     )
@@ -119,6 +121,15 @@ def test_every_check_has_an_ok_state() -> None:
 
 
 RDNA4_INSTALL = profiles.load_bundled("rdna4-rocm6").torch_install
+# ./sagebuild.lock's torch record as the probe reads it (lock.snapshot's "torch" and the path)
+LOCKED_ROCM = {
+    "path": "/home/me/project/sagebuild.lock",
+    "version": "2.8.0+rocm6.4",
+    "build": "rocm",
+    "hip": "6.4.43482-0f2d60242",
+    "cuda": None,
+    "index_url": "https://download.pytorch.org/whl/rocm6.4",
+}
 Mut = Callable[[Facts], None]
 
 
@@ -387,6 +398,45 @@ FAILING = [
         "fail",
         "mv sageattention sageattention-src",
     ),
+    ("python-headers", "rocm", _set("python.python_h", False), "fail", "sudo apt install python3.11-dev"),
+    (
+        "python-headers",
+        "cuda",
+        _both(_set("python.platform", "win32"), _set("python.python_libs", False)),
+        "fail",
+        "copy the `include` and `libs` folders of a full CPython 3.11",
+    ),
+    (
+        "pip-build-isolation",
+        "rocm",
+        _both(
+            _set("python.pip_isolation", True),
+            _set("python.pip_isolation_source", "PIP_NO_BUILD_ISOLATION = 1"),
+        ),
+        "warn",
+        "export PIP_NO_BUILD_ISOLATION=0",
+    ),
+    (
+        "pip-build-isolation",
+        "cuda",
+        _set("python.pip_isolation_source", "/etc/pip.conf [install] no-build-isolation = maybe"),
+        "warn",
+        "set it to false",
+    ),
+    (
+        "torch-build-lock",
+        "rocm",
+        _both(_set("lock_torch", dict(LOCKED_ROCM)), _set("torch", cuda_torch())),
+        "fail",
+        "pip install --force-reinstall 'torch==2.8.0+rocm6.4' --index-url https://download.pytorch.org/whl/rocm6.4",
+    ),
+    (
+        "torch-build-lock",
+        "rocm",
+        _set("lock_torch", {"path": "/p/sagebuild.lock", "error": "bad"}),
+        "warn",
+        "sagebuild lock",
+    ),
     ("extension", "cuda", _set("extension.sha256_ok", False), "fail", "compile --profile hopper-cu12"),
     ("extension", "rocm", _set("extension.info", {"archs": ["gfx1100"]}), "warn", "--arch gfx1100,gfx1201"),
     ("extension", "cpu", _set("extension", ExtensionFacts(dir="/x")), "skip", "compile --profile cpu"),
@@ -594,3 +644,17 @@ def test_attention_tuning_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     path.write_text("{not json")
     broken = by_id(rocm, "rdna4-rocm6")["attention-tuning"]
     assert broken.status == "warn" and f"delete {path}" in broken.fix
+
+
+def test_issue_61_checks_pass_when_the_setting_is_right() -> None:
+    """pip set to build without isolation, and torch still the build kind the lock froze."""
+    f = healthy("rocm")
+    f.python.pip_isolation, f.python.pip_isolation_source = False, "PIP_NO_BUILD_ISOLATION = 0"
+    f.lock_torch = dict(LOCKED_ROCM)
+    got = by_id(f, "rdna4-rocm6")
+    assert (
+        got["pip-build-isolation"].status == "ok"
+        and "against the installed torch" in got["pip-build-isolation"].detail
+    )
+    assert got["torch-build-lock"].status == "ok"
+    assert "pip-build-isolation" not in by_id(healthy("rocm"), "rdna4-rocm6")  # unset: pip's default, silent

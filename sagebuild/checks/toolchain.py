@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sagebuild.build import jobs
 from sagebuild.checks.helpers import major_of, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
@@ -137,3 +139,27 @@ def check_build_disk(facts: Facts, profile: Profile) -> Verdict:
         f"{free:.1f} GB free at {facts.system.disk_path}, a build needs {need:g} GB",
         f"free at least {need - free:.1f} GB there (e.g. `pip cache purge`, remove old venvs)",
     )
+
+
+@check("pip-build-isolation", "pip's build isolation setting")
+def check_pip_build_isolation(facts: Facts, profile: Profile) -> Optional[Verdict]:
+    """A pip setting that turns build isolation on, read as pip reads it: pip stores the value of a
+    no- option as the setting itself (pip's docs, Configuration: no- options take falsy values),
+    so ``PIP_NO_BUILD_ISOLATION=1`` or ``no-build-isolation = true`` isolates every source build."""
+    py = facts.python
+    if py.pip_isolation_source is None:
+        return None  # nothing sets it: pip's default (isolated), which `sagebuild compile` never uses
+    if py.pip_isolation is None:
+        return warn(
+            f"{py.pip_isolation_source}: pip refuses this value (a boolean: false/0/no or true/1/yes)",
+            "set it to false (pip then builds against your torch) or remove it",
+        )
+    if py.pip_isolation:
+        return warn(
+            f"{py.pip_isolation_source} turns pip's build isolation ON (pip reads a no- option's value "
+            "as the setting: true/1 means isolated): a source build whose setup imports torch stops "
+            "with `No module named 'torch'` while getting its build requirements",
+            "set it to false (`export PIP_NO_BUILD_ISOLATION=0`, or `no-build-isolation = false` in "
+            "pip.conf), or remove it and pass --no-build-isolation",
+        )
+    return ok(f"{py.pip_isolation_source}: pip builds source packages against the installed torch")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sagebuild.checks.helpers import NO_TORCH, hiding_vars, in_range, range_verdict, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
@@ -41,6 +43,30 @@ def check_torch_build(facts: Facts, profile: Profile) -> Verdict:
     return fail(
         f"torch {t.version} is a {t.build} build, profile {profile.name} needs a {want} build{why}",
         profile.torch_install,
+    )
+
+
+@check("torch-build-lock", "torch build kind as locked")
+def check_torch_build_lock(facts: Facts, profile: Profile) -> Optional[Verdict]:
+    """The build kind (rocm/cuda/cpu) ./sagebuild.lock froze: a requirements install that lists
+    torch swaps a ROCm build for a CPU or CUDA one from PyPI, which then asks for an NVIDIA driver."""
+    locked = facts.lock_torch
+    if locked is None:
+        return None
+    path = locked["path"]
+    if "error" in locked:
+        return warn(f"{path}: {locked['error']}", "rewrite it with `sagebuild lock` in a working environment")
+    if not torch_ok(facts):
+        return NO_TORCH
+    t, was = facts.torch, locked.get("build")
+    if not was or was == t.build:
+        return ok(f"torch {t.version} is a {t.build} build, as {path} locked")
+    index = f" --index-url {locked['index_url']}" if locked.get("index_url") else ""
+    return fail(
+        f"torch {t.version} is a {t.build} build, but {path} locked {locked.get('version')} ({was}): "
+        "a later install replaced it (a requirements file that lists torch pulls PyPI's build)",
+        f"pip install --force-reinstall 'torch=={locked.get('version')}'{index}; install such "
+        "requirements with --no-deps (or with torch removed from them)",
     )
 
 

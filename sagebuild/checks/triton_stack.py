@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sagebuild.checks.helpers import NO_TORCH, range_verdict, torch_ok
 from sagebuild.checks.registry import Verdict, check, fail, ok, skip, warn
 from sagebuild.probe.facts import Facts
@@ -84,3 +86,30 @@ def check_triton_version(facts: Facts, profile: Profile) -> Verdict:
         return skip("Triton is not installed (see triton-import)")
     fix = f"install the torch the profile names (it brings its Triton): {profile.torch_install}"
     return range_verdict("triton", version, profile.versions.triton, profile, fix)
+
+
+@check("python-headers", "Python headers for Triton's launcher")
+def check_python_headers(facts: Facts, profile: Profile) -> Optional[Verdict]:
+    """Triton compiles a C launcher (cuda_utils.c / hip_utils.c) against the interpreter's headers
+    the first time a kernel runs, and on Windows links its python3*.lib; embedded Pythons (ComfyUI
+    portable) ship neither and slim Linux images lack the headers."""
+    py = facts.python
+    if py.python_h is None:
+        return None  # not probed (a system image, or the interpreter did not run)
+    missing = [] if py.python_h else [f"Python.h in {py.include_dir or 'its include dir'}"]
+    missing += ["a python3*.lib in its libs folder"] if py.python_libs is False else []
+    if not missing:
+        return ok(f"Python.h in {py.include_dir}" + (", python3*.lib in libs" if py.python_libs else ""))
+    major_minor = ".".join((py.version or "3").split(".")[:2])
+    if py.platform == "win32":
+        fix = (
+            f"copy the `include` and `libs` folders of a full CPython {major_minor} install (same "
+            f"version) next to {py.executable}"
+        )
+    else:
+        fix = f"sudo apt install python{major_minor}-dev (Fedora: sudo dnf install python3-devel)"
+    return fail(
+        f"{py.executable} lacks what Triton's launcher compiles against: {', '.join(missing)} "
+        "(`include file 'Python.h' not found` / `Failed to find Python libs` at the first kernel)",
+        fix,
+    )

@@ -10,6 +10,7 @@ from rich.markup import escape
 from sagebuild.cli.common import JsonOpt, handle_errors, path_option, respond
 from sagebuild.cli.common import out as out_
 from sagebuild.errors import Exit
+from sagebuild.lock import DEFAULT_NAME
 
 _OUT_HELP = "Where to write the lockfile (a pip requirements export is written beside it)."
 _CHECK_HELP = "Compare the environment with this lockfile instead of writing one; exit 50 on drift."
@@ -17,7 +18,7 @@ _PROFILE_HELP = "Bundled profile name, YAML path or 'auto' (with --check the def
 
 
 def lock(
-    out_text: Annotated[str, typer.Option("--out", "-o", help=_OUT_HELP)] = "sagebuild.lock",
+    out_text: Annotated[str, typer.Option("--out", "-o", help=_OUT_HELP)] = DEFAULT_NAME,
     check_text: Annotated[Optional[str], typer.Option("--check", help=_CHECK_HELP)] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help=_PROFILE_HELP)] = None,
     json_out: JsonOpt = False,

@@ -36,6 +36,15 @@ class PythonFacts:
     in_venv: bool = False
     under_mnt: bool = False  # a Windows interpreter reached through /mnt/<drive>/ from WSL
     path_python: Optional[str] = None  # what `python3` (or `python`) on PATH resolves to
+    # what Triton's launcher compiles against (None: not probed): the interpreter's include dir,
+    # whether Python.h is in it, and on Windows whether a python3*.lib is in its libs folder
+    include_dir: Optional[str] = None
+    python_h: Optional[bool] = None
+    python_libs: Optional[bool] = None
+    # pip's build isolation as its configuration sets it (None: nothing sets it, pip isolates),
+    # and which setting (the env var or a config file's section) with its value
+    pip_isolation: Optional[bool] = None
+    pip_isolation_source: Optional[str] = None
 
 
 @dataclass
@@ -149,6 +158,9 @@ class Facts:
     torch: TorchFacts = field(default_factory=TorchFacts)
     conflicts: ConflictFacts = field(default_factory=ConflictFacts)
     extension: ExtensionFacts = field(default_factory=ExtensionFacts)
+    # the torch record of ./sagebuild.lock (``lock.snapshot``'s "torch", plus "path"), or
+    # {"path", "error"} for an unreadable lock; None without one
+    lock_torch: Optional[dict[str, Any]] = None
 
     @property
     def hsa_override(self) -> Optional[str]:

@@ -77,6 +77,60 @@ marker_env = {
     "python_version": ".".join(platform.python_version_tuple()[:2]),
     "sys_platform": sys.platform,
 }
+def pip_isolation():
+    # pip keeps the value of `no-build-isolation` as its build_isolation setting itself
+    # (pip/_internal/cli/parser.py; pip's docs, Configuration: "falsy values have to be used" for
+    # no- options): "false" turns isolation off, "true" or "1" turns it on.
+    import configparser
+    env, home = os.environ, os.path.expanduser("~")
+    files = []
+    if env.get("PIP_CONFIG_FILE") != os.devnull:
+        files += [env["PIP_CONFIG_FILE"]] if env.get("PIP_CONFIG_FILE") else []
+        if sys.platform == "win32":
+            files += [os.path.join(env.get("ProgramData", "C:\\ProgramData"), "pip", "pip.ini"),
+                      os.path.join(home, "pip", "pip.ini"),
+                      os.path.join(env.get("APPDATA", home), "pip", "pip.ini")]
+        else:
+            xdg = env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+            user = env.get("XDG_CONFIG_HOME", os.path.join(home, ".config"))
+            files += [os.path.join(d, "pip", "pip.conf") for d in xdg]
+            files += ["/etc/pip.conf", os.path.join(home, ".pip", "pip.conf")]
+            files.append(os.path.join(user, "pip", "pip.conf"))
+        files.append(os.path.join(sys.prefix, "pip.ini" if sys.platform == "win32" else "pip.conf"))
+    parsers = []
+    for path in files:
+        cp = configparser.RawConfigParser()
+        if attempt(lambda: cp.read(path), []):
+            parsers.append((path, cp))
+    found = None
+    for section in ("global", "install"):  # pip's order: every file's [global], then [install]
+        for path, cp in parsers:
+            if cp.has_option(section, "no-build-isolation"):
+                where = "%s [%s] no-build-isolation" % (path, section)
+                found = (cp.get(section, "no-build-isolation"), where)
+    if env.get("PIP_NO_BUILD_ISOLATION"):
+        found = (env["PIP_NO_BUILD_ISOLATION"], "PIP_NO_BUILD_ISOLATION")
+    if found is None:
+        return None, None
+    word = found[0].strip().lower()
+    value = True if word in ("y", "yes", "t", "true", "on", "1") else (
+        False if word in ("n", "no", "f", "false", "off", "0") else None)
+    return value, "%s = %s" % (found[1], found[0].strip())
+
+def launcher_headers():
+    # where Triton's launcher (cuda_utils.c / hip_utils.c) finds Python.h and, on Windows, the libs
+    import glob, sysconfig
+    scheme = attempt(sysconfig.get_default_scheme, None) or None
+    scheme = "posix_prefix" if scheme == "posix_local" else scheme
+    include = attempt(lambda: sysconfig.get_paths(scheme=scheme)["include"])
+    libs = None
+    if sys.platform == "win32":
+        prefixes = {sys.base_exec_prefix, sys.exec_prefix}
+        libs = any(glob.glob(os.path.join(p, "libs", "python3*.lib")) for p in prefixes)
+    return include, bool(include and os.path.isfile(os.path.join(include, "Python.h"))), libs
+
+include_dir, python_h, python_libs = attempt(launcher_headers, (None, None, None))
+pip_iso, pip_iso_source = attempt(pip_isolation, (None, None))
 emit("@PY@", {
     "version": platform.python_version(),
     "executable": sys.executable,
@@ -87,6 +141,11 @@ emit("@PY@", {
     "sageattention": dist_version("sageattention"),
     "sageattention_origin": origin("sageattention"),
     "sagebuild_origin": origin("sagebuild"),
+    "include_dir": include_dir,
+    "python_h": python_h,
+    "python_libs": python_libs,
+    "pip_isolation": pip_iso,
+    "pip_isolation_source": pip_iso_source,
 })
 
 out = {"importable": False}
