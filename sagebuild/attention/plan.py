@@ -64,7 +64,7 @@ class LaunchPlan:
     table_version: str
     mask: str = "none"  # the caller's attn_mask: "none" | "bool" | "additive"
     mask_rows: bool = False  # the mask varies along query rows (else one row serves all: key padding)
-    tuned: str = ""  # the shape class that decided ("tuned 16x1024x64: sdpa"; "shipped ..."), or ""
+    tuned: str = ""  # the shape class that decided, "tuned 16x1024x64: sdpa" ("shipped ..."), or ""
     sdpa: bool = False  # ``sageattn`` runs PyTorch SDPA for this call (``route``), not the kernels
 
     @property
@@ -321,7 +321,7 @@ def make_plan(
         table_version=configs.CONFIG_TABLE_VERSION,
         mask=mask,
         mask_rows=mask != "none" and bool(mask_rows),
-        tuned=f"{found[0]} {shape.label()}: {found[1].winner.describe()}" if found else "",
+        tuned=f"{found[0]} {found[1].shape.label()}: {found[1].winner.describe()}" if found else "",
         sdpa=auto and not forced and not return_lse and _sdpa_won(found),
     )
 

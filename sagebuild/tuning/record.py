@@ -468,9 +468,11 @@ def _machine_fingerprint(arch: str) -> Optional[Fingerprint]:
     not imported yet: the plan stays torch-free for reports and ahead-of-time compiles)."""
     if arch in _fingerprints:
         return _fingerprints[arch]
-    found = None
     torch = sys.modules.get("torch")
-    if torch is not None and arch != "interpreter":
+    if torch is None:  # not cached: a process that imports torch later asks again
+        return None
+    found = None
+    if arch != "interpreter":
         try:
             from sagebuild import archs
 
@@ -506,7 +508,8 @@ def tuned(arch: str) -> Optional[TuningRecord]:
             return cached[1]
         stale = cached is not None
         rec = _load_checked(arch, path) if sig is not None else None
-        _loaded[arch] = (sig, rec)
+        if sig is None or "torch" in sys.modules:  # without torch the fingerprint was not asked
+            _loaded[arch] = (sig, rec)
     if stale:  # the file changed under a running process: cached plans may follow the old one
         for cb in list(_callbacks):
             cb()
