@@ -183,6 +183,8 @@ def load(path: Path | str) -> dict[str, Any]:
         ) from None
     except UnicodeDecodeError:  # a ValueError too: caught before the JSON one
         raise _bad(path, "it is not UTF-8 text") from None
+    except RecursionError:
+        raise _bad(path, "its JSON is nested too deeply") from None
     except ValueError as e:
         line = getattr(e, "lineno", None)
         raise _bad(path, f"invalid JSON{f' at line {line}' if line else ''}") from None
@@ -203,7 +205,33 @@ def load(path: Path | str) -> dict[str, Any]:
     for name, entry in doc["distributions"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
             raise _bad(path, f"distribution {name!r} has no version string")
+    problem = _shape_problem(doc)
+    if problem:
+        raise _bad(path, problem)
     return doc
+
+
+MAX_DEPTH = 32  # a lock nests 4 levels; a deeper document is not one (and would exhaust the stack)
+
+
+def _shape_problem(doc: dict[str, Any]) -> str | None:
+    """What is wrong with the parts of a lock ``diff`` reads inside its sections, or None."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"it nests more than {MAX_DEPTH} levels deep"
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack += [(child, depth + 1) for child in children]
+    for i, art in enumerate(doc["artefacts"]):
+        if not isinstance(art, dict) or not isinstance(art.get("name", ""), str):
+            return f"artefact #{i + 1} is not a mapping with a name string"
+        if not isinstance(art.get("sha256"), (str, type(None))) or not isinstance(art.get("build", {}), dict):
+            return f"artefact #{i + 1} has a sha256 that is not a string or a build that is not a mapping"
+    profile = doc.get("profile")
+    if profile is not None and not (isinstance(profile, dict) and isinstance(profile.get("name"), str)):
+        return 'section "profile" is neither null nor a mapping with a name string'
+    return None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ schema, loading with clear errors, and matching a probed machine."""
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import shlex
 import stat
@@ -121,7 +122,14 @@ class Profile:
 # ---- schema ---------------------------------------------------------------------------------
 
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "a mapping", list: "a list"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a finite number",
+    dict: "a mapping",
+    list: "a list",
+    bool: "true or false (unquoted)",
+}
 _REQUIRED: Any = object()
 
 
@@ -135,7 +143,8 @@ def _req(
     expected: str = "",
 ) -> Any:
     """``d``'s value for the last part of the dotted ``key`` (the name errors give): of type ``typ``
-    (an integer passes for a number), ``default`` when absent (else required), ``ok(value)`` true."""
+    (an integer passes for a number; .nan and .inf do not), ``default`` when absent (else required),
+    ``ok(value)`` true. A bool is only ``true``/``false``: the quoted "false" is a string, not False."""
     name = key.rsplit(".", 1)[-1]
     if name not in d:
         if default is _REQUIRED:
@@ -144,7 +153,9 @@ def _req(
     val = d[name]
     if typ is float and isinstance(val, int) and not isinstance(val, bool):
         val = float(val)
-    if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+    if not isinstance(val, typ) or (typ in (int, float) and isinstance(val, bool)):
+        raise ProfileError(src, key, _TYPE_NAMES[typ], val)
+    if typ is float and not math.isfinite(val):
         raise ProfileError(src, key, _TYPE_NAMES[typ], val)
     if ok is not None and not ok(val):
         raise ProfileError(src, key, expected, val)
@@ -166,6 +177,40 @@ _TOP_KEYS = {f.name for f in fields(Profile)} - {"source"}
 _AT_LEAST_1 = dict(ok=lambda v: v >= 1, expected="an integer ≥ 1")
 _AT_LEAST_0 = dict(ok=lambda v: v >= 0, expected="a number ≥ 0")
 _POSITIVE = dict(ok=lambda v: v > 0, expected="a number > 0")
+# text we print: a terminal escape (ESC, CSI) or other control character would act on the terminal
+_PRINTABLE = dict(
+    ok=lambda v: v.isprintable(), expected="printable text (no terminal escapes or control characters)"
+)
+# the accuracy bounds a check can meet: a cosine similarity is at most 1, an error at least 0
+ACCURACY_BOUNDS = {
+    "cos_min": dict(ok=lambda v: 0 < v <= 1, expected="a cosine similarity in (0, 1], e.g. 0.99"),
+    "rel_l1_max": dict(ok=lambda v: v > 0, expected="a relative error > 0, e.g. 0.05"),
+}
+# What one bench may take (the profile's values and the command line's alike): past these a run
+# takes hours or days, a typo rather than a plan. (option, bound)
+RUN_LIMITS = {
+    "warmup": ("--warmup", 10_000),
+    "reps": ("--reps", 100_000),
+    "rounds": ("--rounds", 1_000),
+    "sustain_s": ("--sustain", 600),
+}
+
+
+def _limit(name: str, low: int) -> dict[str, Any]:
+    """``_req``'s ``ok``/``expected`` for a run-time setting: ``low`` to its ``RUN_LIMITS`` bound."""
+    high = RUN_LIMITS[name][1]
+    return dict(ok=lambda v: low <= v <= high, expected=f"a whole number from {low} to {high:,}")
+
+
+def check_run_limits(values: dict[str, Any]) -> None:
+    """A run-time setting over its bound (``RUN_LIMITS``) as a usage error that names the bound."""
+    for name, value in values.items():
+        option, high = RUN_LIMITS[name]
+        if value is not None and value > high:
+            raise SagebuildError(
+                f"{option} {value}: at most {high:,} (a larger value would run for hours)",
+                fix=f"pass {option} {high:,} or less",
+            )
 
 
 def parse(data: Any, source: str) -> Profile:
@@ -191,8 +236,8 @@ def parse(data: Any, source: str) -> Profile:
     accuracy = _accuracy(_req(data, "accuracy", dict, source), kernels, source)
     bench = _bench(_req(data, "bench", dict, source), source)
     return Profile(
-        name=_req(data, "name", str, source),
-        description=str(data.get("description", "")),
+        name=_req(data, "name", str, source, **_PRINTABLE),
+        description=_req(data, "description", str, source, "", **_PRINTABLE),
         vendor=vendor,
         archs=tuple(norm_archs),
         versions=versions,
@@ -234,8 +279,8 @@ def _build(b: dict[str, Any], vendor: str, source: str) -> Build:
         arch_env=expected_env,
         mem_per_job_gb=_req(b, "build.mem_per_job_gb", float, source, **_POSITIVE),
         max_jobs=_req(b, "build.max_jobs", int, source, **_AT_LEAST_1),
-        min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source),
-        min_mem_gb=_req(b, "build.min_mem_gb", float, source),
+        min_free_disk_gb=_req(b, "build.min_free_disk_gb", float, source, **_AT_LEAST_0),
+        min_mem_gb=_req(b, "build.min_mem_gb", float, source, **_AT_LEAST_0),
     )
 
 
@@ -246,7 +291,10 @@ def _accuracy(acc_raw: dict[str, Any], kernels: list[str], source: str) -> dict[
         if not isinstance(acc_raw.get(k), dict):
             raise ProfileError(source, f"accuracy.{k}", "a mapping with cos_min and rel_l1_max")
         accuracy[k] = Accuracy(
-            *(_req(acc_raw[k], f"accuracy.{k}.{f.name}", float, source) for f in fields(Accuracy))
+            *(
+                _req(acc_raw[k], f"accuracy.{k}.{f.name}", float, source, **ACCURACY_BOUNDS[f.name])
+                for f in fields(Accuracy)
+            )
         )
     return accuracy
 
@@ -264,10 +312,10 @@ def _bench(bn: dict[str, Any], source: str) -> Bench:
         seq=seq_t,
         head_dim=_req(bn, "bench.head_dim", int, source, **_AT_LEAST_1),
         dtype=_req(bn, "bench.dtype", str, source, "float16", dtypes.__contains__, "float16 or bfloat16"),
-        causal=bool(bn.get("causal", False)),
+        causal=_req(bn, "bench.causal", bool, source, False),
         min_speedup=_req(bn, "bench.min_speedup", float, source, 0.0, **_AT_LEAST_0),
-        warmup=int(_req(bn, "bench.warmup", float, source, 10, **_AT_LEAST_0)),
-        reps=_req(bn, "bench.reps", int, source, 50, **_AT_LEAST_1),
+        warmup=_req(bn, "bench.warmup", int, source, 10, **_limit("warmup", 0)),
+        reps=_req(bn, "bench.reps", int, source, 50, **_limit("reps", 1)),
         expected=_expectations(bn.get("expected") or {}, source),
         regression=_req(
             bn, "bench.regression", float, source, 0.85, lambda x: 0 < x <= 1, "a fraction in (0, 1]"

@@ -56,6 +56,40 @@ def _users_files(d: Path) -> Path:
 ASCII_ONLY = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
 
 
+def _cli(*parts: str | Callable[[Path], object]) -> Callable[[Path], list[str]]:
+    """A command line whose callable parts make a file in the case's folder and give its path."""
+    return lambda d: [str(p(d)) if callable(p) else p for p in parts]
+
+
+def _profile(old: str, new: str) -> Callable[[Path], Path]:
+    """The bundled cpu profile with one line changed, as a user's file."""
+
+    def write(d: Path) -> Path:
+        text = (TESTS.parent / "profiles" / "cpu.yaml").read_text(encoding="utf-8")
+        assert old in text, old
+        (d / "mine.yaml").write_text(text.replace(old, new, 1), encoding="utf-8")
+        return d / "mine.yaml"
+
+    return write
+
+
+_LOCK_SECTIONS = {
+    k: {} for k in ("python", "platform", "torch", "triton", "gpu", "compilers", "distributions")
+}
+
+
+def _lock(text: str) -> Callable[[Path], Path]:
+    """A lockfile whose sections are well-formed but for ``text``, a JSON fragment (or a whole file)."""
+
+    def write(d: Path) -> Path:
+        base = json.dumps({"lock": "sagebuild-lock", "version": 1, **_LOCK_SECTIONS})
+        body = text if text.startswith("[") else base[:-1] + ", " + text + "}"
+        (d / "bad.lock").write_text(body, encoding="utf-8")
+        return d / "bad.lock"
+
+    return write
+
+
 def _file(d: Path) -> Path:
     p = d / "existing.txt"
     p.write_text("keep me\n")
@@ -162,6 +196,41 @@ CASES = [
          no_output="internal error"),
     Case("profiles-ascii", lambda d: ["profiles", "show", "cpu"], {0}, env=ASCII_ONLY,
          no_output="internal error"),
+    # issue 60: profile values are read as written and range-checked in the schema
+    *(
+        Case(f"profile-{cid}", _cli("profiles", "show", _profile(old, new)), {2}, stderr_has=key)
+        for cid, old, new, key in (
+            ("causal-quoted", "causal: false", 'causal: "false"', "bench.causal"),
+            ("cos-min-nan", "{cos_min: 0.9998,", "{cos_min: .nan,", "cos_min"),
+            ("warmup-inf", "warmup: 25", "warmup: .inf", "bench.warmup"),
+            ("warmup-huge", "warmup: 25", "warmup: 100000000", "10,000"),
+            ("reps-huge", "reps: 100", "reps: 1000000000000", "100,000"),
+            ("cos-min-5", "{cos_min: 0.9998,", "{cos_min: 5,", "(0, 1]"),
+            ("rel-l1-negative", "rel_l1_max: 0.015}", "rel_l1_max: -1}", "rel_l1_max"),
+            ("name-escape", "name: cpu", 'name: "\\e[2J\\e[31mcpu"', "printable"),
+        )
+    ),
+    Case("verify-profile-nan", _cli("verify", "-p", _profile("{cos_min: 0.9998,", "{cos_min: .nan,")), {2},
+         stderr_has="cos_min"),
+    # issue 60: run time is bounded, and the bound is named
+    Case("bench-reps-huge", _cli("bench", "-p", "cpu", "--reps", "1000000000000"), {2}, stderr_has="100,000"),
+    Case("bench-warmup-huge", _cli("bench", "-p", "cpu", "--warmup", "99999999"), {2}, stderr_has="10,000"),
+    Case("bench-rounds-huge", _cli("bench", "-p", "cpu", "--rounds", "99999999"), {2}, stderr_has="1,000"),
+    Case("bench-sustain-inf", _cli("bench", "-p", "cpu", "--sustain", "inf"), {2}, stderr_has="finite"),
+    Case("accept-reps-huge", _cli("accept", "-p", "cpu", "-o", lambda d: d.parent / "o", "--reps", "1000000"),
+         {2}, stdout_has="not accepted (exit 2)"),
+    # issue 60: a lockfile of the wrong shape is a usage error, never an internal error
+    *(
+        Case(f"lock-check-{cid}", _cli("lock", "--check", _lock(text)), {2}, stderr_has=said)
+        for cid, text, said in (
+            ("artefact-int", '"artefacts": [1]', "artefact #1"),
+            ("artefact-build", '"artefacts": [{"build": 3}]', "artefact #1"),
+            ("profile-list", '"artefacts": [], "profile": [1]', "profile"),
+            ("profile-name", '"artefacts": [], "profile": {"name": 3}', "profile"),
+            ("deep", "[" * 100_000, "nested"),
+            ("deep-section", '"artefacts": [], "gpu": {"a": ' + "[" * 500 + "]" * 500 + "}", "nest"),
+        )
+    ),
     Case(
         "accept-ascii",
         lambda d: ["accept", "-p", "cpu", "--out", str(d.parent / "run"), "--verify-shape", "1,8,9999999,64"],

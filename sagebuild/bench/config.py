@@ -7,12 +7,13 @@ into its fields and refuse impossible combinations with a usage error (exit 2).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 from sagebuild.benchrecord import GATE_METRICS, sequence_pairs
 from sagebuild.errors import SagebuildError
-from sagebuild.profiles import Bench
+from sagebuild.profiles import RUN_LIMITS, Bench, check_run_limits
 
 LAYOUTS = ("HND", "NHD")
 DTYPES = ("float16", "bfloat16")
@@ -165,7 +166,11 @@ def _packed(cfg: BenchConfig, overrides: dict[str, Any]) -> BenchConfig:
 
 
 def _check_sizes(cfg: BenchConfig) -> None:
-    """Sizes, GQA groups, causal key counts and the gate metric (usage errors)."""
+    """Sizes, run-time bounds, GQA groups, causal key counts and the gate metric (usage errors)."""
+    for option, value in (("--sustain", cfg.sustain_s), ("--min-speedup", cfg.min_speedup)):
+        if not math.isfinite(value):
+            raise SagebuildError(f"{option} {value}: expected a finite number", fix=f"e.g. {option} 1")
+    check_run_limits({name: getattr(cfg, name) for name in RUN_LIMITS})
     sizes = [cfg.batch, cfg.heads, cfg.head_dim, cfg.reps, cfg.rounds]
     sizes += [x for x in (cfg.kv_seq, cfg.kv_heads) if x is not None]
     if min(sizes) < 1 or min(cfg.warmup, cfg.sustain_s) < 0:
