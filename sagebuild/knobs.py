@@ -83,6 +83,15 @@ KNOBS: tuple[Knob, ...] = (
         plan=True,
     ),
     Knob(
+        "SAGEBUILD_TUNING",
+        "switch",
+        "on",
+        "Use this machine's tuning record (`sagebuild tune`, `<cache dir>/tuning/<arch>.json`); 0 "
+        "ignores it, so the shipped config table and shipped shape classes decide (compare the two "
+        "in one process with this knob).",
+        plan=True,
+    ),
+    Knob(
         "SAGEBUILD_PATCH_MIN_LEN",
         "int",
         "the measured shape classes",

@@ -253,11 +253,14 @@ def header() -> str:
     props = torch.cuda.get_device_properties(0)
     import triton
 
+    from sagebuild import knobs
     from sagebuild.attention import dispatch, plan
     from sagebuild.tuning import record
 
     arch = dispatch.device_arch("cuda")
     tuned = record.record_path(arch) if record.tuned(arch) is not None else "none (shipped classes)"
+    if knobs.switch("SAGEBUILD_TUNING") is False:
+        tuned = "ignored (SAGEBUILD_TUNING=0: the shipped table and classes)"
     return (
         f"{datetime.date.today()}, {props.name}, torch {torch.__version__}, Triton {triton.__version__}, "
         f"sagebuild {sagebuild.__version__}: whole calls, do_bench medians (L2 flushed), interleaved rounds; "

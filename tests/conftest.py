@@ -15,8 +15,11 @@ HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # The kernels' tests test the kernels: no call routed to SDPA by the shipped tuning data (Hopper)
-# or a tuning record. tests/test_route.py switches routing on where it tests it.
+# or a tuning record, and no config from a record a `sagebuild tune` left in a shared cache
+# (scripts/gpu_check.sh reruns). tests/test_route.py switches routing on where it tests it;
+# records injected by ``record.install`` apply either way.
 os.environ.setdefault("SAGEBUILD_ROUTE", "0")
+os.environ.setdefault("SAGEBUILD_TUNING", "0")
 
 
 def _isolate_the_cache() -> None:

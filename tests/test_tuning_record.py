@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sagebuild import knobs
 from sagebuild.errors import SagebuildError
 from sagebuild.tuning import defaults, record
 from sagebuild.tuning.record import Choice, Fingerprint, ShapeClass, TunedClass, TuningRecord
@@ -33,6 +34,8 @@ SDPA = Choice("sdpa", ms=0.9)
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SAGEBUILD_TUNING", "1")  # tests/conftest.py turns the file record off
+    knobs.refresh()
     record.uninstall()
     yield tmp_path
     record.uninstall()
@@ -207,3 +210,16 @@ def test_fingerprint_current_without_gpu_is_a_clear_error():
 
 def test_record_dir_is_in_the_cache_dir(cache):
     assert record.record_path("gfx1201") == Path(cache) / "tuning" / "gfx1201.json"
+
+
+def test_tuning_knob_off_ignores_the_file_not_an_installed_record(cache, monkeypatch):
+    monkeypatch.setattr(record, "_machine_fingerprint", lambda arch: FP)
+    record.save(TuningRecord(FP, [_cls(64, 1024, 1024, 16, OURS)]))
+    shape = ShapeClass(64, 1024, 1024, 16, False)
+    assert record.find("sm90", shape)[0] == "tuned"
+    monkeypatch.setenv("SAGEBUILD_TUNING", "0")
+    knobs.refresh()
+    assert record.tuned("sm90") is None
+    assert record.find("sm90", shape)[0] == "shipped"  # the shipped class: SDPA at the mission's shape
+    record.install("sm90", TuningRecord(FP, [_cls(64, 1024, 1024, 16, OURS)]))
+    assert record.find("sm90", shape)[0] == "tuned"

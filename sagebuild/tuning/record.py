@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
+from sagebuild import knobs
 from sagebuild.errors import SagebuildError
 from sagebuild.kernels.triton import configs
 
@@ -497,10 +498,13 @@ def _stat(path: Path) -> Any:
 
 def tuned(arch: str) -> Optional[TuningRecord]:
     """The tuned record in force for ``arch``: installed, or the file's when its fingerprint is
-    this machine's (otherwise None, with a one-line note). Re-read when the file changed."""
+    this machine's (otherwise None, with a one-line note) and ``SAGEBUILD_TUNING`` is not 0.
+    Re-read when the file changed."""
     with _lock:
         if arch in _injected:
             return _injected[arch]
+        if knobs.switch("SAGEBUILD_TUNING") is False:
+            return None
         path = record_path(arch)
         sig = _stat(path)
         cached = _loaded.get(arch)
