@@ -26,6 +26,8 @@ SDPA = "sdpa"
 TABLE_MARGIN = 0.01
 # Of a class's share of the budget, the part its compiles may take (the rest times them).
 COMPILE_SHARE = 0.7
+# Timing rounds per class (fewer when a class's calls are long) and the most timed calls per path.
+ROUNDS, MAX_REPS = 5, 40
 # A candidate's second call longer than this many times SDPA's (and than MIN_TIMEOUT_S) times out.
 TIMEOUT_FACTOR = 50.0
 MIN_TIMEOUT_S = 2.0
@@ -115,11 +117,12 @@ class TuneRun:
 
 
 def gpu_timer(device: Any, warmup: int = 3) -> Timer:
-    """``bench.time_interleaved`` on ``device``: cold device times (L2 flushed), rounds that time
-    every path in turn; reps sized so one class's timing takes about ``seconds``."""
+    """``bench.timing.time_interleaved`` on ``device``, as ``sagebuild bench`` times: cold device
+    times (L2 flushed before each call), warm-up, rounds that time every path in turn, each in
+    another order; reps sized so that one class's timing takes about ``seconds``."""
     import torch
 
-    from sagebuild import bench
+    from sagebuild.bench import timing
 
     def timer(calls: list[tuple[str, Callable[[], Any]]], seconds: float) -> list[Any]:
         fns = [fn for _, fn in calls]
@@ -130,12 +133,12 @@ def gpu_timer(device: Any, warmup: int = 3) -> Timer:
         end.record()
         torch.cuda.synchronize(device)
         per_round_ms = max(start.elapsed_time(end), 1e-3)  # one call of each path
-        # each round: its cold calls plus a back-to-back burst of B2B_MIN_CALLS per path
-        rounds = 5 if per_round_ms * (bench.B2B_MIN_CALLS + 4) * 5 < seconds * 1e3 else 2
-        reps = int(seconds * 1e3 / per_round_ms) - rounds * bench.B2B_MIN_CALLS - warmup
-        reps = max(rounds * 2, min(40, reps))
-        timings = bench.time_interleaved(fns, warmup, reps, rounds, device)
-        return [t.median_ms if isinstance(t, bench.Timing) else t for t in timings]
+        rounds = ROUNDS if per_round_ms * (timing.B2B_MIN_CALLS + 4) * ROUNDS < seconds * 1e3 else 2
+        # each round: its cold calls and a back-to-back burst of B2B_MIN_CALLS per path
+        reps = int(seconds * 1e3 / per_round_ms) - rounds * timing.B2B_MIN_CALLS - warmup
+        reps = max(rounds * 2, min(MAX_REPS, reps))
+        timings = timing.time_interleaved(fns, warmup, reps, rounds, device)
+        return [t.median_ms if isinstance(t, timing.Timing) else t for t in timings]
 
     return timer
 
