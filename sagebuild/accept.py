@@ -60,6 +60,8 @@ class AcceptOptions:
     bench: dict[str, Any] = field(default_factory=dict)  # BenchConfig overrides (None = profile default)
     progress: bool = False
     compat: bool = False  # after a passing run, install the `sageattention` distribution into ``python``
+    tune: bool = False  # ``sagebuild tune`` the bench's shapes and the mission preset before the bench
+    tune_budget: Optional[float] = None  # its budget in seconds (None: the mission preset's)
 
 
 @dataclass
@@ -239,7 +241,12 @@ class _Steps:
         self.opts, self.settings, self.say = opts, settings, say
         self.log_path = run_dir / BUILD_LOG
         self.checks: list[Any] = []
-        self.docs: dict[str, Optional[dict[str, Any]]] = {"compile": None, "verify": None, "bench": None}
+        self.docs: dict[str, Optional[dict[str, Any]]] = {
+            "compile": None,
+            "verify": None,
+            "bench": None,
+            "tune": None,
+        }
 
     def all(self) -> tuple[list[StepResult], int]:
         """Every step in order (run, refused, or skipped); the exit code is the first failure's."""
@@ -313,10 +320,31 @@ class _Steps:
         ]
         return _step("verify", False, summary, error, expl + explain_for_report(error))
 
+    def tune(self) -> str:
+        """``--tune``: tune the bench's shapes and the mission preset on this GPU (the record the bench
+        then replays); the report's tune section compares the shipped table with the tuned choice."""
+        from sagebuild.tuning import classes, session
+
+        device = _tune_device()
+        if device is None:
+            return "; --tune skipped: no GPU"
+        profile = self.settings.profile
+        workloads = list(
+            dict.fromkeys(classes.from_bench(self.settings.bench_cfg) + classes.PRESETS["mission"])
+        )
+        budget = self.opts.tune_budget or session.default_budget("mission", len(workloads))
+        bounds = {k: {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} for k, b in profile.accuracy.items()}
+        outcome = session.tune(workloads, device=device, budget_s=budget, bounds=bounds, progress=self.say)
+        self.docs["tune"] = session.comparison(outcome)
+        if outcome.run.interrupted:
+            raise KeyboardInterrupt
+        return f"; tuned {len(outcome.run.results)} classes in {outcome.run.seconds:.0f} s"
+
     def bench(self) -> StepResult:
         from sagebuild import bench as bench_mod
 
         profile = self.settings.profile
+        tuned = self.tune() if self.opts.tune else ""
         res = bench_mod.run_bench(profile, self.settings.bench_cfg, progress=self.say)
         self.docs["bench"] = res.to_dict()
         headline = (bench_mod.AUTO, f"golden:{profile.kernels[0]}")  # sageattn, or the CPU's stand-in
@@ -326,9 +354,16 @@ class _Steps:
             if r.kind == "whole_call" and r.speedup is not None and r.provider in headline
         )
         label = "CPU timings (not a GPU result)" if res.timing_kind == "cpu" else "GPU"
-        summary = f"{label}; SDPA backend {res.sdpa_backend['name']}; {best or 'no speed-up measured'}"
+        summary = f"{label}; SDPA backend {res.sdpa_backend['name']}; {best or 'no speed-up measured'}{tuned}"
         error = "\n".join(res.failures)
         return _step("bench", res.ok, summary, error, explain_for_report(error) if error else ())
+
+
+def _tune_device() -> Any:
+    """The GPU ``--tune`` measures (torch's current one), or None without a GPU."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
 
 
 def _write_lock(

@@ -346,3 +346,76 @@ def test_export_alone_shares_the_only_record(cache, tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["export"] == str(tmp_path / "x.json")
     assert Path(tmp_path / "x.json").is_file()
+
+
+# ---- accept --tune ---------------------------------------------------------------------------
+
+
+def test_accept_tune_reports_the_shipped_table_against_the_tuned_choice(cache, tmp_path, monkeypatch):
+    """accept --tune tunes the bench's shapes and the mission preset before the bench (here the
+    interpreter with a fake clock and tiny classes in their place), and the report's tune section,
+    valid against the schema, shows each class's shipped and tuned choice in JSON, Markdown, HTML."""
+    from sagebuild import accept
+    from sagebuild.report.schema import validate
+
+    fake = FakeClock({"sdpa": 1.0, "fp16 32,16,4,1": 0.9, "fp16 16,16,4,1": 0.5})
+    real_tune = session.tune
+    monkeypatch.setattr(accept, "_tune_device", lambda: CPU)
+    monkeypatch.setitem(classes.PRESETS, "mission", classes.from_shapes(CROSS))
+    monkeypatch.setattr(
+        session, "tune", lambda w, **kw: real_tune(w, **{**kw, "timer": fake.timer, "variants": ("fp16",)})
+    )
+    from sagebuild.build import run
+    from sagebuild.build.run import CompileResult
+
+    def no_build(plan, log_path, progress=True):  # the CPU extension's build is not what this tests
+        Path(log_path).write_text("skipped by the test\n")
+        return CompileResult(False, "bundled", None, None, 0.1, str(log_path), 1, "skipped by the test", [])
+
+    monkeypatch.setattr(run, "compile", no_build)
+    opts = accept.AcceptOptions(
+        profile="cpu", out=tmp_path / "out", verify_shape=(1, 1, 64, 64), tune=True, tune_budget=100.0,
+        bench={"seq": (48,), "heads": 2, "head_dim": 32, "reps": 1, "warmup": 0}, keep_going=True,
+    )  # fmt: skip
+    res = accept.run_accept(opts)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert validate(report) == [], validate(report)
+    tune = report["tune"]
+    assert [c["class"] for c in tune["classes"]] == ["1x2x48x32 float16", f"{CROSS} float16"]
+    assert (
+        tune["classes"][0]["shipped"] == "ours fp16 32,16,4,1"
+        and tune["classes"][0]["tuned"] == "ours fp16 16,16,4,1"
+    )
+    assert tune["classes"][0]["shipped_ms"] == 0.9 and tune["classes"][0]["tuned_ms"] == 0.5
+    bench = next(s for s in report["steps"] if s["name"] == "bench")
+    assert "tuned 2 classes" in bench["summary"], bench
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "### Tune" in md and "| ours fp16 32,16,4,1 |" in md and "1.80×" in md
+    assert "ours fp16 16,16,4,1" in (tmp_path / "out" / "report.html").read_text()
+    lock = json.loads((tmp_path / "out" / "sagebuild.lock").read_text())
+    assert "tuning" in lock
+    assert res.report["tune"] == tune
+
+
+def test_accept_tune_without_gpu_says_so(cache, monkeypatch):
+    from sagebuild import accept
+
+    steps = accept._Steps(accept.AcceptOptions(tune=True), accept._Settings(), Path("."), lambda _m: None)
+    monkeypatch.setattr(accept, "_tune_device", lambda: None)
+    assert steps.tune() == "; --tune skipped: no GPU" and steps.docs["tune"] is None
+
+
+def test_accept_tune_budget_must_be_positive():
+    res = CliRunner().invoke(app, ["accept", "--tune-budget", "0"])
+    assert res.exit_code == 2 and "--tune-budget 0: must be positive" in res.output
+
+
+def test_default_timer_times_interleaved_on_the_host_clock():
+    import time as _time
+
+    from sagebuild.tuning.tuner import default_timer
+
+    fast, slow = default_timer(CPU)([("fast", lambda: None), ("slow", lambda: _time.sleep(0.002))], 0.5)
+    assert 0 <= fast < 1.0 < slow
+    (failed,) = default_timer(CPU)([("bad", lambda: 1 / 0)], 0.1)
+    assert isinstance(failed, ZeroDivisionError)

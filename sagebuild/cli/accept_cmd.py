@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -25,6 +25,7 @@ from sagebuild.cli.common import (
     path_option,
     with_bench_options,
 )
+from sagebuild.errors import SagebuildError
 
 _OUT = (
     "Output directory: report.json/.md/.html, junit.xml, build.log, sagebuild.lock, environment-backup.txt."
@@ -52,6 +53,18 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--compat", help="After a passing run, install `sageattention` (compat install)."),
         ] = False,
+        tune: Annotated[
+            bool,
+            typer.Option(
+                "--tune",
+                help="Before the bench, run `sagebuild tune` on the bench's shapes and the mission preset; "
+                "the report compares the shipped table with the tuned choice per class.",
+            ),
+        ] = False,
+        tune_budget: Annotated[
+            Optional[float],
+            typer.Option("--tune-budget", help="Seconds --tune may take, compiles included (default 60)."),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """The four-step acceptance: doctor, compile, verify, bench — ending in a report and a
@@ -64,6 +77,10 @@ def register(app: typer.Typer) -> None:
         from sagebuild.errors import Exit
 
         dims = parse_shape(verify_shape, "--verify-shape")
+        if tune_budget is not None and tune_budget <= 0:
+            raise SagebuildError(
+                f"--tune-budget {tune_budget:g}: must be positive seconds", fix="e.g. --tune-budget 60"
+            )
         opts = AcceptOptions(
             profile=profile,
             out=path_option(out_dir, "--out"),
@@ -76,6 +93,8 @@ def register(app: typer.Typer) -> None:
             bench=bench,
             progress=interactive(json_out),
             compat=compat,
+            tune=tune or tune_budget is not None,
+            tune_budget=tune_budget,
         )
         with steps("accept", json_out) as say:
             res = run_accept(opts, say)

@@ -156,6 +156,27 @@ def _verify_table(verify: dict[str, Any], icons: bool = True) -> tuple[list[str]
 # ---- Markdown -------------------------------------------------------------------------------
 
 
+def tune_table(tune: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """``accept --tune``'s classes: the shipped table's pick against the tuned one, beside SDPA."""
+    head = ["class", "shipped (table)", "shipped ms", "tuned", "tuned ms", "SDPA ms", "shipped / tuned"]
+    rows = []
+    for c in tune["classes"]:
+        gain = c["shipped_ms"] / c["tuned_ms"] if c.get("shipped_ms") and c.get("tuned_ms") else None
+        label = c["class"] + (f" ({c['label']})" if c.get("label") else "")
+        rows.append([
+            label, c["shipped"] or "–", _f(c["shipped_ms"]), c["tuned"] or "–", _f(c["tuned_ms"]),
+            _f(c["sdpa_ms"]), f"{gain:.2f}×" if gain else "–",
+        ])  # fmt: skip
+    return head, rows
+
+
+def tune_notes(tune: dict[str, Any]) -> list[str]:
+    """What the tune section says under its table: the run's time, skipped classes, the record."""
+    notes = [f"tuned in {tune['seconds']:g} s (budget {tune['budget_s']:g} s) into {tune.get('record')}"]
+    notes += [f"not tuned: {s['class']}: {s['why']}" for s in tune["skipped"]]
+    return notes + ([tune["note"]] if tune.get("note") else [])
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     def cell(s: str) -> str:
         return s.replace("|", "\\|").replace("\n", " ")
@@ -231,6 +252,10 @@ def to_markdown(report: dict[str, Any]) -> str:
             "",
         ]
         lines += _md_table(*_verify_table(v))
+    if report.get("tune"):
+        t = report["tune"]
+        lines += ["", f"### Tune ({t.get('device_name')}): the shipped table against the tuned choice", ""]
+        lines += _md_table(*tune_table(t)) + [""] + [f"- {n}" for n in tune_notes(t)]
     if report.get("bench"):
         lines += _md_bench(report["bench"])
     files = [f"`{k}`: {v}" for k, v in report["files"].items() if v]
@@ -305,6 +330,13 @@ def to_html(report: dict[str, Any]) -> str:
             parts.append(
                 '<p class="fail">Below threshold: ' + escape("; ".join(b["gate"]["failures"])) + "</p>"
             )
+    t = report.get("tune")
+    if t:
+        parts += [
+            f"<h2>Tune ({escape(str(t.get('device_name')))}): the shipped table against the tuned one</h2>",
+            _html_table(*tune_table(t)),
+            "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in tune_notes(t)) + "</ul>",
+        ]
     v = report.get("verify")
     if v:
         parts += [

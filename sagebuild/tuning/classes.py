@@ -131,6 +131,27 @@ def from_shapes(text: str, dtype: str = "float16") -> tuple[Workload, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def from_bench(cfg: Any) -> tuple[Workload, ...]:
+    """The dense shapes of a bench config (``bench.BenchConfig``): ``accept --tune`` tunes what its
+    bench then measures (packed sequences are not tuned: the record serves dense calls)."""
+    if getattr(cfg, "varlen", None):
+        return ()
+    return tuple(
+        Workload(
+            cfg.batch,
+            cfg.heads,
+            n,
+            cfg.head_dim,
+            cfg.causal,
+            cfg.kv_seq,
+            cfg.kv_heads,
+            cfg.dtype,
+            "accept's bench",
+        )
+        for n in cfg.seq
+    )
+
+
 # ---- recording what a program runs -----------------------------------------------------------
 
 _lock = threading.Lock()

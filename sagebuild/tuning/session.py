@@ -148,3 +148,37 @@ def tune(
     finally:
         record.uninstall(fp.arch)
     return Outcome(run, target, note, fp)
+
+
+def _label(m: Optional[Measured]) -> Optional[str]:
+    return None if m is None else ("sdpa" if m.variant == SDPA else f"ours {m.label}")
+
+
+def comparison(outcome: Outcome) -> dict[str, Any]:
+    """The run as ``accept --tune``'s report shows it: per class, the shipped table's pick and time
+    against the tuned winner's, beside SDPA's."""
+    run = outcome.run
+    rows = [
+        {
+            "class": r.cls.key,
+            "label": r.cls.label,
+            "shipped": _label(r.shipped),
+            "shipped_ms": r.shipped.ms if r.shipped else None,
+            "tuned": _label(r.winner),
+            "tuned_ms": r.winner.ms if r.winner else None,
+            "sdpa_ms": r.sdpa.ms if r.sdpa else None,
+            "failed": sum(p.status == "failed" for p in r.paths),
+        }
+        for r in run.results
+    ]
+    return {
+        "device_name": run.device_name,
+        "arch": run.arch,
+        "record": str(outcome.path),
+        "note": outcome.note,
+        "seconds": round(run.seconds, 2),
+        "budget_s": run.budget_s,
+        "interrupted": run.interrupted,
+        "skipped": [{"class": c.key, "why": why} for c, why in run.skipped],
+        "classes": rows,
+    }

@@ -13,6 +13,7 @@ interrupted run (Ctrl-C) keeps them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
@@ -116,28 +117,32 @@ class TuneRun:
 # ---- the pieces a test replaces -------------------------------------------------------------
 
 
-def gpu_timer(device: Any, warmup: int = 3) -> Timer:
-    """``bench.timing.time_interleaved`` on ``device``, as ``sagebuild bench`` times: cold device
-    times (L2 flushed before each call), warm-up, rounds that time every path in turn, each in
-    another order; reps sized so that one class's timing takes about ``seconds``."""
-    import torch
-
+def default_timer(device: Any, warmup: int = 3) -> Timer:
+    """``bench.timing.time_interleaved`` on ``device``, as ``sagebuild bench`` times: on a GPU cold
+    device times (L2 flushed before each call), elsewhere the host's wall clock; warm-up, rounds
+    that time every path in turn, each in another order; reps sized so that one class's timing
+    takes about ``seconds``."""
     from sagebuild.bench import timing
+
+    gpu = getattr(device, "type", None) == "cuda"
+
+    def one_of_each(fns: list[Callable[[], Any]]) -> float:
+        """One call of every path (ms): what a round's cold calls cost."""
+        t0 = time.perf_counter()
+        for fn in fns:
+            with contextlib.suppress(Exception):  # a path that fails is reported by the timing itself
+                fn()
+        _sync(device)
+        return (time.perf_counter() - t0) * 1e3
 
     def timer(calls: list[tuple[str, Callable[[], Any]]], seconds: float) -> list[Any]:
         fns = [fn for _, fn in calls]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for fn in fns:
-            fn()
-        end.record()
-        torch.cuda.synchronize(device)
-        per_round_ms = max(start.elapsed_time(end), 1e-3)  # one call of each path
-        rounds = ROUNDS if per_round_ms * (timing.B2B_MIN_CALLS + 4) * ROUNDS < seconds * 1e3 else 2
-        # each round: its cold calls and a back-to-back burst of B2B_MIN_CALLS per path
-        reps = int(seconds * 1e3 / per_round_ms) - rounds * timing.B2B_MIN_CALLS - warmup
+        per_round_ms = max(one_of_each(fns), 1e-3)
+        bursts = timing.B2B_MIN_CALLS if gpu else 0  # each GPU round adds a back-to-back burst per path
+        rounds = ROUNDS if per_round_ms * (bursts + 4) * ROUNDS < seconds * 1e3 else 2
+        reps = int(seconds * 1e3 / per_round_ms) - rounds * bursts - warmup
         reps = max(rounds * 2, min(MAX_REPS, reps))
-        timings = timing.time_interleaved(fns, warmup, reps, rounds, device)
+        timings = timing.time_interleaved(fns, warmup, reps, rounds, device if gpu else None)
         return [t.median_ms if isinstance(t, timing.Timing) else t for t in timings]
 
     return timer
@@ -283,7 +288,7 @@ class Tuner:
         run = TuneRun(arch, family, _device_name(self.device), budget_s=self.budget_s)
         t0 = self.clock()
         deadline = t0 + self.budget_s
-        timer = self.timer or gpu_timer(self.device)
+        timer = self.timer or default_timer(self.device)
         try:
             for i, cls in enumerate(classes):
                 left = deadline - self.clock()
