@@ -27,6 +27,7 @@ DENSE_LAYOUTS = ("HND", "NHD")
 DTYPES = ("float16", "bfloat16")
 _TORCH_DTYPES = tuple(getattr(torch, name) for name in DTYPES)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses: their own semantics stay with SDPA
+_SDPA_RUNS = "no change needed: SDPA runs this call"  # the fix of an SDPA rule's reason
 MASK_KINDS = {  # uint8: a boolean mask's bytes, as the API hands it on (nonzero attends)
     "bool": "bool",
     "uint8": "bool",
@@ -82,16 +83,15 @@ def _rule(stage: str, scope: str = KERNEL) -> Callable[[Rule], Rule]:
 
 
 def _stages(call: Call, sdpa: bool) -> tuple[tuple[Rule, ...], ...]:
-    """The rules that apply to ``call``, stage by stage (a packed call has no dense shapes)."""
-    key = (call.packed, sdpa)
-    if key not in _BY_CALL:  # once per kind of call: decide runs on every patched SDPA call
-        scopes = (KERNEL, SDPA) if sdpa else (KERNEL,)
-        stages = [s for s in STAGES if not (s == "shapes" and call.packed)]
-        _BY_CALL[key] = tuple(tuple(fn for st, sc, fn in _RULES if st == s and sc in scopes) for s in stages)
-    return _BY_CALL[key]
+    """The rules that apply to ``call``, stage by stage (``_BY_CALL``, indexed once at import)."""
+    return _BY_CALL[(call.packed, sdpa)]
 
 
-_BY_CALL: dict[tuple[bool, bool], tuple[tuple[Rule, ...], ...]] = {}
+def _select(packed: bool, sdpa: bool) -> tuple[tuple[Rule, ...], ...]:
+    """The rules of a kind of call, stage by stage (a packed call has no dense shapes)."""
+    scopes = (KERNEL, SDPA) if sdpa else (KERNEL,)
+    stages = [s for s in STAGES if not (s == "shapes" and packed)]
+    return tuple(tuple(fn for st, sc, fn in _RULES if st == s and sc in scopes) for s in stages)
 
 
 def first_reason(call: Call, sdpa: bool = False) -> Optional[Reason]:
@@ -468,7 +468,7 @@ def _sdpa_mask(c: Call) -> Optional[Reason]:
     mask = c.attn_mask
     if mask is None:
         return None
-    fix = "no change needed: SDPA runs this call"
+    fix = _SDPA_RUNS
     if type(mask) is not torch.Tensor:
         return Reason("sdpa_mask", "attn_mask not a plain tensor", "attn_mask is a tensor subclass", fix)
     if c.is_causal:
@@ -516,7 +516,7 @@ def _causal_square(c: Call) -> Optional[Reason]:
         "is_causal with q_len != kv_len",
         f"is_causal with {nq} queries and {nk} keys: SDPA aligns the causal mask top-left, the kernels "
         "bottom-right",
-        "no change needed: SDPA runs this call",
+        _SDPA_RUNS,
     )
 
 
@@ -526,7 +526,7 @@ def _decode(c: Call) -> Optional[Reason]:
     if nq >= least:
         return None
     label = f"q_len {nq} < {least} (decode: quantizing all keys for a few queries is slower than SDPA)"
-    return Reason("decode", label, label, "no change needed: SDPA runs this call")
+    return Reason("decode", label, label, _SDPA_RUNS)
 
 
 @_rule("options")
@@ -538,3 +538,8 @@ def _scale(c: Call) -> Optional[Reason]:
     except AttentionInputError as err:
         return Reason("scale", "non-positive or non-finite scale", err.message, err.fix or "")
     return None
+
+
+# every kind of call's rules, selected once: decide runs them on every patched SDPA call, and a
+# plain lookup is what Dynamo traces best
+_BY_CALL = {(packed, sdpa): _select(packed, sdpa) for packed in (False, True) for sdpa in (False, True)}
