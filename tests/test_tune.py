@@ -419,3 +419,75 @@ def test_default_timer_times_interleaved_on_the_host_clock():
     assert 0 <= fast < 1.0 < slow
     (failed,) = default_timer(CPU)([("bad", lambda: 1 / 0)], 0.1)
     assert isinstance(failed, ZeroDivisionError)
+
+
+# ---- sharing: the maintainer's merge -----------------------------------------------------------
+
+
+def _load_script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rdna4_export(tmp_path: Path, name: str, winner: record.Choice) -> Path:
+    fp = record.Fingerprint(
+        "AMD Radeon RX 9070 XT", "gfx1201", "amdgpu 6.12.12", "hip 6.4.43482", "2.9.0+rocm6.4", "3.4.0",
+        "0.1.0", "2026.12.06.3",
+    )  # fmt: skip
+    classes_ = [
+        record.TunedClass(
+            record.ShapeClass(64, 1024, 1024, 16, False), winner, 0.30, record.Choice("sdpa", ms=0.30)
+        ),
+        record.TunedClass(record.ShapeClass(40, 4096, 77, 20, False), record.Choice("sdpa", ms=0.05), 0.05),
+    ]
+    rec = record.TuningRecord(fp, classes_, created="2026-12-06T10:00:00+00:00")
+    src = record.save(rec, tmp_path / f"{name}-record.json")
+    return share.export(src, tmp_path / f"{name}.json")
+
+
+def test_merge_script_ships_exports_as_a_new_table_version_citing_them(tmp_path):
+    from sagebuild.tuning import defaults
+
+    merge = _load_script("merge_tuning_records")
+    data, cfg = tmp_path / "data", tmp_path / "configs.py"
+    data.mkdir()
+    cfg.write_text('"""table"""\nCONFIG_TABLE_VERSION = "2026.12.06.3"\n')
+    first = _rdna4_export(tmp_path, "a", record.Choice("ours", "fp16", "64,64,4,1", 0.25))
+    assert merge.main([str(first), "--cite", "issue 123", "--data", str(data), "--configs", str(cfg)]) == 0
+    rdna4 = defaults.contributed(data)["RDNA4"]
+    assert len(rdna4.classes) == 2
+    ours = next(c for c in rdna4.classes if not c.winner.sdpa)
+    assert ours.winner == record.Choice("ours", "fp16", "64,64,4,1", 0.25)
+    assert ours.source.startswith(
+        "issue 123: sagebuild tune --export on AMD Radeon RX 9070 XT (gfx1201), hip 6.4"
+    )
+    assert "export sha256 " in ours.source and "tuned 2026-12-06" in ours.source
+    version = cfg.read_text().split('"')[-2]
+    assert version != "2026.12.06.3" and version.count(".") == 3
+    # a second export of the same shape replaces the class; the version moves on again
+    second = _rdna4_export(tmp_path, "b", record.Choice("ours", "fp16", "64,32,4,1", 0.20))
+    assert merge.main([str(second), "--cite", "issue 124", "--data", str(data), "--configs", str(cfg)]) == 0
+    rdna4 = defaults.contributed(data)["RDNA4"]
+    ours = next(c for c in rdna4.classes if not c.winner.sdpa)
+    assert (
+        len(rdna4.classes) == 2 and ours.winner.config == "64,32,4,1" and ours.source.startswith("issue 124")
+    )
+    assert cfg.read_text().split('"')[-2] == merge.next_version(version, __import__("datetime").date.today())
+    # not an export: exit 2, nothing written
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert merge.main([str(bad), "--cite", "x", "--data", str(data), "--configs", str(cfg)]) == 2
+
+
+def test_next_table_version():
+    import datetime
+
+    merge = _load_script("merge_tuning_records")
+    day = datetime.date(2026, 12, 7)
+    assert merge.next_version("2026.12.06.3", day) == "2026.12.07.1"
+    assert merge.next_version("2026.12.07.1", day) == "2026.12.07.2"

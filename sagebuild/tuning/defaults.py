@@ -14,6 +14,7 @@ shipped config table's choice.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from sagebuild.tuning.record import Choice, Fingerprint, ShapeClass, TunedClass, TuningRecord
@@ -91,7 +92,34 @@ _HOPPER: list[TunedClass] = [
 _SHIPPED = Fingerprint(
     gpu="shipped", arch="*", driver="", runtime="", torch="", triton="", sagebuild="", table=""
 )
-_BY_FAMILY: dict[str, TuningRecord] = {"Hopper": TuningRecord(_SHIPPED, _HOPPER, created="shipped")}
+# Users' exported records (``sagebuild tune --export``) merged by ``scripts/merge_tuning_records.py``:
+# one file per family, every class citing the record it came from.
+CONTRIBUTED_GLOB = "tuned-*.json"
+
+
+def contributed(folder: Optional[Path] = None) -> dict[str, TuningRecord]:
+    """The merged contributions, by family (the file name's part after ``tuned-``), from the
+    package's data folder (or ``folder``)."""
+    from importlib import resources
+
+    from sagebuild.tuning.record import read
+
+    base = Path(folder) if folder is not None else Path(str(resources.files("sagebuild.data")))
+    return {p.stem.removeprefix("tuned-"): read(p) for p in sorted(base.glob(CONTRIBUTED_GLOB))}
+
+
+def _by_family() -> dict[str, TuningRecord]:
+    """Hopper's measured classes and the contributions, a contribution replacing a class of the
+    same shape."""
+    out = {"Hopper": TuningRecord(_SHIPPED, list(_HOPPER), created="shipped")}
+    for family, rec in contributed().items():
+        merged = out.setdefault(family, TuningRecord(_SHIPPED, [], created="shipped"))
+        for c in rec.classes:
+            merged.put(c)
+    return out
+
+
+_BY_FAMILY: dict[str, TuningRecord] = _by_family()
 
 
 def record_for(arch: str) -> Optional[TuningRecord]:
