@@ -77,7 +77,7 @@ KNOBS: tuple[Knob, ...] = (
         "switch",
         "on",
         "`sageattn` runs PyTorch SDPA for calls whose shape class was measured faster there (this "
-        "machine's tuning record, else the shipped data: `sagebuild.tuning`), and `patch_sdpa` passes "
+        "machine's tuning record and the shipped data: `sagebuild.tuning`), and `patch_sdpa` passes "
         "them through; 0 keeps every call on the quantized kernels. The explicit variant functions "
         "and `config=` never route.",
         plan=True,

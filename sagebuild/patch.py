@@ -128,7 +128,7 @@ def sdpa_faster(
     arch: str, d: int, lq: int, lk: int, batch_heads: int, causal: bool, masked: bool
 ) -> str | None:
     """Why a faithful call stays with SDPA for speed on ``arch``, or None. The call's shape class in
-    the tuning record (this machine's, else the shipped data: ``sagebuild.tuning``, the data
+    the tuning record (this machine's and the shipped data: ``sagebuild.tuning``, the data
     ``sageattn`` routes by) measured SDPA faster; a key-padding masked call without a masked class
     takes its unmasked class's verdict (conservative: see ``_device_verdict``). ``SAGEBUILD_ROUTE=0``
     accelerates every call; ``SAGEBUILD_PATCH_MIN_LEN=N`` replaces the record by a length (the

@@ -16,7 +16,7 @@ rel L1 compare our output with SDPA's on the same inputs. ``--against ck`` (any 
 1, ours is faster) and its cos against SDPA for the dense rows it can run (Comfy Kitchen: the
 non-causal ones); a peer that cannot run a row leaves it blank and the JSON says why. "ran" says
 whether ``sageattn`` ran the kernels or routed the class to SDPA (``sagebuild.attention.route``:
-this machine's tuning record, else the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels
+this machine's tuning record and the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels
 alone). Exit 1 when a row failed to run.
 """
 

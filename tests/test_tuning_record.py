@@ -223,3 +223,20 @@ def test_tuning_knob_off_ignores_the_file_not_an_installed_record(cache, monkeyp
     assert record.find("sm90", shape)[0] == "shipped"  # the shipped class: SDPA at the mission's shape
     record.install("sm90", TuningRecord(FP, [_cls(64, 1024, 1024, 16, OURS)]))
     assert record.find("sm90", shape)[0] == "tuned"
+
+
+def test_a_few_tuned_shapes_leave_the_shipped_classes_in_force_elsewhere(cache):
+    """A record that measured only short calls does not stretch its buckets over the long shapes
+    the shipped data measured: tuned and shipped classes are matched as one set."""
+    record.install("sm90", TuningRecord(FP, [_cls(64, 4096, 4096, 16, SDPA), _cls(64, 1024, 1024, 16, OURS)]))
+    assert record.find("sm90", ShapeClass(64, 4096, 4096, 16, False)) == (
+        "tuned",
+        _cls(64, 4096, 4096, 16, SDPA),
+    )
+    assert (
+        record.find("sm90", ShapeClass(64, 1024, 1024, 16, False))[1].winner == OURS
+    )  # replaced the shipped SDPA
+    origin, long = record.find("sm90", ShapeClass(64, 8192, 8192, 128, False))  # 4x32x8192x64: 1.28x shipped
+    assert origin == "shipped" and not long.winner.sdpa
+    origin, sdxl = record.find("sm90", ShapeClass(64, 4096, 77, 20, False))  # the shipped SDXL class
+    assert origin == "shipped" and sdxl.winner.sdpa

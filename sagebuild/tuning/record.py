@@ -11,7 +11,10 @@ runner-up. A call matches classes by the config table's own rules (``match``): t
 passes of ``configs._head_dim_keys`` (a split head dim first by its split width, then by its
 padded width), then causal and masked alike, then the key-count bucket (between two measured key
 counts the boundary is their geometric mean), then the nearest measured size (query rows B·H·N_q
-on a log scale, then the nearest head dim). Records are loaded once per process; ``lookup``
+on a log scale, then the nearest head dim); this machine's classes and the shipped ones of its
+family are matched as one set, a tuned class replacing a shipped one measured at the same shape,
+so a record that measured a few shapes leaves the shipped classes in force elsewhere. Records
+are loaded once per process; ``lookup``
 looks again at the file on every new call signature (a plan-cache miss, never a cached call) and
 re-reads it when it changed; ``reload`` does so at once (the tuner calls it after writing).
 Every reload runs the callbacks registered by ``on_reload`` (the attention runtime drops its
@@ -27,8 +30,8 @@ The tuner's side::
     save(rec)                                         # atomically, to record_path(fp.arch)
     reload()                                          # this process replays it from now on
 
-The runtime's side: ``lookup(arch, ShapeClass(...))`` -> the matching ``TunedClass`` (this
-machine's record first, then the shipped data of ``tuning.defaults``, pass by pass), or None.
+The runtime's side: ``lookup(arch, ShapeClass(...))`` -> the matching ``TunedClass`` (among this
+machine's record and the shipped data of ``tuning.defaults``), or None; ``find`` also says which.
 """
 
 from __future__ import annotations
@@ -424,6 +427,7 @@ def reload() -> None:
     and run the ``on_reload`` callbacks. The tuner calls it after ``save``."""
     with _lock:
         _loaded.clear()
+        _merged.clear()
         _fingerprints.clear()
         _notes.clear()
         callbacks = list(_callbacks)
@@ -540,25 +544,50 @@ def _load_checked(arch: str, path: Path) -> Optional[TuningRecord]:
     return rec
 
 
+_merged: dict[
+    str, tuple[Any, Any, TuningRecord, frozenset[int]]
+] = {}  # arch -> (tuned, shipped, both, tuned ids)
+
+
+def _classes_for(arch: str) -> Optional[tuple[TuningRecord, frozenset[int]]]:
+    """This machine's tuned classes and the shipped ones of the arch's family as one set (a shipped
+    class measured at a shape the tuned record also measured gives way to it), and which of them
+    are tuned (by id); built once per pair of records."""
+    from sagebuild.tuning import defaults
+
+    mine, shipped = tuned(arch), defaults.record_for(arch)
+    if mine is None and shipped is None:
+        return None
+    with _lock:
+        cached = _merged.get(arch)
+        if cached is not None and cached[0] is mine and cached[1] is shipped:
+            return cached[2], cached[3]
+    own = list(mine.classes) if mine else []
+    shapes = {c.shape for c in own}
+    rest = [c for c in (shipped.classes if shipped else []) if c.shape not in shapes]
+    both = TuningRecord((mine or shipped).fingerprint, own + rest)  # type: ignore[union-attr]
+    tuned_ids = frozenset(id(c) for c in own)  # held by ``both`` while the entry lives
+    with _lock:
+        _merged[arch] = (mine, shipped, both, tuned_ids)
+    return both, tuned_ids
+
+
 def find(arch: str, shape: ShapeClass) -> Optional[tuple[str, TunedClass]]:
     """``lookup`` with where the class came from: ("tuned", class) from this machine's record,
     ("shipped", class) from ``tuning.defaults``."""
-    from sagebuild.tuning import defaults
-
-    records = [(o, r) for o, r in (("tuned", tuned(arch)), ("shipped", defaults.record_for(arch))) if r]
-    if not records:
+    both = _classes_for(arch)
+    if both is None:
         return None
-    for keys in shape.passes():
-        for origin, rec in records:
-            found = rec.match_pass(shape, keys)
-            if found is not None:
-                return origin, found
-    return None
+    found = both[0].match(shape)
+    if found is None:
+        return None
+    return ("tuned" if id(found) in both[1] else "shipped"), found
 
 
 def lookup(arch: str, shape: ShapeClass) -> Optional[TunedClass]:
-    """The class a call on ``arch`` matches: at each head-dim pass, this machine's tuned record
-    first, then the shipped data for the arch's family (``tuning.defaults``); None when neither
-    has a class for the call's head-dim keys, causality and masking."""
+    """The class a call on ``arch`` matches among this machine's tuned classes and the shipped ones
+    of its family (``tuning.defaults``) together, by the table's rules (module docstring): the
+    nearest measured class wins, a tuned one replacing a shipped one measured at the same shape;
+    None when no class has the call's head-dim keys, causality and masking."""
     found = find(arch, shape)
     return found[1] if found else None
