@@ -71,7 +71,7 @@ tests() {
     $PY -m pytest -q -rs -m gpu tests -p no:cacheprovider || rc=$?
   fi
   # unmarked, but they run on the GPU when there is one (the CPU interpreter otherwise)
-  $PY -m pytest -q tests/test_replay.py -p no:cacheprovider || rc=$?
+  $PY -m pytest -q tests/test_replay.py tests/test_upstream_internals.py tests/test_varlen_prefix.py -p no:cacheprovider || rc=$?
   return $rc
 }
 
