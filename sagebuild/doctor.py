@@ -64,8 +64,26 @@ class DoctorResult:
         }
 
 
+def locked_torch(cwd: Path) -> Optional[dict]:
+    """The torch record of ``cwd``'s ``sagebuild.lock`` (what `sagebuild lock` froze) with its path;
+    the reason when the file is not a readable lock; None without one."""
+    from sagebuild import lock
+
+    path = cwd / lock.DEFAULT_NAME
+    if not path.is_file():
+        return None
+    try:
+        doc = lock.load(path)
+    except SagebuildError as err:
+        return {"path": str(path), "error": err.message}
+    return {"path": str(path), **(doc.get("torch") or {})}
+
+
 def run_doctor(facts: Facts, profile: Profile, why: str = "named") -> DoctorResult:
-    """Every registered check on already probed facts."""
+    """Every registered check on already probed facts (with the working directory's lock read in
+    first, when the facts do not have it: the lock is a service above the probe)."""
+    if facts.lock_torch is None and facts.root == "/":
+        facts.lock_torch = locked_torch(Path(facts.cwd))
     return DoctorResult(facts, profile, why, checks.run_checks(facts, profile))
 
 

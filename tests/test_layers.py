@@ -9,7 +9,8 @@ follows its parent):
    sources (``kernels.csrc`` holds no Python beyond its package marker);
 1. readers of the machine and its configuration: probe, profiles, dists, explain (the failure
    database every step explains its failures with);
-2. the parts that build and run: checks, build, ext, attention, kernels, compat;
+2. the parts that build and run: checks, build, ext, attention, kernels, compat,
+   upstream_internals (upstream's internal names on the attention);
 3. services over them: verify, bench, benchrecord (the words bench and report share), patch,
    lock, report;
 4. the pipelines: doctor, accept;
@@ -53,6 +54,7 @@ LAYERS: dict[str, int] = {
     "sagebuild.attention": 2,
     "sagebuild.kernels": 2,
     "sagebuild.compat": 2,
+    "sagebuild.upstream_internals": 2,
     "sagebuild.verify": 3,
     "sagebuild.bench": 3,
     "sagebuild.benchrecord": 3,

@@ -8,7 +8,8 @@ import os
 import sys
 
 from sagebuild import lock
-from sagebuild.probe import _locked_torch, torch_probe
+from sagebuild.doctor import locked_torch as _locked_torch
+from sagebuild.probe import torch_probe
 
 
 def _env(tmp_path, **extra):

@@ -113,23 +113,7 @@ def collect(
         torch=torch_facts,
         conflicts=_conflicts(raw_py, cwd),
         extension=_extension(torch_facts, py_facts, env),
-        lock_torch=_locked_torch(cwd),
     )
-
-
-def _locked_torch(cwd: Path) -> Optional[dict]:
-    """The torch record of ``./sagebuild.lock`` (what `sagebuild lock` froze) with its path; the
-    reason when the file is not a readable lock; None without one."""
-    from sagebuild import lock
-
-    path = cwd / lock.DEFAULT_NAME
-    if not path.is_file():
-        return None
-    try:
-        doc = lock.load(path)
-    except SagebuildError as err:
-        return {"path": str(path), "error": err.message}
-    return {"path": str(path), **(doc.get("torch") or {})}
 
 
 def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str, str]) -> ExtensionFacts:

@@ -159,7 +159,7 @@ class Facts:
     conflicts: ConflictFacts = field(default_factory=ConflictFacts)
     extension: ExtensionFacts = field(default_factory=ExtensionFacts)
     # the torch record of ./sagebuild.lock (``lock.snapshot``'s "torch", plus "path"), or
-    # {"path", "error"} for an unreadable lock; None without one
+    # {"path", "error"} for an unreadable lock; None without one (``doctor.run_doctor`` reads it)
     lock_torch: Optional[dict[str, Any]] = None
 
     @property
