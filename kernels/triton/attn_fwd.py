@@ -37,7 +37,7 @@ from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher, layout
 from .layout import SeqView, key_rows_of, wgmma_key_order
-from .quant import LOG2E, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
+from .quant import LOG2E, abs_bits, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
 # float32 1.5·2²³ and its bit pattern: (i + MAGIC_I) read as a float is MAGIC_F + i for |i| < 2²².
 MAGIC_F: tl.constexpr = tl.constexpr(12582912.0)
@@ -265,16 +265,19 @@ def _attn_fwd_kernel(
             qf2 = qf2.to(tl.float32)
         else:
             qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
-        amax = tl.max(tl.reshape(tl.abs(qf), (BLOCK_M // Q_BLK, Q_BLK * D1)), axis=1)
+        # Each row's amax as ordered bits (``abs_bits``): a row holding inf or NaN gets a NaN scale
+        # (every score of it NaN, as SDPA's row is) and stays out of its block's amax.
+        row_top = tl.max(abs_bits(qf), axis=1)
         if SPLIT_D:
-            amax2 = tl.max(tl.reshape(tl.abs(qf2), (BLOCK_M // Q_BLK, Q_BLK * D2)), axis=1)
-            amax = tl.maximum(amax, amax2)
-        step, inv = scale_and_inverse(amax, 127.0)  # the contract of quant.py
+            row_top = tl.maximum(row_top, tl.max(abs_bits(qf2), axis=1))
+        row_bad = row_top >= 0x7F800000
+        amax = tl.max(tl.reshape(tl.where(row_bad, 0, row_top), (BLOCK_M // Q_BLK, Q_BLK)), axis=1)
+        step, inv = scale_and_inverse(amax.to(tl.float32, bitcast=True), 127.0)  # the contract of quant.py
         step_row = tl.reshape(tl.broadcast_to(step[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
         inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
         q = to_int8(qf * inv_row[:, None])
         q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
-        qs = step_row * q_scale_mul
+        qs = tl.where(row_bad, float("nan"), step_row * q_scale_mul)
         if Q_FROM_MEMORY:
             # The INT8 tile goes through this program's own output rows (written only at the
             # end; 2·HEAD_DIM bytes each, ≥ D1 + D2: the caller checks) and comes back as a
@@ -445,7 +448,7 @@ def _attn_fwd_kernel(
 
         if ROW_SUM_PARTS > 1:
             l_i = tl.sum(l_i, axis=1)
-        inv_l = tl.where(l_i > 0, 1.0 / l_i, 0.0)
+        inv_l = tl.where(l_i == 0.0, 0.0, 1.0 / l_i)  # a row without keys: zeros; a NaN sum stays NaN
         o_rows = Out + o_base + offs_m.to(tl.int64)[:, None] * stride_on
         if PV_FP8:
             vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
@@ -468,7 +471,7 @@ def _attn_fwd_kernel(
                 if SPLIT_D:
                     km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
                     lse += tl.sum(qf2 * km2[None, :], axis=1) * sm_scale
-            lse = tl.where(l_i > 0, lse, float("-inf"))
+            lse = tl.where(l_i == 0.0, float("-inf"), lse)
             tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 

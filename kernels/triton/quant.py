@@ -9,6 +9,9 @@ The layout is a contract shared with the C++ extension (``sagebuild.ext``):
   dim, zeros in the pad), scales float32 [B, H, cdiv(N, blk)].
 * FP8 V per channel: ``v_scale = max(amax over tokens of |v|, 1e-8) / FP8_MAX`` float32
   [B, H, Dp], ``v_fp8 = saturate(v * (1 / v_scale))`` rounded to nearest even.
+* Non-finite inputs: a block (Q row, K block, V channel) holding inf or NaN gets a NaN scale, so
+  the attention's outputs it enters are NaN (as SDPA's are), never a number quantized from it;
+  K's mean skips a channel whose sum is not finite (0 there).
 
 The scales and their reciprocals are IEEE quotients (``tl.math.div_rn``: Triton's ``/`` on
 float32 is ``div.full.f32`` on NVIDIA, within 2 ulp); each element costs one rounded product,
@@ -72,15 +75,30 @@ assert math.isclose(LOG2E, math.log2(math.e))
 def scale_and_inverse(amax, top):
     """The contract's scale max(amax, 1e-8) / top (127 for INT8, FP8_MAX for V; the floor makes an
     all-zero block quantize to zeros, not NaN) and its reciprocal, both IEEE quotients: one division
-    per block or channel, none per element."""
+    per block or channel, none per element. An amax that is inf or NaN (``abs_max``: the block
+    holds one) gives a NaN scale, so the NaN reaches every score or output the block enters
+    instead of being quantized into a number."""
     s = tl.math.div_rn(tl.maximum(amax, 1e-8), top)
+    s = tl.where(amax < float("inf"), s, float("nan"))
     return s, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
 
 
 @triton.jit
+def abs_bits(x):
+    """|x| of float32 values as int32 bits: ordered as the magnitudes are, with inf above every
+    finite value and NaN above inf, so an integer max is an amax that keeps NaN (a float max
+    drops it: maxnum on GPUs); ``.to(tl.float32, bitcast=True)`` reads the amax back."""
+    return x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
 def column_mean(ksum, n):
-    """K's mean from its column sums over n tokens, an IEEE quotient (n may be a constexpr 1)."""
-    return tl.math.div_rn(ksum, tl.zeros(ksum.shape, dtype=tl.float32) + n)
+    """K's mean from its column sums over n tokens, an IEEE quotient (n may be a constexpr 1). A
+    channel whose sum is not finite (K holds inf or NaN there) gets 0: the smoothing is any vector
+    subtracted from every key (softmax ignores it), and a NaN mean would spread one bad value over
+    the whole head; the bad value itself still reaches its own block (``scale_and_inverse``)."""
+    m = tl.math.div_rn(ksum, tl.zeros(ksum.shape, dtype=tl.float32) + n)
+    return tl.where(tl.abs(m) < float("inf"), m, 0.0)
 
 
 @triton.jit
@@ -149,7 +167,7 @@ def _column_stats(
     in flight (Triton's pipeliner: asynchronous copies into shared memory)."""
     offs_c = tl.arange(0, CHUNK)
     ksum = tl.zeros([CHUNK, offs_d.shape[0]], dtype=tl.float32)
-    vmax = tl.zeros([CHUNK, offs_d.shape[0]], dtype=tl.float32)
+    vmax = tl.zeros([CHUNK, offs_d.shape[0]], dtype=tl.int32)  # ``abs_bits``: NaN is kept
     for start in tl.range(0, n, CHUNK, num_stages=STAGES):
         rows = start + offs_c
         mask = (rows < n)[:, None] & (offs_d < HEAD_DIM)[None, :]
@@ -162,8 +180,8 @@ def _column_stats(
             v = tl.load(
                 V + vbase + rows.to(tl.int64)[:, None] * stride_vn + offs_d[None, :], mask=mask, other=0.0
             )
-            vmax = tl.maximum(vmax, tl.abs(v.to(tl.float32)))
-    return tl.sum(ksum, axis=0), tl.max(vmax, axis=0)
+            vmax = tl.maximum(vmax, abs_bits(v.to(tl.float32)))
+    return tl.sum(ksum, axis=0), tl.max(vmax, axis=0).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -212,18 +230,18 @@ def _kv_finalize_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     base = pid_bh.to(tl.int64) * NPART * BLOCK_D + offs_d
     ksum = tl.zeros([BLOCK_D], dtype=tl.float32)
-    vmax = tl.zeros([BLOCK_D], dtype=tl.float32)
+    vmax = tl.zeros([BLOCK_D], dtype=tl.int32)  # the parts' amaxes as ``abs_bits``: NaN is kept
     for s in range(NPART):
         if SMOOTH_K:
             ksum += tl.load(KP + base + s * BLOCK_D)
         if V_FP8:
-            vmax = tl.maximum(vmax, tl.load(VP + base + s * BLOCK_D))
+            vmax = tl.maximum(vmax, tl.load(VP + base + s * BLOCK_D).to(tl.int32, bitcast=True))
     out = pid_bh.to(tl.int64) * BLOCK_D + offs_d
     if SMOOTH_K:
         _, n = seq_base(CU, pid_bh // H, N, T, 0, 0, IS_VARLEN)
         tl.store(KM + out, column_mean(ksum, tl.maximum(n, 1)))
     if V_FP8:
-        tl.store(VA + out, vmax)
+        tl.store(VA + out, vmax.to(tl.float32, bitcast=True))
 
 
 @triton.jit
@@ -319,7 +337,8 @@ def _quant_blocks_kernel(
         else:
             km = tl.load(KM + pid_bh.to(tl.int64) * BLOCK_D + offs_d)
         x = tl.where(mask, x - km[None, :], 0.0)
-    step, inv = scale_and_inverse(tl.max(tl.max(tl.abs(x), axis=1), axis=0), 127.0)
+    amax = tl.max(tl.max(abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)  # NaN kept
+    step, inv = scale_and_inverse(amax, 127.0)
     xq = to_int8(x * inv)
     tl.store(XQ + qbase + rows.to(tl.int64)[:, None] * stride_qn + offs_d[None, :], xq, mask=row_ok[:, None])
     tl.store(XS + pid_bh.to(tl.int64) * NBLK + pid_n, step * scale_mul, mask=pid_n * BLK < n)
