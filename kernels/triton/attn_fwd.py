@@ -265,8 +265,9 @@ def _attn_fwd_kernel(
             qf2 = qf2.to(tl.float32)
         else:
             qf2 = tl.zeros([BLOCK_M, D2], dtype=tl.float32)
-        # Each row's amax as ordered bits (``abs_bits``): a row holding inf or NaN gets a NaN scale
-        # (every score of it NaN, as SDPA's row is) and stays out of its block's amax.
+        # Each row's amax as ordered bits (``abs_bits``): a row holding inf or NaN stays out of its
+        # block's amax and its output and LSE are NaN, as SDPA's row is (set after the key loop: a
+        # NaN put into the row's scale here costs a layout conversion in every iteration on sm90).
         row_top = tl.max(abs_bits(qf), axis=1)
         if SPLIT_D:
             row_top = tl.maximum(row_top, tl.max(abs_bits(qf2), axis=1))
@@ -277,7 +278,7 @@ def _attn_fwd_kernel(
         inv_row = tl.reshape(tl.broadcast_to(inv[:, None], (BLOCK_M // Q_BLK, Q_BLK)), (BLOCK_M,))
         q = to_int8(qf * inv_row[:, None])
         q2 = to_int8(qf2 * inv_row[:, None]) if SPLIT_D else q
-        qs = tl.where(row_bad, float("nan"), step_row * q_scale_mul)
+        qs = step_row * q_scale_mul
         if Q_FROM_MEMORY:
             # The INT8 tile goes through this program's own output rows (written only at the
             # end; 2·HEAD_DIM bytes each, ≥ D1 + D2: the caller checks) and comes back as a
@@ -449,6 +450,7 @@ def _attn_fwd_kernel(
         if ROW_SUM_PARTS > 1:
             l_i = tl.sum(l_i, axis=1)
         inv_l = tl.where(l_i == 0.0, 0.0, 1.0 / l_i)  # a row without keys: zeros; a NaN sum stays NaN
+        inv_l = tl.where(row_bad, float("nan"), inv_l)
         o_rows = Out + o_base + offs_m.to(tl.int64)[:, None] * stride_on
         if PV_FP8:
             vs = tl.load(VS + kv_bh * BLOCK_D + offs_d)
@@ -471,7 +473,7 @@ def _attn_fwd_kernel(
                 if SPLIT_D:
                     km2 = tl.load(KM + kv_bh * BLOCK_D + offs_d2)
                     lse += tl.sum(qf2 * km2[None, :], axis=1) * sm_scale
-            lse = tl.where(l_i == 0.0, float("-inf"), lse)
+            lse = tl.where(row_bad, float("nan"), tl.where(l_i == 0.0, float("-inf"), lse))
             tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
