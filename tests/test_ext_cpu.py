@@ -156,6 +156,21 @@ def test_all_zero_block_gives_finite_scales(ops: Any) -> None:
     assert torch.isfinite(vs).all() and torch.count_nonzero(v8.view(torch.uint8)) == 0
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nonfinite_values_give_nan_scales_not_numbers(ops: Any, value: float) -> None:
+    """As the Triton kernels (issue 60): a K block or V channel holding inf/NaN gets a NaN scale
+    (fmaxf would drop a NaN and quantize it into a number); the other blocks and channels, and
+    K's mean (0 in the bad channel), stay finite."""
+    x = bhnd(1, 2, 130, 64, torch.float16, "HND", seed=5)
+    x[0, 1, 70, 3] = value
+    km = ops.k_mean(x)
+    assert km[0, 1, 0, 3] == 0 and torch.isfinite(km).all()
+    _, s = ops.quant_per_block_int8(x, km, 64, 1.0)
+    assert s[0, 1, 1].isnan() and torch.isfinite(s[0, 0]).all() and torch.isfinite(s[0, 1, ::2]).all()
+    _, vs = ops.quant_v_fp8_per_channel(x, False)
+    assert vs[0, 1, 3].isnan() and vs.isnan().sum() == 1
+
+
 @pytest.mark.parametrize("fnuz", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_v_fp8_per_channel_matches_torch_rounding(ops: Any, fnuz: bool, dtype: torch.dtype) -> None:

@@ -29,7 +29,7 @@ at::Tensor k_mean_cpu(const at::Tensor& k) {
         std::fill(row, row + v.D, 0.0f);
         for (int n = 0; n < v.N; ++n)
           for (int d = 0; d < v.D; ++d) row[d] += T::load(x[offset(v, static_cast<int>(bh), n, d)]);
-        for (int d = 0; d < v.D; ++d) row[d] /= static_cast<float>(v.N);
+        for (int d = 0; d < v.D; ++d) row[d] = finite_or_zero(row[d] / static_cast<float>(v.N));
       }
     });
   });
@@ -68,8 +68,8 @@ std::tuple<at::Tensor, at::Tensor> quant_per_block_int8_cpu(const at::Tensor& x_
         };
         float amax = 0.0f;
         for (int n = n0; n < n1; ++n)
-          for (int d = 0; d < v.D; ++d) amax = fmaxf(amax, fabsf(y_at(n, d)));
-        const float step = fmaxf(amax, kAmaxEps) / kInt8Max;
+          for (int d = 0; d < v.D; ++d) amax = max_keep_nan(amax, fabsf(y_at(n, d)));
+        const float step = scale_of(amax, kInt8Max);
         const float inv = recip(step);
         s[job] = step * mul;
         for (int n = n0; n < n1; ++n) {
@@ -101,10 +101,10 @@ std::tuple<at::Tensor, at::Tensor> quant_v_fp8_per_channel_cpu(const at::Tensor&
         std::fill(srow, srow + v.D, 0.0f);
         for (int n = 0; n < v.N; ++n)
           for (int d = 0; d < v.D; ++d)
-            srow[d] = fmaxf(srow[d], fabsf(T::load(x[offset(v, static_cast<int>(bh), n, d)])));
+            srow[d] = max_keep_nan(srow[d], fabsf(T::load(x[offset(v, static_cast<int>(bh), n, d)])));
         std::vector<float> inv(v.D);
         for (int d = 0; d < v.D; ++d) {
-          srow[d] = fmaxf(srow[d], kAmaxEps) / fmax;
+          srow[d] = scale_of(srow[d], fmax);
           inv[d] = recip(srow[d]);
         }
         uint8_t* oh = o + bh * v.D * v.N;

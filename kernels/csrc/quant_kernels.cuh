@@ -74,16 +74,14 @@ struct SumOp {  // k_mean: arg = N
   static __device__ __forceinline__ float init() { return 0.0f; }
   static __device__ __forceinline__ float add(float acc, float x) { return acc + x; }
   static __device__ __forceinline__ float combine(float a, float b) { return a + b; }
-  static __device__ __forceinline__ float finish(float sum, float n) { return sum / n; }
+  static __device__ __forceinline__ float finish(float sum, float n) { return finite_or_zero(sum / n); }
 };
 
 struct AbsMaxOp {  // V's per-channel scale: arg = the FP8 format's max
   static __device__ __forceinline__ float init() { return 0.0f; }
-  static __device__ __forceinline__ float add(float acc, float x) { return fmaxf(acc, fabsf(x)); }
-  static __device__ __forceinline__ float combine(float a, float b) { return fmaxf(a, b); }
-  static __device__ __forceinline__ float finish(float amax, float fp8_max) {
-    return fmaxf(amax, kAmaxEps) / fp8_max;
-  }
+  static __device__ __forceinline__ float add(float acc, float x) { return max_keep_nan(acc, fabsf(x)); }
+  static __device__ __forceinline__ float combine(float a, float b) { return max_keep_nan(a, b); }
+  static __device__ __forceinline__ float finish(float amax, float fp8_max) { return scale_of(amax, fp8_max); }
 };
 
 // Partial column reduction: work[bh, c, d] = Op over tokens [c * chunk, (c + 1) * chunk) of x[bh, :, d].
@@ -168,10 +166,10 @@ __device__ __forceinline__ float block_int8_step(float amax, float* red) {
   red[threadIdx.x] = amax;
   __syncthreads();
   for (int w = kQuantThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    if (threadIdx.x < w) red[threadIdx.x] = max_keep_nan(red[threadIdx.x], red[threadIdx.x + w]);
     __syncthreads();
   }
-  return fmaxf(red[0], kAmaxEps) / kInt8Max;
+  return scale_of(red[0], kInt8Max);
 }
 
 // Per-block symmetric INT8 of y = x - km (km may be null): one CUDA block per (bh, token block).
@@ -198,7 +196,7 @@ __global__ void quant_int8_kernel(const typename T::storage* __restrict__ x, con
   for (int r = r_first, c = c_first; r < rows;) {
     float y = T::load(xb[r * v.sn + c * v.sd]);
     if (kmrow) y -= kmrow[c];
-    amax = fmaxf(amax, fabsf(y));
+    amax = max_keep_nan(amax, fabsf(y));
     r += rstep;
     c += cstep;
     if (c >= v.D) {
@@ -250,7 +248,7 @@ __global__ void quant_int8_vec_kernel(const typename T::storage* __restrict__ x,
     float e[V];
     load_vec<T>(xb + static_cast<int64_t>(r) * v.sn, e);
 #pragma unroll
-    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(km ? e[i] - kmv[i] : e[i]));
+    for (int i = 0; i < V; ++i) amax = max_keep_nan(amax, fabsf(km ? e[i] - kmv[i] : e[i]));
   }
   const float step = block_int8_step(amax, red);
   const float inv = recip(step);

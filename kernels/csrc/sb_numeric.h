@@ -85,6 +85,20 @@ SB_HD float mul_rn(float y, float r) {
 // The IEEE reciprocal of a scale (1 / step, 1 / v_scale): one division per block or channel.
 SB_HD float recip(float s) { return 1.0f / s; }
 
+// Non-finite inputs (as the Triton kernels, quant.py): an amax keeps NaN (fmaxf drops it), a
+// block or channel whose amax is inf or NaN gets a NaN scale, so what it enters is NaN instead of
+// a number quantized from it, and K's mean is 0 in a channel whose sum is not finite.
+SB_HD float max_keep_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+
+SB_HD bool is_finite_value(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
+
+// max(amax, kAmaxEps) / top, or NaN when amax is not finite.
+SB_HD float scale_of(float amax, float top) {
+  return is_finite_value(amax) ? fmaxf(amax, kAmaxEps) / top : bits_float(0x7fc00000u);
+}
+
+SB_HD float finite_or_zero(float x) { return is_finite_value(x) ? x : 0.0f; }
+
 // Symmetric INT8 of y given inv = recip(step): round half away from zero, clamp to [-127, 127].
 SB_HD int8_t quant_int8(float y, float inv) {
   float q = roundf(mul_rn(y, inv));
