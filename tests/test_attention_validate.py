@@ -40,6 +40,7 @@ def _t(*shape, dtype=torch.float16):
         ((_t(1, 1, 8, 64).expand(1, 65536, 8, 64),) * 3, {}, "1 batch entries × 65536 heads"),
         ((_t(1, 1, 1, 1).expand(40000, 60000, 1, 1),) * 3, {}, "fewer than 2³¹ pairs"),
         ((_t(1, 1, 8, 64).expand(2, 40000, 8, 64),) * 3, {"quantization_backend": "ext"}, "65535 batch × KV"),
+        ((_t(1, 1, 1, 64).expand(1, 1, 2**31, 64),) * 3, {}, "2,147,483,648 tokens per sequence.*32-bit"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(args, kw, match):
@@ -49,6 +50,15 @@ def test_bad_inputs_raise_clear_errors(args, kw, match):
     assert info.value.fix
     # one line: ComfyUI logs "Error running sage attention: {e}, ..." once per failing call
     assert "\n" not in str(info.value) and info.value.fix in str(info.value)
+
+
+def test_more_packed_tokens_than_int32_indices_is_a_clear_error():
+    """Offsets are 64-bit, token indices int32 (issue 60): a packed batch past them is refused
+    before any launch (expanded views: no memory)."""
+    x = _t(1, 1, 64).expand(2**31, 1, 64)
+    cu = torch.tensor([0, 2**30, 2**31])
+    with pytest.raises(AttentionInputError, match="2,147,483,648 packed tokens.*at most 2,145,386,496"):
+        sageattn_varlen(x, x, x, cu, cu, 2**30, 2**30)
 
 
 def test_layout_mixup_names_the_layout():

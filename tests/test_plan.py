@@ -284,6 +284,9 @@ def test_tma_rows_serve_only_calls_that_can_use_tma(monkeypatch):
     packed = planned(layout="varlen")  # packed K/V from our quantization: the same row, by TMA
     assert packed.tma and packed.config == row and not (packed.pdl or packed.v_key_order), packed
     assert planned(n_k=4104).tma and planned(n_k=4097).tma  # ragged key counts too
+    # the descriptors' row coordinate (batch·head·key) is an int32: past it, the pointer loads
+    assert planned(n_k=2**20, batch_heads=2**11 - 1).tma and not planned(n_k=2**20, batch_heads=2**11).tma
+    assert planned(layout="varlen", n_k=2**20, batch_heads=2**11).tma  # packed rows are tokens
     # the split head dims' rows ask for TMA from 1024 keys (65-96) and from 4096 (129-192)
     for head_dim, first in ((80, 1024), (96, 1024), (160, 4096), (192, 4096)):
         split = planned(head_dim=head_dim, n_k=first)

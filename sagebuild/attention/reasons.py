@@ -425,6 +425,28 @@ def _empty(c: Call) -> Optional[Reason]:
 
 # --- options: the mask, dropout, gradients, causality, length and scale ------------------------
 
+# Tokens per sequence (dense) or packed in all (varlen): the kernels index tokens by int32, packed
+# FP8 V's positions add up to 16 per sequence (``layout.packed_v_tokens``), and tiles run past the
+# end by a block. Element offsets are 64-bit: any tensor size that fits in memory is served.
+MAX_TOKENS = 2**31 - 2**21
+
+
+@_rule("options")
+def _tokens(c: Call) -> Optional[Reason]:
+    """At most ``MAX_TOKENS`` tokens (an options rule: packed calls have no shapes stage)."""
+    if c.packed:
+        count, what = max(c.shapes[0][0], c.shapes[1][0]), "packed tokens"
+    else:
+        count, what = max(c.shapes[0][2], c.shapes[1][2]), "tokens per sequence"
+    if count <= MAX_TOKENS:
+        return None
+    return Reason(
+        "tokens",
+        f"{what} beyond int32 token indices",
+        f"{count:,} {what}: the kernels index tokens by 32-bit integers and take at most {MAX_TOKENS:,}",
+        "split the sequences (or the packed batch) into calls of fewer tokens",
+    )
+
 
 @_rule("options")
 def _mask(c: Call) -> Optional[Reason]:
