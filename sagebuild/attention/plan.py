@@ -231,11 +231,13 @@ def check_choice(name: str, value: Any, allowed: Iterable[str], fix: str) -> Non
         raise AttentionInputError(f"{name} must be one of {list(allowed)}, got {value!r}", fix)
 
 
-def _tma_rows_fit(bh_keys: int) -> bool:
-    """Whether a dense call's K rows (batch × KV heads × keys: at most ``bh_keys``, batch × query
-    heads × keys; 0 when unknown, as for AOT compiles) fit the int32 row coordinate of the kernel's
-    descriptor loads."""
-    return bh_keys < 2**31
+def _tma(eligible: bool, family: str, cfg: Any, layout: str, batch_heads: int, n_k: int) -> bool:
+    """Whether K/V load by tensor descriptors: ``eligible`` (FP8 V from our quantization), the
+    family's feature (and the config's choice), and a dense call's K rows (batch × KV heads × keys,
+    at most ``batch_heads`` × ``n_k``; 0 when unknown, as for AOT compiles) within the int32 row
+    coordinate of the kernel's descriptor loads (packed descriptors index tokens)."""
+    rows_fit = layout == "varlen" or batch_heads * n_k < 2**31
+    return eligible and rows_fit and features.enabled("tma", family, config_choice=cfg.tma)
 
 
 def make_plan(
@@ -300,7 +302,6 @@ def make_plan(
         raise AttentionInputError(str(exc), f"fix the config keyword or ${configs.ENV_VAR}") from None
     _check_vendor(cfg, row, arch)
     pipe = features.enabled("wgmma_pipe", family, config_choice=cfg.pipe)
-    bh_keys = 0 if layout == "varlen" else batch_heads * n_k  # packed descriptors index tokens
     parts = features.ROW_SUM_PARTS if features.enabled("row_sum_parts", family) else 1
     return LaunchPlan(
         arch=arch,
@@ -317,7 +318,7 @@ def make_plan(
         q_blk=cfg.q_blk(qk_quant_gran),
         k_blk=cfg.k_blk,
         quantization=quantization,
-        tma=tma_layout and features.enabled("tma", family, config_choice=cfg.tma) and _tma_rows_fit(bh_keys),
+        tma=_tma(tma_layout, family, cfg, layout, batch_heads, n_k),
         pdl=ours and features.enabled("pdl", family, n_k=n_k),
         wgmma_pipe=pipe,
         q_from_memory=pipe and 2 * head_dim >= dp,  # an output row holds the INT8 Q row
