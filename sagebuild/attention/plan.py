@@ -233,10 +233,11 @@ def check_choice(name: str, value: Any, allowed: Iterable[str], fix: str) -> Non
 
 def _tma(eligible: bool, family: str, cfg: Any, layout: str, batch_heads: int, n_k: int) -> bool:
     """Whether K/V load by tensor descriptors: ``eligible`` (FP8 V from our quantization), the
-    family's feature (and the config's choice), and a dense call's K rows (batch × KV heads × keys,
-    at most ``batch_heads`` × ``n_k``; 0 when unknown, as for AOT compiles) within the int32 row
-    coordinate of the kernel's descriptor loads (packed descriptors index tokens)."""
-    rows_fit = layout == "varlen" or batch_heads * n_k < 2**31
+    family's feature (and the config's choice), and a dense call's descriptor rows within the int32
+    row coordinate of the kernel's loads: K's batch × KV heads × keys and V's batch × KV heads ×
+    channels (≤ 256), at most ``batch_heads`` (0 when unknown, as for AOT compiles) times the larger
+    of ``n_k`` and 256. Packed descriptors index tokens (``reasons.MAX_TOKENS``)."""
+    rows_fit = layout == "varlen" or batch_heads * max(n_k, 256) < 2**31
     return eligible and rows_fit and features.enabled("tma", family, config_choice=cfg.tma)
 
 
