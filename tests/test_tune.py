@@ -491,3 +491,10 @@ def test_next_table_version():
     day = datetime.date(2026, 12, 7)
     assert merge.next_version("2026.12.06.3", day) == "2026.12.07.1"
     assert merge.next_version("2026.12.07.1", day) == "2026.12.07.2"
+
+
+def test_a_class_that_cannot_run_is_reported_and_the_rest_tuned(cache):
+    outcome = _tune(f"1x2x48x300,{SMALL}", FakeClock({"sdpa": 1.0}))
+    assert [r.cls.shape for r in outcome.run.results] == [SMALL]
+    ((cls, why),) = outcome.run.skipped
+    assert cls.head_dim == 300 and why.startswith("error: ") and "head dim 300" in why

@@ -150,7 +150,7 @@ def tune(
     if budget is not None and budget <= 0:
         raise SagebuildError(f"--budget {budget:g}: must be positive seconds", fix="e.g. --budget 60")
     device = _device()
-    prof, _ = resolve_profile(profile)
+    prof = _profile(profile, device)
     bounds = {name: {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} for name, b in prof.accuracy.items()}
     seconds = (
         budget
@@ -197,6 +197,17 @@ def _export_only(dest: Path, json_out: bool) -> None:
         {"command": "tune", "record": str(source), "export": str(path)},
         lambda: out.print(said, markup=False),
     )
+
+
+def _profile(spec: str, device: Any) -> Any:
+    """The profile whose accuracy bounds a candidate must meet: ``auto`` matches the GPU being
+    tuned (no machine probe: its seconds would come out of the budget)."""
+    from sagebuild import profiles
+    from sagebuild.attention import dispatch
+
+    if spec in ("", "auto"):
+        return profiles.match([dispatch.device_arch(device)])[0]
+    return resolve_profile(spec)[0]
 
 
 def register(app: typer.Typer) -> None:

@@ -192,12 +192,17 @@ class _Inputs:
 
 
 def _inputs(cls: Workload, device: Any, seed: int) -> _Inputs:
-    from sagebuild.attention import reference
-    from sagebuild.bench import random_qkv
+    """Seeded normal Q, K, V drawn on the device itself (a video class's are hundreds of MB: no
+    host round trip), and exact attention on them in float32 (``reference.exact_attention``)."""
+    import torch
 
-    kv_shape = (cls.batch, cls.kv_heads or cls.heads, cls.keys, cls.head_dim)
-    shape = (cls.batch, cls.heads, cls.seq, cls.head_dim)
-    q, k, v = random_qkv(shape, "HND", cls.dtype, seed, device, kv_shape)
+    from sagebuild.attention import reference
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = getattr(torch, cls.dtype)
+    draw = lambda *shape: torch.randn(shape, generator=gen, device=device, dtype=dtype)  # noqa: E731
+    q = draw(cls.batch, cls.heads, cls.seq, cls.head_dim)
+    k, v = (draw(cls.batch, cls.kv_heads or cls.heads, cls.keys, cls.head_dim) for _ in range(2))
     return _Inputs(q, k, v, reference.exact_attention(q, k, v, is_causal=cls.causal))
 
 
@@ -296,7 +301,11 @@ class Tuner:
                     run.skipped += [(c, "budget spent") for c in classes[i:]]
                     break
                 self.progress(f"{cls.key}: compiling candidates")
-                result = self._tune_class(cls, arch, family, timer, left / (len(classes) - i))
+                try:
+                    result = self._tune_class(cls, arch, family, timer, left / (len(classes) - i))
+                except Exception as exc:  # noqa: BLE001 - a class that cannot run is reported, not fatal
+                    run.skipped.append((cls, _failure(exc)))
+                    continue
                 run.results.append(result)
                 on_class(result)
         except KeyboardInterrupt:
