@@ -42,6 +42,7 @@ class SpaceRow(NamedTuple):
     configs: tuple[str, ...]
 
 
+# fmt: off
 _SPACE: list[SpaceRow] = [
     # Triton's CPU interpreter (tests): two small tiles, so that winners can differ.
     SpaceRow("interpreter", "*", "*", ("32,16,4,1", "16,16,4,1")),
@@ -62,13 +63,23 @@ _SPACE: list[SpaceRow] = [
     SpaceRow("Ada", "*", "*", ("128,64,4,3", "128,64,8,2", "64,64,4,3", "64,64,4,2")),
     SpaceRow("Blackwell", "*", "*", ("128,64,8,3", "128,64,4,3", "64,64,4,3", "64,64,4,2")),
     # AMD: the pipeliner prefers one or two stages; CDNA is wave64 (MFMA), RDNA wave32 (WMMA).
-    SpaceRow("CDNA2", "*", "*", ("128,64,4,1", "128,64,4,2", "64,64,4,1", "128,32,4,1")),
-    SpaceRow("CDNA3", "*", "*", ("128,64,4,2", "128,64,4,1", "64,64,4,2", "128,128,8,1")),
-    SpaceRow("CDNA4", "*", "*", ("128,64,4,2", "128,64,4,1", "64,64,4,2", "128,128,8,1")),
-    SpaceRow("RDNA4", "*", "*", ("64,32,4,1", "64,64,4,1", "32,32,2,1", "128,32,8,1", "64,32,2,2")),
-    SpaceRow("RDNA3", "*", "*", ("64,32,4,1", "64,64,4,1", "32,32,2,1", "128,32,8,1", "64,32,2,2")),
+    # Triton's HIP options (``configs.AMD_OPTIONS``): waves_per_eu budgets registers for that many
+    # waves per SIMD, matrix_instr_nonkdim picks the MFMA shape, kpack packs K per operand load.
+    SpaceRow("CDNA2", "*", "*", ("128,64,4,1,waves_per_eu=2", "128,64,4,1", "64,64,4,1,waves_per_eu=2",
+                                 "128,64,4,2,waves_per_eu=2,matrix_instr_nonkdim=16")),
+    SpaceRow("CDNA3", "*", "*", ("128,64,4,2,waves_per_eu=2", "128,64,4,1,waves_per_eu=2",
+                                 "128,64,4,2,waves_per_eu=2,matrix_instr_nonkdim=16,kpack=2",
+                                 "64,64,4,2,waves_per_eu=3", "128,128,8,1,waves_per_eu=1")),
+    SpaceRow("CDNA4", "*", "*", ("128,64,4,2,waves_per_eu=2", "128,64,4,2", "128,64,4,1,waves_per_eu=2",
+                                 "128,64,4,2,waves_per_eu=2,matrix_instr_nonkdim=16",
+                                 "64,64,4,2,waves_per_eu=3")),
+    SpaceRow("RDNA4", "*", "*", ("64,32,4,1", "64,64,4,1", "32,32,2,1", "64,32,4,1,waves_per_eu=2",
+                                 "128,32,8,1", "64,32,2,2")),
+    SpaceRow("RDNA3", "*", "*", ("64,32,4,1", "64,64,4,1", "32,32,2,1", "64,32,4,1,waves_per_eu=2",
+                                 "128,32,8,1", "64,32,2,2")),
     SpaceRow("*", "*", "*", ("128,64,4,2", "64,64,4,2", "64,32,4,1")),
 ]
+# fmt: on
 
 
 class Candidate(NamedTuple):
