@@ -24,7 +24,7 @@ from sagebuild.tuning.classes import Workload
 SDPA = "sdpa"
 # A candidate replaces the shipped table's pick only when faster by more than this fraction
 # (timing noise must not swap in a config that is really no faster).
-TABLE_MARGIN = 0.01
+TABLE_MARGIN = 0.02
 # Of a class's share of the budget, the part its compiles may take (the rest times them).
 COMPILE_SHARE = 0.7
 # Timing rounds per class (fewer when a class's calls are long) and the most timed calls per path.
