@@ -9,14 +9,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
-import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sagebuild import fsio
+from sagebuild import fsio, rundir
 from sagebuild.errors import Exit, SagebuildError
 from sagebuild.explain import explain_for_report, fix_entry
 from sagebuild.lock import DEFAULT_NAME
@@ -99,6 +98,7 @@ def _step(name: str, ok: bool, summary: str, error: str = "", explanation: Any =
 
 def _failed_step(name: str, exc: BaseException) -> StepResult:
     """A step that raised: ours with its code, fix and explanation; anything else an internal error."""
+    exc = fsio.user_error(exc) or exc  # a path it could not write (a read-only HOME's cache): not a bug
     if isinstance(exc, SagebuildError):
         text = str(exc)
         expl = [fix_entry(f"{name}.error", f"{name} stopped", exc.message, exc.fix)] if exc.fix else []
@@ -114,34 +114,20 @@ def _failed_step(name: str, exc: BaseException) -> StepResult:
     return StepResult(name, "fail", int(Exit.INTERNAL), None, summary, text, explain_for_report(text))
 
 
-def _staging_dir(out: Path) -> Path:
-    """A fresh folder beside ``out`` (same filesystem: the swap is a rename); clear errors for an
-    ``--out`` that is a file, below a file, under /proc or on a read-only mount (exit 2)."""
-    if out.exists() and not out.is_dir():
-        raise SagebuildError(
-            f"--out {out}: it exists and is not a directory",
-            fix="pass a directory for the run's files (a new or existing one)",
-        )
-    parent = fsio.check_writable_dir(out.parent if str(out.parent) else Path("."), "write the run beside")
-    try:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.run-", dir=parent))
-    except OSError as e:
-        raise fsio.write_error(out, e, "write the run into") from None
-
-
 def run_accept(opts: AcceptOptions, say: Callable[[str], None] = lambda _m: None) -> AcceptResult:
     """Run the pipeline and write the output directory; raises ``SagebuildError`` only when the
     output cannot be written at all (exit 2) or ``--python`` cannot be run (exit 3), never for a
     failing step."""
     out = Path(opts.out).expanduser()
-    staging = _staging_dir(out)
-    try:
-        result = _run(opts, staging, out, say)
-        say("moving the run into place")
-        fsio.swap_dir_in(staging, out, owned=RUN_FILES)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with rundir.terminate_raises():
+        staging = rundir.staging_dir(out)
+        try:
+            result = _run(opts, staging, out, say)
+            say("moving the run into place")
+            fsio.swap_dir_in(staging, out, owned=RUN_FILES)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     result.paths = {k: out / p.name for k, p in result.paths.items()}
     if opts.compat and result.exit_code == 0:  # passed: let `sageattention` callers have the kernels
         from sagebuild.compat import installer

@@ -22,6 +22,12 @@ class Exit(IntEnum):
     LOCK_DRIFT = 50
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
     BROKEN_PIPE = 141  # stdout's reader went away (128 + SIGPIPE, as `yes | head` ends)
+    TERMINATED = 143  # SIGTERM (a cancelled CI job, `timeout`), after cleaning up (128 + SIGTERM)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived where a command cleans up after itself (``rundir.terminate_raises``): like
+    ``KeyboardInterrupt``, no ``except Exception`` stops it on its way out."""
 
 
 class SagebuildError(Exception):

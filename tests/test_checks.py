@@ -437,6 +437,16 @@ FAILING = [
         "warn",
         "sagebuild lock",
     ),
+    (
+        "cache-dir",
+        "rocm",
+        _set(
+            "extension.unwritable",
+            "/home/me/.cache cannot be written (a read-only filesystem or its permissions)",
+        ),
+        "fail",
+        "SAGEBUILD_CACHE_DIR",
+    ),
     ("extension", "cuda", _set("extension.sha256_ok", False), "fail", "compile --profile hopper-cu12"),
     ("extension", "rocm", _set("extension.info", {"archs": ["gfx1100"]}), "warn", "--arch gfx1100,gfx1201"),
     ("extension", "cpu", _set("extension", ExtensionFacts(dir="/x")), "skip", "compile --profile cpu"),

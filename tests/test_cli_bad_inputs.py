@@ -7,10 +7,15 @@ with ``--json`` must still print one JSON document on stdout.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import resource
+import shlex
+import shutil
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -22,7 +27,7 @@ import pytest
 
 TIME_LIMIT_S = 90
 ADDRESS_SPACE = 6 * 2**30  # far below what reading /dev/zero or a 24 GB bench would take
-DOCUMENTED = {0, 1, 2, 3, 10, 20, 30, 40, 50, 130, 141}
+DOCUMENTED = {0, 1, 2, 3, 10, 20, 30, 40, 50, 130, 141, 143}
 
 
 def _bomb(d: Path) -> Path:
@@ -346,3 +351,176 @@ def test_the_tests_never_use_a_cache_dir_that_is_set(tmp_path: Path, shared):
         assert seen == users
     else:
         assert seen != users and seen.is_dir() and not any(seen.iterdir())
+
+
+QUICK_ACCEPT = ["accept", "-p", "cpu", "--verify-shape", "1,8,9999999,64"]  # refused: ends in seconds, exit 3
+
+
+def _mounts_work() -> bool:
+    """Whether a private mount namespace can be made here (``unshare -m``, as root): tests of
+    mount points and read-only filesystems need one."""
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        return False
+    r = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    return r.returncode == 0
+
+
+needs_mounts = pytest.mark.skipif(not _mounts_work(), reason="needs `unshare -m` (root in a mount namespace)")
+
+
+def _sagebuild(args: list[str], tmp_path: Path, mounts: dict[Path, str] = {}, **env: str):  # noqa: B006
+    """Run the CLI, in a private mount namespace with a tmpfs at each of ``mounts`` (its options)."""
+    full_env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1", **env}
+    full_env.pop("TRITON_INTERPRET", None)
+    cmd = [sys.executable, "-m", "sagebuild", *args]
+    if mounts:
+        mount = " && ".join(
+            f"mount -t tmpfs -o {opts} none {shlex.quote(str(p))}" for p, opts in mounts.items()
+        )
+        cmd = ["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh", *cmd]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=full_env, timeout=TIME_LIMIT_S, cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".run-" in p.name or ".old." in p.name)
+
+
+def test_accept_out_dangling_symlink_is_refused_before_running(tmp_path: Path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone" / "out")
+    t0 = time.monotonic()
+    r = _sagebuild(["accept", "-p", "cpu", "--out", str(link)], tmp_path)
+    assert r.returncode == 2 and "symbolic link" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert time.monotonic() - t0 < 30  # before the pipeline, not after it
+    assert link.is_symlink() and not link.exists() and _leftovers(tmp_path) == []
+
+
+@needs_mounts
+def test_accept_out_on_a_read_only_mount_is_refused_before_running(tmp_path: Path):
+    out = tmp_path / "ci-volume"
+    out.mkdir()
+    t0 = time.monotonic()
+    r = _sagebuild(["accept", "-p", "cpu", "--out", str(out)], tmp_path, mounts={out: "ro"})
+    assert r.returncode == 2 and "read-only" in r.stderr, r.stderr[-2000:]
+    assert time.monotonic() - t0 < 30
+    assert _leftovers(tmp_path) == []
+
+
+@needs_mounts
+def test_accept_out_that_is_a_mount_point_is_written_in_place(tmp_path: Path):
+    """A CI volume mounted at --out cannot be renamed: the run is written into it, beside the
+    user's files, with nothing left behind."""
+    out = tmp_path / "ci-volume"
+    out.mkdir()
+    script = (
+        f"echo mine > {shlex.quote(str(out))}/notes.txt && "
+        + shlex.join([sys.executable, "-m", "sagebuild", *QUICK_ACCEPT, "--out", str(out)])
+        + f" ; rc=$?; ls -A {shlex.quote(str(out))}; cat {shlex.quote(str(out))}/notes.txt; exit $rc"
+    )
+    env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o rw none {shlex.quote(str(out))} && {script}"],
+        capture_output=True, text=True, env=env, timeout=TIME_LIMIT_S, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr[-2000:]
+    listed = r.stdout.split()
+    assert {"report.json", "junit.xml", "notes.txt"} <= set(listed) and "mine" in listed, r.stdout
+    assert not [n for n in listed if ".run-" in n] and _leftovers(tmp_path) == []
+
+
+def test_accept_out_gets_the_umask_mode_not_0700(tmp_path: Path):
+    out = tmp_path / "run"
+    r = _sagebuild([*QUICK_ACCEPT, "--out", str(out)], tmp_path)
+    assert r.returncode == 3, r.stderr[-2000:]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+
+
+def test_accept_removes_a_killed_runs_folder_and_cleans_up_on_sigterm(tmp_path: Path):
+    out = tmp_path / "run"
+    killed = tmp_path / ".run.run-999999999-abcd1234"  # a run killed (SIGKILL) before cleaning up
+    killed.mkdir()
+    (killed / "report.json").write_text("{}")
+    r = _sagebuild([*QUICK_ACCEPT, "--out", str(out)], tmp_path)
+    assert r.returncode == 3 and not killed.exists() and _leftovers(tmp_path) == [], r.stderr[-2000:]
+    before = _snapshot(out)
+    env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path / "cache"), "CI": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sagebuild", "accept", "-p", "cpu", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _leftovers(tmp_path), "the run never started"
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert _leftovers(tmp_path) == [] and _snapshot(out) == before
+
+
+@needs_mounts
+def test_a_read_only_home_fails_the_doctor_not_an_internal_error(tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "SAGEBUILD_CACHE_DIR": "", "XDG_CACHE_HOME": ""}
+    r = _sagebuild(["doctor", "-p", "cpu"], tmp_path, mounts={home: "ro"}, **env)
+    assert r.returncode == 10 and "cache-dir" in r.stdout and "SAGEBUILD_CACHE_DIR" in r.stdout, r.stdout[
+        -3000:
+    ]
+    r = _sagebuild([*QUICK_ACCEPT[:3], "--out", str(tmp_path / "run")], tmp_path, mounts={home: "ro"}, **env)
+    both = r.stdout + r.stderr
+    assert r.returncode == 10 and "internal error" not in both and "Traceback" not in both, both[-3000:]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_bench_out_on_a_full_disk_still_shows_the_finished_bench(tmp_path: Path, monkeypatch, json_out: bool):
+    """The bench ran; writing --out failed at the end (ENOSPC): the table (or the JSON document,
+    with the error in it) is still printed, then the error, exit 2."""
+    from typer.testing import CliRunner
+
+    from sagebuild import fsio
+    from sagebuild.cli.app import app
+
+    def full(path, text):
+        raise fsio.write_error(path, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(fsio, "write_text_atomic", full)
+    small = [
+        "--seq",
+        "64",
+        "--heads",
+        "2",
+        "--head-dim",
+        "32",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--rounds",
+        "1",
+    ]
+    args = [
+        "bench",
+        "-p",
+        "cpu",
+        *small,
+        "--out",
+        str(tmp_path / "bench.json"),
+        *(["--json"] if json_out else []),
+    ]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    if json_out:
+        doc = json.loads(r.stdout)
+        assert doc["error"]["exit_code"] == 2 and doc["rows"] and "disk is full" in doc["error"]["message"]
+    else:
+        assert "sagebuild bench" in r.stdout and "sdpa" in r.stdout, r.stdout
+    assert "disk is full" in r.stderr and "fix:" in r.stderr

@@ -1,5 +1,6 @@
 """Checks on what else is installed or lying around: the `sageattention` this Python imports (ours or
-a conflicting one), a shadowing source folder, and the extension `sagebuild compile` built."""
+a conflicting one), a shadowing source folder, the cache folder builds go to, and the extension
+`sagebuild compile` built."""
 
 from __future__ import annotations
 
@@ -97,6 +98,21 @@ def check_shadowing(facts: Facts, profile: Profile) -> Verdict:
 
 
 # ---- the built extension ---------------------------------------------------------------------
+
+
+@check("cache-dir", "Build cache folder writable")
+def check_cache_dir(facts: Facts, profile: Profile) -> Verdict | None:
+    """``compile`` writes the extension under the cache folder (~/.cache/sagebuild): a read-only HOME
+    or a cache path through a file stops it."""
+    where = facts.extension.dir
+    if not where:
+        return None
+    if facts.extension.unwritable is None:
+        return ok(f"{where} can be created and written")
+    return fail(
+        f"the build cache {where} cannot be created or written: {facts.extension.unwritable}",
+        "export SAGEBUILD_CACHE_DIR=/a/writable/folder (e.g. /tmp/sagebuild-cache), or make HOME writable",
+    )
 
 
 @check("extension", "Built extension")

@@ -9,9 +9,11 @@ import typer
 from sagebuild.cli.common import (
     JsonOpt,
     ProfileOpt,
+    exit_with,
     handle_errors,
     out,
     path_option,
+    print_error,
     resolve_profile,
     respond,
     with_bench_options,
@@ -90,9 +92,12 @@ def register(app: typer.Typer) -> None:
         from sagebuild import bench as bm
         from sagebuild.bench import memory as benchmem
         from sagebuild.console import interactive, status, steps
-        from sagebuild.fsio import write_text_atomic
+        from sagebuild.errors import SagebuildError
+        from sagebuild.fsio import check_writable_file, write_text_atomic
 
         out_path = path_option(out_text, "--out")
+        if out_path is not None:
+            check_writable_file(out_path)  # a folder, /proc, a read-only mount: said before the run
         prof, why = resolve_profile(profile)
         cfg = bm.config_from_profile(prof, **bench, dtype=dtype, layout=layout, seed=seed)
         est = benchmem.check_fits(cfg, device)  # before anything is allocated (exit 3 if it won't fit)
@@ -106,6 +111,11 @@ def register(app: typer.Typer) -> None:
                 prof, cfg, device=device, progress=benchmem.Eta(cfg, est, say) if say else None, fits=est
             )
         doc = {"command": "bench", "profile": prof.name, "profile_why": why, **res.to_dict()}
-        if out_path is not None:
-            write_text_atomic(out_path, json.dumps(doc, indent=2) + "\n")
+        try:
+            if out_path is not None:
+                write_text_atomic(out_path, json.dumps(doc, indent=2) + "\n")
+        except SagebuildError as err:  # a full disk at the end: the finished bench is still shown
+            respond(json_out, {**doc, "ok": False, "error": err.to_dict()}, lambda: render(res))
+            print_error(err)
+            exit_with(err.code)
         respond(json_out, doc, lambda: render(res), res.exit_code)

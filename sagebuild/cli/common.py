@@ -5,7 +5,6 @@ With ``--json`` the JSON document is the only thing on stdout, errors included.
 
 from __future__ import annotations
 
-import errno
 import functools
 import inspect
 import json
@@ -18,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from sagebuild import console as _consoles
-from sagebuild.errors import Exit, SagebuildError, internal_error
+from sagebuild.errors import Exit, SagebuildError, Terminated, internal_error
 
 JSON_SCHEMA_VERSION = 1
 
@@ -210,13 +209,13 @@ def emit_json(doc: dict[str, Any]) -> None:
 def as_user_error(exc: BaseException) -> SagebuildError:
     """Any exception as the error the user sees: ours as is, a file-system or memory failure as a
     clear line (exit 2 / 3), else an internal error (exit 1)."""
-    from sagebuild.fsio import write_error
+    from sagebuild.fsio import user_error
 
     if isinstance(exc, SagebuildError):
         return exc
-    if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in (errno.ENOSPC, errno.EDQUOT)):
-        # a file-system operation on a named path failed: the path or the disk, not a bug
-        return write_error(exc.filename or "a file", exc, "access")
+    on_disk = user_error(exc)  # a named path or the disk, not a bug
+    if on_disk is not None:
+        return on_disk
     if isinstance(exc, MemoryError):
         return SagebuildError(
             "out of memory", fix="close other programs or pass smaller sizes", code=Exit.ENVIRONMENT
@@ -253,6 +252,9 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
             raise typer.Exit(int(Exit.INTERRUPTED)) from None
+        except Terminated:
+            console.print("[yellow]terminated (SIGTERM)[/]")
+            raise typer.Exit(int(Exit.TERMINATED)) from None
         except BrokenPipeError:
             # the reader of stdout left (`sagebuild bench --json | head`): nothing is wrong and no one
             # is left to tell (rich's own writes end the same way: ``console._Console``)
@@ -264,14 +266,19 @@ def handle_errors(fn: F) -> F:
             err = as_user_error(exc)
             if err.code == Exit.INTERNAL and DEBUG:
                 traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-            console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
-            if err.fix:
-                console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
+            print_error(err)
             if json_out:
                 emit_json({"command": command, "ok": False, "error": err.to_dict()})
             raise typer.Exit(int(err.code)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def print_error(err: SagebuildError) -> None:
+    """The ``error:`` and ``fix:`` lines on stderr."""
+    console.print(f"[bold red]error:[/] {escape(err.message)}", highlight=False)
+    if err.fix:
+        console.print(f"[bold]fix:[/] {escape(err.fix)}", highlight=False)
 
 
 def exit_with(code: Exit | int) -> None:

@@ -15,7 +15,7 @@ from typing import Optional
 
 from sagebuild.build import paths
 from sagebuild.errors import SagebuildError
-from sagebuild.fsio import sha256_file
+from sagebuild.fsio import sha256_file, unwritable_reason
 from sagebuild.probe import system, tools, torch_probe
 from sagebuild.probe.facts import ConflictFacts, ExtensionFacts, Facts, PythonFacts, ShadowFact, TorchFacts
 
@@ -123,7 +123,12 @@ def _extension(torch_facts: TorchFacts, py_facts: PythonFacts, env: Mapping[str,
         return ExtensionFacts()
     base = paths.ext_dir(torch_facts.version, py_facts.version or None, env, py_facts.prefix)
     lib = paths.current_lib(base)
-    facts = ExtensionFacts(dir=str(base), lib_present=lib.is_file(), info=paths.read_info(base))
+    facts = ExtensionFacts(
+        dir=str(base),
+        lib_present=lib.is_file(),
+        info=paths.read_info(base),
+        unwritable=unwritable_reason(base),
+    )
     if facts.info is None:
         return facts
     facts.built = True

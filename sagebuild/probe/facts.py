@@ -138,6 +138,7 @@ class ExtensionFacts:
     lib_present: bool = False
     sha256_ok: Optional[bool] = None  # None when nothing is built
     info: Optional[dict] = None  # build_info.json: archs, jobs, compilers, torch, time
+    unwritable: Optional[str] = None  # why ``dir`` cannot be created or written (a read-only HOME)
 
 
 @dataclass
