@@ -115,6 +115,7 @@ TAIL_BYTES = 2 * 1024 * 1024  # the failure is at the end of a build log
 MAX_LINE = 4096  # a minified blob or /dev/zero is one endless "line"
 MAX_READ = 256 * 1024 * 1024  # a stream that never ends (a FIFO, /dev/zero)
 _CHUNK = 1024 * 1024
+_CUT_MARK = b" [...] "  # where the middle of an over-long line was left out
 
 
 @dataclass(frozen=True)
@@ -141,26 +142,32 @@ def read_log(
     max_line: int = MAX_LINE,
     max_read: int = MAX_READ,
 ) -> LogText:
-    """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters;
-    with ``size`` (a regular file's) reading starts ``tail_bytes`` before its end."""
+    """Stream ``stream`` keeping its last ``tail_bytes`` as lines of at most ``max_line`` characters
+    (a longer line keeps its first and last half: the error at the end of a long compiler command
+    line is found); with ``size`` (a regular file's) reading starts ``tail_bytes`` before its end."""
     skipped = max(0, size - tail_bytes) if size is not None else 0
     if skipped:
         stream.seek(skipped)
     kept: deque[bytes] = deque()
     kept_bytes = 0
     cut_lines = 0
-    line = bytearray()  # the current line (at most max_line bytes of it)
+    line = bytearray()  # the current line (at most max_line bytes of its head)
+    half = (max_line - len(_CUT_MARK)) // 2  # a cut line keeps this much of each end: max_line in all
+    end = bytearray()  # the last ``half`` bytes of the current line
     line_len = 0
     total = 0
 
     def end_line() -> None:
         nonlocal kept_bytes, cut_lines, line_len
-        cut_lines += line_len > max_line
-        kept.append(bytes(line))
-        kept_bytes += len(line) + 1
+        cut = line_len > max_line
+        cut_lines += cut
+        text = bytes(line[:half]) + _CUT_MARK + bytes(end) if cut else bytes(line)
+        kept.append(text)
+        kept_bytes += len(text) + 1
         while kept_bytes > tail_bytes and kept:
             kept_bytes -= len(kept.popleft()) + 1
         line.clear()
+        end.clear()
         line_len = 0
 
     while total < max_read:
@@ -171,6 +178,8 @@ def read_log(
         parts = chunk.split(b"\n")
         for i, part in enumerate(parts):
             line += part[: max_line - len(line)]  # never negative: line stops at max_line
+            end += part[-half:]
+            del end[:-half]
             line_len += len(part)
             if i < len(parts) - 1:  # a line ends here
                 end_line()
@@ -186,7 +195,10 @@ def read_log(
     if stopped:
         notes.append(f"stopped reading after {_mib(max_read)} (an endless stream?)")
     if cut_lines:
-        notes.append(f"{cut_lines} line(s) longer than {max_line} characters were cut")
+        notes.append(
+            f"{cut_lines} line(s) longer than {max_line} bytes were cut in the middle (their first and "
+            f"last {half} bytes were searched)"
+        )
     text = b"\n".join(kept).decode("utf-8", errors="replace")
     return LogText(text, skipped + total, bool(notes), "; ".join(notes) or None)
 
@@ -212,12 +224,19 @@ def explain(text: str) -> list[Match]:
 
 
 def read_log_file(path: Path) -> LogText:
-    """:func:`read_log` on a path (a FIFO or device is streamed under the read cap); exit 2 if unreadable."""
+    """:func:`read_log` on a path (a device is streamed under the read cap); exit 2 if unreadable. A
+    named pipe or socket is refused: opening one with no writer would wait forever."""
     hint = "pass an existing log file, or '-' to read stdin"
     try:
         st = path.stat()
         if stat.S_ISDIR(st.st_mode):
             raise SagebuildError(f"{path} is a directory, not a log file", fix=hint)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            what = "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a socket"
+            raise SagebuildError(
+                f"{path} is {what}: reading it would wait for a writer that may never come",
+                fix="pipe the log in instead: some-command 2>&1 | sagebuild explain -",
+            )
         with open(path, "rb") as fh:
             return read_log(fh, st.st_size if stat.S_ISREG(st.st_mode) else None)
     except FileNotFoundError:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -540,3 +541,28 @@ def test_sm_numbers_rocm_cannot_report_stay_nvidia():
     ]
     rocm_fix = next(m for m in explain("Unsupported CUDA architecture: sm115\n")).fix
     assert "gcnArchName" in rocm_fix and "sagebuild compat install" in rocm_fix
+
+
+def test_a_failure_at_the_end_of_an_over_long_line_is_found_and_the_note_is_true():
+    """A compiler command line of megabytes that ends in the error (issue 60): the line keeps its
+    first and last halves, and the note says so."""
+    import io
+
+    from sagebuild.explain import read_log
+
+    blob = b"nvcc " + b"-I/some/include " * 300_000 + b"clang++: error: unable to execute command: Killed\n"
+    read = read_log(io.BytesIO(blob), None, max_line=4096)
+    assert [m.id for m in explain(read.text)] == ["compiler-killed-oom"]
+    assert max(len(x) for x in read.text.splitlines()) <= 4096
+    assert read.text.startswith("nvcc -I/some/include") and "[...]" in read.text
+    assert "cut in the middle" in read.note and "first and last" in read.note
+
+
+def test_explain_refuses_a_fifo_instead_of_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "build.log"
+    os.mkfifo(fifo)
+    r = subprocess.run(
+        [sys.executable, "-m", "sagebuild", "explain", str(fifo)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2 and "named pipe" in r.stderr and "explain -" in r.stderr, r.stderr
