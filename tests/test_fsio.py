@@ -26,17 +26,22 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".old." in p.name or ".run-" in p.name)
 
 
-def test_a_folder_that_cannot_be_renamed_is_written_in_place(tmp_path: Path, monkeypatch):
-    """A mount point (EBUSY on rename): each file is replaced in place, nothing is left beside it."""
-    dest, staged = _run(tmp_path / "out", "old"), _run(tmp_path / ".out.run-1-x", "new")
+def _rename_fails(monkeypatch, source: Path, code: int) -> None:
+    """``os.replace`` as fsio calls it, failing with ``code`` when it moves ``source``."""
     real = os.replace
 
     def replace(src, dst):
-        if Path(src) == dest:
-            raise OSError(errno.EBUSY, "Device or resource busy", str(src))
+        if Path(src) == source:
+            raise OSError(code, os.strerror(code), str(src))
         return real(src, dst)
 
     monkeypatch.setattr(fsio.os, "replace", replace)
+
+
+def test_a_folder_that_cannot_be_renamed_is_written_in_place(tmp_path: Path, monkeypatch):
+    """A mount point (EBUSY on rename): each file is replaced in place, nothing is left beside it."""
+    dest, staged = _run(tmp_path / "out", "old"), _run(tmp_path / ".out.run-1-x", "new")
+    _rename_fails(monkeypatch, dest, errno.EBUSY)
     fsio.swap_dir_in(staged, dest, OWNED)
     assert all((dest / n).read_text() == "new" for n in OWNED)
     assert _leftovers(tmp_path) == [] and not staged.exists()
@@ -44,14 +49,7 @@ def test_a_folder_that_cannot_be_renamed_is_written_in_place(tmp_path: Path, mon
 
 def test_a_failed_second_rename_puts_the_previous_run_back(tmp_path: Path, monkeypatch):
     dest, staged = _run(tmp_path / "out", "old"), _run(tmp_path / ".out.run-1-x", "new")
-    real = os.replace
-
-    def replace(src, dst):
-        if Path(src) == staged:
-            raise OSError(errno.EIO, "I/O error", str(src))
-        return real(src, dst)
-
-    monkeypatch.setattr(fsio.os, "replace", replace)
+    _rename_fails(monkeypatch, staged, errno.EIO)
     with pytest.raises(SagebuildError, match="move the run into"):
         fsio.swap_dir_in(staged, dest, OWNED)
     assert all((dest / n).read_text() == "old" for n in OWNED)
