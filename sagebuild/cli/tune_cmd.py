@@ -91,7 +91,8 @@ def _show(outcome: Any) -> None:
     run = outcome.run
     table = Table(title=f"sagebuild tune — {run.device_name} ({run.arch})", title_justify="left")
     for col in ("class", "shipped ms", "winner", "ms", "SDPA ms", "vs SDPA", "runner-up", "failed"):
-        table.add_column(col, justify="left" if col in ("class", "winner", "runner-up") else "right")
+        left = col in ("class", "winner", "runner-up")
+        table.add_column(col, justify="left" if left else "right", no_wrap=col == "class")
     for r in run.results:
         w, s, sdpa = r.winner, r.shipped, r.sdpa
         ms = lambda m: f"{m.ms:.4f}" if m and m.ms else "—"  # noqa: E731
