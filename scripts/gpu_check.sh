@@ -9,6 +9,8 @@
 # benchmark table, the tail of each failed stage's log) and accept/ (the report, junit.xml, the
 # lockfile). Full stage logs go to $LOGS (default /tmp/sagebuild-gpu-logs), outside $OUT, so that
 # the device tool's 8-file limit leaves room for accept's files.
+# ACCEPT_ARGS: more arguments for that accept (e.g. --tune: it tunes before its bench and its report
+# compares the shipped table with the tuned choice per class).
 # Carry `.whl/` (git-ignored) to install a diffusers wheel and its pure-Python dependency wheels
 # (no index is used), and pytest-xdist's wheels to run the GPU tests in parallel. BENCH_ARGS: more arguments for scripts/bench_workloads.py (e.g. --only long).
 # With Comfy Kitchen importable (PYTHONPATH), the bench stage adds its column and a `sagebuild bench --against all` run.
@@ -131,7 +133,8 @@ if has bench; then
 fi
 
 # Always last, whatever happened above: the main job, its exit code is this script's.
-$PY -m sagebuild accept --profile auto --out "$OUT/accept" > "$LOGS/accept.log" 2>&1
+# shellcheck disable=SC2086
+$PY -m sagebuild accept --profile auto --out "$OUT/accept" ${ACCEPT_ARGS:-} > "$LOGS/accept.log" 2>&1
 accept_rc=$?
 tail -n 30 "$LOGS/accept.log" | tee -a "$summary"
 say "accept: rc=$accept_rc"
