@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from packaging.utils import canonicalize_name
@@ -51,14 +52,26 @@ def collect():
 _SCRIPT = _COLLECT + "\njson.dump(collect(), sys.stdout)\n"
 
 
+def environment_of(python: str) -> str:
+    """The environment an interpreter's path runs in: a venv's folder (``pyvenv.cfg`` beside its
+    ``bin/``), else the installation the real binary belongs to. Two venvs made from one Python have
+    the same binary (their ``python`` links to it) and different environments."""
+    exe = Path(python).absolute()
+    for folder in (exe.parent.parent, exe.parent):  # venv/bin/python; venv/python.exe on Windows
+        if (folder / "pyvenv.cfg").is_file():
+            return os.path.realpath(folder)
+    return os.path.realpath(Path(os.path.realpath(exe)).parent.parent)
+
+
 def is_this_interpreter(python: Optional[str]) -> bool:
-    """True when ``python`` is None or names the running interpreter."""
+    """True when ``python`` is None or names the running interpreter in the running environment."""
     if not python:
         return True
     try:
-        return os.path.samefile(python, sys.executable)
+        same_binary = os.path.samefile(python, sys.executable)
     except OSError:
         return False
+    return same_binary and environment_of(python) == os.path.realpath(sys.prefix)
 
 
 def run_json(python: str, script: str, *args: str, what: str, timeout: float = _TIMEOUT_S) -> Any:

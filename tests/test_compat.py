@@ -126,7 +126,7 @@ def test_upstream_is_refused_then_backed_up_with_force_and_restored(venv, tmp_pa
     assert (backup / "files/sageattention/core.py").is_file() and str(tmp_path) in str(backup)
     assert not (site / "sageattention-2.2.0.dist-info").exists()
     text = _sagebuild(venv, "remove", cache=tmp_path)
-    assert text.returncode == 0 and "--restore" in text.stderr
+    assert text.returncode == 0 and "--restore" in text.stdout
     reinstalled = _json(_sagebuild(venv, "install", "--json", cache=tmp_path))
     assert reinstalled["status"]["whose"] == "sagebuild"
     back = _json(_sagebuild(venv, "remove", "--restore", "--json", cache=tmp_path))
@@ -147,16 +147,38 @@ def test_remove_when_nothing_is_installed_says_so(venv, tmp_path):
     assert refused.returncode == 2 and "no backup" in refused.stderr
 
 
-def test_a_python_without_sagebuild_is_refused(tmp_path):
+def test_remove_restore_without_a_backup_removes_nothing(venv, tmp_path):
+    """Backups live in the cache folder, which users clear: --restore with none there is refused
+    before sagebuild's sageattention is removed (issue 60)."""
+    _json(_sagebuild(venv, "install", "--json", cache=tmp_path))
+    (tmp_path / "a-fresh-cache").mkdir()
+    refused = _sagebuild(venv, "remove", "--restore", cache=tmp_path / "a-fresh-cache")
+    assert (
+        refused.returncode == 2 and "no backup" in refused.stderr and "nothing was removed" in refused.stderr
+    )
+    assert _json(_sagebuild(venv, "status", "--json", cache=tmp_path))["whose"] == "sagebuild"
+    assert _json(_sagebuild(venv, "remove", "--json", cache=tmp_path))["removed"] == [contents.DIST_VERSION]
+
+
+def test_status_answers_on_stdout(venv, tmp_path):
+    st = _sagebuild(venv, "status", cache=tmp_path)
+    assert st.returncode == 0 and "site-packages:" in st.stdout and "imports:" in st.stdout, st.stdout
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "checkout"])
+def test_a_python_without_sagebuild_is_refused(tmp_path, where):
+    """Also from inside a sagebuild checkout, whose sources the current directory would lend the
+    pre-check (issue 60)."""
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     env = {**os.environ, "SAGEBUILD_CACHE_DIR": str(tmp_path)}
+    checkout = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
         [sys.executable, "-m", "sagebuild", "compat", "install", "--python", str(bare / "bin" / "python")],
         capture_output=True,
         text=True,
         env=env,
-        cwd=tmp_path,
+        cwd=checkout if where == "checkout" else tmp_path,
     )
     assert proc.returncode == 2 and "cannot import sagebuild" in proc.stderr
     assert not any(p.name.startswith("sageattention") for p in _site(bare / "bin" / "python").iterdir())

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors, respond
+from sagebuild.cli.common import JsonOpt, console, emit_json, handle_errors, out, respond
 
 _PYTHON_HELP = "Act on this interpreter's site-packages (default: the one running sagebuild)."
 _FORCE_HELP = "Replace an upstream install (backed up first)."
@@ -16,7 +16,8 @@ TargetOpt = Annotated[Optional[str], typer.Option("--python", help=_PYTHON_HELP)
 
 
 def _say(line: str) -> None:
-    console.print(escape(line), highlight=False)
+    """A line of the answer (stdout: ``sagebuild compat status > where.txt`` keeps it)."""
+    out.print(escape(line), highlight=False)
 
 
 def _print_status(st: dict[str, Any]) -> None:

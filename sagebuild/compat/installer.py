@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -71,7 +72,7 @@ def _backup(dist: dict[str, Any]) -> Path:
             saved.append(rel)
     manifest = {"site_packages": str(location), "version": dist["version"], "files": saved,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
-    (dest / BACKUP_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (dest / BACKUP_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return dest
 
 
@@ -81,13 +82,21 @@ def _dists_in(st: dict[str, Any], site: Path) -> list[dict[str, Any]]:
     ]
 
 
+def _imports_sagebuild(exe: str) -> bool:
+    """Whether ``exe`` imports sagebuild from its environment. Asked from an empty folder: run inside
+    a sagebuild checkout, ``-c``'s current-directory entry on sys.path would find the checkout's
+    sources, which the programs importing ``sageattention`` will not have."""
+    code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sagebuild') else 1)"
+    with tempfile.TemporaryDirectory(prefix="sagebuild-compat-") as empty:
+        return subprocess.run([exe, "-c", code], capture_output=True, timeout=60, cwd=empty).returncode == 0
+
+
 def install(python: Optional[str] = None, force: bool = False) -> dict[str, Any]:
     """Install our ``sageattention`` into ``python``'s site-packages (purelib); returns what was done."""
     exe = python or sys.executable
     before = status(exe)
     site = Path(before["site_packages"])
-    code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sagebuild') else 1)"
-    if subprocess.run([exe, "-c", code], capture_output=True, timeout=60).returncode != 0:
+    if not _imports_sagebuild(exe):
         raise SagebuildError(
             f"{exe} cannot import sagebuild, which the sageattention module it would get imports",
             f"install sagebuild into that environment first ({exe} -m pip install sagebuild), then rerun",
@@ -151,12 +160,27 @@ def _latest_backup(site: Path) -> Optional[Path]:
     found = []
     for manifest in root.glob(f"*/{BACKUP_MANIFEST}") if root.is_dir() else []:
         try:
-            doc = json.loads(manifest.read_text())
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if Path(doc.get("site_packages", "")).resolve() == site.resolve():
             found.append(manifest.parent)
     return max(found, key=lambda p: p.name) if found else None
+
+
+def _backup_manifest(backup: Path) -> dict[str, Any]:
+    """A backup's manifest, every file it lists present; else a clear error (before any removal)."""
+    try:
+        manifest = json.loads((backup / BACKUP_MANIFEST).read_text(encoding="utf-8"))
+        missing = [rel for rel in manifest["files"] if not (backup / "files" / rel).is_file()]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        missing = [f"its manifest ({type(exc).__name__})"]
+    if missing:
+        raise SagebuildError(
+            f"the backup {backup} is incomplete: {missing[0]} is missing (nothing was removed)",
+            "reinstall upstream with pip (pip install sageattention) instead",
+        )
+    return manifest
 
 
 def remove(python: Optional[str] = None, restore: bool = False) -> dict[str, Any]:
@@ -165,20 +189,22 @@ def remove(python: Optional[str] = None, restore: bool = False) -> dict[str, Any
     exe = python or sys.executable
     before = status(exe)
     site = Path(before["site_packages"])
+    backup = _latest_backup(site)
+    if restore and backup is None:  # said before anything is removed: the install stays as it was
+        raise SagebuildError(
+            f"no backup of an upstream sageattention for {site} in {backup_root()} (nothing was removed)",
+            "reinstall upstream with pip (pip install sageattention), or run `sagebuild compat remove` "
+            "without --restore; backups live in the cache folder of the sagebuild that made them "
+            "(SAGEBUILD_CACHE_DIR)",
+        )
+    manifest = _backup_manifest(backup) if restore and backup else None
     removed = []
     for dist in _dists_in(before, site):
         if dist["ours"]:
             _remove_dist(dist, site)
             removed.append(dist["version"])
     restored = None
-    backup = _latest_backup(site)
-    if restore:
-        if backup is None:
-            raise SagebuildError(
-                f"no backup of an upstream sageattention for {site} in {backup_root()}",
-                "reinstall upstream with pip (pip install sageattention) instead",
-            )
-        manifest = json.loads((backup / BACKUP_MANIFEST).read_text())
+    if manifest is not None and backup is not None:
         for rel in manifest["files"]:
             dest = site / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
