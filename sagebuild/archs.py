@@ -22,6 +22,9 @@ class Arch:
     int8_mma: str  # regex the compiled assembly must contain for the INT8 Q·Kᵀ dot
     fp8_mma: str | None  # regex for the FP8 P·V dot (None: the arch's fp8 path is not used)
     note: str = ""
+    # P becomes FP8 through inline ``v_cvt_pk_fp8_f32`` (``kernels/triton/fp8.py``): where Triton 3.6
+    # casts float32 to the arch's FP8 in software although the ISA has the packed conversion (gfx12)
+    fp8_cvt_asm: bool = False
 
     @property
     def triton_target(self) -> tuple[str, int | str, int]:
@@ -34,8 +37,12 @@ class Arch:
 _WMMA_I8 = r"v_wmma_i32_16x16x16_iu8"
 _WMMA_FP8 = r"v_wmma_f32_16x16x16_fp8_fp8"  # RDNA4's OCP e4m3 WMMA (fp32 accumulator)
 _MFMA_I8 = r"v_mfma_i32_\w+i8"
-# RDNA4's P·V default and its basis (issue 38; docs/kernels.md "FP8 P·V on RDNA4"):
-_RDNA4_PV = "fp16 (ISA): FP8's 2x WMMA saves 128 cycles per tile, its software P->e4m3 costs 483 VALU"
+# RDNA4's P·V default and its basis (issues 38, 59; docs/kernels.md "FP8 P·V on RDNA4"), taken by
+# sageattn once sagebuild verify has passed it on the machine (``attention.gate``):
+_RDNA4_PV = (
+    "fp8 (ISA, hd128 key loop per wave, VALU + WMMA at AMD's rates): 451 issue cycles against FP16's 554 "
+    "(569 with channel-major V) since P converts by v_cvt_pk_fp8_f32; FP16 until verify passes here"
+)
 _MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col(\.satfinite)?\.s32\.s8\.s8\.s32"
 _MMA_E4M3 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32"
 _WGMMA_S8 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.s32\.s8\.s8"
@@ -45,9 +52,9 @@ _WGMMA_E4M3 = r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.e4m3\.e4m3"
 _ROWS = [
     # AMD: RDNA (wave32) and CDNA (wave64)
     Arch("gfx1201", "rocm", "RDNA4", "RX 9070 XT / 9070 / 9070 GRE, Radeon AI PRO R9700",
-         "fp16", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV),
+         "fp8", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV, fp8_cvt_asm=True),
     Arch("gfx1200", "rocm", "RDNA4", "RX 9060 XT / 9060",
-         "fp16", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV),
+         "fp8", "float8_e4m3fn", 32, _WMMA_I8, _WMMA_FP8, _RDNA4_PV, fp8_cvt_asm=True),
     Arch("gfx1100", "rocm", "RDNA3", "RX 7900 XTX / XT / GRE, Radeon PRO W7900",
          "fp16", None, 32, _WMMA_I8, None, "no FP8 matrix units: FP8 would be emulated"),
     Arch("gfx1101", "rocm", "RDNA3", "RX 7800 XT / 7700 XT", "fp16", None, 32, _WMMA_I8, None),

@@ -203,6 +203,8 @@ def run_verify(
         vc.seconds = round(time.perf_counter() - t0, 4)
         vc.ok = not vc.problems
         results.append(vc)
+    if arch is not None:
+        record_gated(arch, results)
     if (ext_check := check_ext_ops(dev, k, v, layout, arch)) is not None:
         results.append(ext_check)
     if not results:
@@ -216,6 +218,27 @@ def run_verify(
             )
         )
     return VerifyResult(all(r.ok for r in results), mode, str(dev), note, list(shape), dtype, results)
+
+
+def record_gated(arch: str, results: list[VariantCheck]) -> list[str]:
+    """Record, for the variants that wait for an accuracy check on this arch (``attention.gate``),
+    whether this run's check passed: the dispatch and the tuner choose them only after a pass.
+    Returns the variants recorded."""
+    from sagebuild.attention import gate
+
+    done = []
+    for vc in results:
+        if gate.needs_check(arch, vc.variant):
+            detail = "; ".join(vc.problems) if vc.problems else _accuracy_text(vc.accuracy)
+            if vc.ok and vc.bounds is None:  # nothing to hold the accuracy to: no pass
+                detail = "the profile has no accuracy bound for it"
+            gate.record(arch, vc.variant, vc.ok and vc.bounds is not None, detail)
+            done.append(vc.variant)
+    return done
+
+
+def _accuracy_text(accuracy: Optional[dict[str, Any]]) -> str:
+    return ", ".join(f"{k} {v:.6g}" for k, v in (accuracy or {}).items() if isinstance(v, (int, float)))
 
 
 EXT_CHECK = "ext:quant_ops"
@@ -285,6 +308,7 @@ def verify_plan(
     """``verify --dry-run``: per profile arch, without a GPU, the variants it runs (launch config,
     FP8 format, matrix instructions, accuracy bound) and the one ``sageattn`` picks and why."""
     from sagebuild import archs
+    from sagebuild.attention import gate
     from sagebuild.attention import plan as launch
     from sagebuild.kernels.triton import configs
 
@@ -302,6 +326,9 @@ def verify_plan(
             reason = f"measured preference for {row.family} at head dim {d} and {n} keys (configs.py)"
         else:
             reason = row.note or f"the arch table's P·V column for {row.name}: {row.pv}"
+        held = gate.why_not(row.name, launch.VARIANTS[row.pv])
+        if held:  # the table's variant waits for this machine's accuracy check
+            reason = f"{held}; until then {auto.variant} ({reason})"
         entry["default"] = {"variant": auto.variant, "pv_accum": auto.pv_accum, "reason": reason}
         entry["variants"] = []
         for variant in archs.variants(row.name):

@@ -7,7 +7,12 @@ a kernel costs. Per kernel: registers and spills (the metadata's ``.vgpr_spill_c
 instructions by type (``v_wmma_*``, ``v_mfma_*``), its hardware FP8 conversions (``v_cvt_*fp8*``,
 ``v_cvt_*bf8*``: RDNA4/CDNA3 convert two values per instruction) and the VALU work around them.
 A conversion to FP8 that the compiler writes in software shows up as no ``v_cvt_*fp8`` at all
-and a ladder of compares and selects (``v_cmp_*``, ``v_cndmask_*``) per value.
+and a ladder of compares and selects (``v_cmp_*``, ``v_cndmask_*``) per value. Memory instructions
+are counted by kind (LDS ``ds_``, global ``global_``/``flat_``/``scratch_``, ``buffer_``, scalar loads
+``s_load``/``s_buffer_load``), with LDS's two-byte reads apart: a 16-bit tile read element by element.
+
+``python tests/isa_counts.py [HEAD_DIM]`` prints docs/kernels.md's table of every AMD target, each
+compiled in its own process with an empty Triton cache.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import re
 from collections import Counter
 from typing import Any, Optional
 
-# an instruction line: a tab or spaces, then an opcode such as v_wmma_f32_16x16x16_fp8_fp8
-_INSN = re.compile(r"^\s+([sv]_[a-z0-9_]+)\b(.*)$")
+# an instruction line: a tab or spaces, then an opcode such as v_wmma_f32_16x16x16_fp8_fp8 or
+# ds_load_u16_d16 (scalar, vector, LDS, global/flat/scratch and buffer instructions)
+_INSN = re.compile(r"^\s+((?:[sv]|ds|global|flat|scratch|buffer)_[a-z0-9_]+)\b(.*)$")
 _LABEL = re.compile(r"^(\.LBB\d+_\d+):")
 _BRANCH = re.compile(r"^s_(?:cbranch_\w+|branch)$")
 _MATRIX = re.compile(r"v_(?:wmma|swmmac|mfma|smfmac)_\w+")
@@ -39,6 +45,17 @@ _META = {
 _ENCODING = re.compile(r"_(?:e32|e64|dpp|sdwa)$")
 # scheduling hints that the sequencer consumes without issuing work (RDNA3+)
 _HINTS = {"s_delay_alu", "s_wait_alu", "s_nop", "s_clause"}
+# memory instructions by where they go: LDS, global memory (global_/flat_/scratch_: RDNA's and
+# CDNA's vector memory), buffer resources (Triton's AMD loads), scalar loads of constants and arguments
+_MEMORY = {
+    "lds": re.compile(r"ds_\w+"),
+    "global": re.compile(r"(?:global|flat|scratch)_\w+"),
+    "buffer": re.compile(r"buffer_\w+"),
+    "scalar_loads": re.compile(r"s_(?:buffer_)?load_\w+"),
+}
+# LDS reads of two bytes per lane (ds_load_u16, ds_load_u16_d16_hi on RDNA; ds_read_u16 on CDNA):
+# a 16-bit tile read one element at a time, the layout a channel-major V removes
+_LDS_B16_READ = re.compile(r"ds_(?:load|read)_(?:u16|i16|b16)\w*")
 
 
 def opcode(name: str) -> str:
@@ -56,20 +73,26 @@ def kernel_info(asm: str) -> dict[str, Optional[int]]:
 
 
 def count(opcodes: list[str]) -> dict[str, Any]:
-    """The counts of one instruction sequence: all instructions (scheduling hints apart), VALU and
-    SALU, matrix instructions by opcode, hardware conversions to and from FP8, and the compares
-    and selects a software FP8 conversion is made of."""
+    """The counts of one instruction sequence: all instructions (``lines``: scheduling hints too;
+    ``instructions``: without them), VALU and SALU, memory instructions by kind (``_MEMORY``, two-byte
+    LDS reads apart), matrix instructions by opcode, hardware conversions to and from FP8, and the
+    compares and selects a software FP8 conversion is made of."""
     ops = [opcode(o) for o in opcodes]
     work = [o for o in ops if o not in _HINTS]
     matrix = Counter(o for o in work if _MATRIX.fullmatch(o))
+    memory = {kind: sum(bool(p.fullmatch(o)) for o in work) for kind, p in _MEMORY.items()}
     return {
+        "lines": len(ops),
         "instructions": len(work),
         "valu": sum(o.startswith("v_") and o not in matrix for o in work),
-        "salu": sum(o.startswith("s_") for o in work),
+        "salu": sum(o.startswith("s_") and not _MEMORY["scalar_loads"].fullmatch(o) for o in work),
+        "memory": sum(memory.values()),
+        **memory,
+        "lds_b16_reads": sum(bool(_LDS_B16_READ.fullmatch(o)) for o in work),
         "matrix": dict(sorted(matrix.items())),
         "cvt_to_fp8": sum(bool(_CVT_TO_FP8.fullmatch(o)) for o in work),
         "cvt_from_fp8": sum(bool(_CVT_FROM_FP8.fullmatch(o)) for o in work),
-        "compares": sum(o.startswith("v_cmp_") for o in work),
+        "compares": sum(o.startswith("v_cmp") for o in work),  # v_cmp_* and v_cmpx_*
         "selects": sum(o.startswith("v_cndmask_") for o in work),
     }
 
@@ -183,3 +206,83 @@ def issue_cycles(loop: dict[str, Any], matrix_cycles: dict[str, int]) -> int:
     if unknown:
         raise ValueError(f"no issue cycles known for {', '.join(unknown)}; add them to the cycle table")
     return loop["valu"] + sum(n * matrix_cycles[op] for op, n in loop["matrix"].items())
+
+
+def table_rows(head_dim: int = 128) -> list[tuple[str, str, Optional[str]]]:
+    """(arch, variant, config or None) for every AMD target the arch table runs: each variant with
+    the table's config, and FP16 P·V with channel-major V (``vcm``) beside it."""
+    from sagebuild import archs
+    from sagebuild.attention.plan import make_plan
+
+    rows: list[tuple[str, str, Optional[str]]] = []
+    for row in archs.ARCHS.values():
+        if row.vendor != "rocm" or row.pv is None:
+            continue
+        for variant in archs.variants(row.name):
+            rows.append((row.name, variant, None))
+            if variant.endswith("fp16"):
+                cfg = make_plan(row.name, head_dim=head_dim, n_k=0, pv="fp16").config
+                rows.append((row.name, variant, cfg.spec() + ",vcm"))
+    return rows
+
+
+TABLE_HEADER = (
+    "| target | variant, config | VGPRs, waves per SIMD, scratch | instructions | VALU | memory | matrix "
+    "| FP8 conversions | compares | whole kernel: lines, compares |\n" + "| --- " * 10 + "|"
+)
+
+
+def markdown_row(rep: dict[str, Any]) -> str:
+    """One line of docs/kernels.md's AMD table from an ``attention_report``: per wave and trip of the
+    unmasked key loop, and the whole kernel's instruction lines and compares."""
+    k, loop, tot = rep["kernel"], rep["loops"][0], rep["total"]
+    matrix = ", ".join(f"{n} {op}" for op, n in loop["matrix"].items())
+    memory = f"{loop['memory']} ({loop['lds']} LDS, {loop['lds_b16_reads']} of them 2-byte reads; "
+    memory += f"{loop['global']} global, {loop['buffer']} buffer)"
+    variant = rep["variant"].removeprefix("qk_int8_pv_").upper()
+    return (
+        f"| {rep['arch']} | {variant}, {rep['config']} "
+        f"| {k['vgprs']}, {k['occupancy']}, {k['scratch_bytes']} "
+        f"| {loop['instructions']} | {loop['valu']} | {memory} | {matrix} | {loop['cvt_to_fp8']} "
+        f"| {loop['compares']} | {tot['lines']}, {tot['compares']} |"
+    )
+
+
+_ONE_REPORT = (
+    "import json, sys, isa_counts as i\n"
+    "v, a, d, cfg = sys.argv[1:5]\n"
+    "print(json.dumps(i.attention_report(v, a, int(d), config=cfg or None)))"
+)
+
+
+def _main() -> None:
+    """``python tests/isa_counts.py [HEAD_DIM]``: docs/kernels.md's AMD table, every target compiled in
+    its own process with an empty Triton cache (Triton 3.6 carries state between AMD targets)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    head_dim = sys.argv[1] if len(sys.argv) > 1 else "128"
+    here = os.path.dirname(os.path.abspath(__file__))
+    print(TABLE_HEADER)
+    for arch, variant, cfg in table_rows(int(head_dim)):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+            env |= {
+                "TRITON_CACHE_DIR": cache,
+                "PYTHONPATH": os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")])),
+            }
+            args = [sys.executable, "-c", _ONE_REPORT, variant, arch, head_dim, cfg or ""]
+            proc = subprocess.run(args, capture_output=True, text=True, env=env)
+        if proc.returncode:
+            print(
+                f"| {arch} | {variant}, {cfg or 'table'} | failed: {proc.stderr.strip().splitlines()[-1]} |"
+            )
+            continue
+        print(markdown_row(json.loads(proc.stdout.strip().splitlines()[-1])), flush=True)
+
+
+if __name__ == "__main__":
+    _main()

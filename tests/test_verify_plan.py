@@ -8,26 +8,40 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sagebuild import archs, profiles
+from sagebuild import archs, knobs, profiles
+from sagebuild.attention import gate
 from sagebuild.cli.app import app
 from sagebuild.verify import plan_text, verify_plan
 
 runner = CliRunner()
 
 
-def test_rdna4_plan_names_both_variants_and_the_defaults_reason():
+def test_rdna4_plan_names_both_variants_and_the_defaults_reason(monkeypatch, tmp_path):
+    """RDNA4's table path is FP8 (issue 59's ISA counts, the row's note); until verify has checked
+    it on the machine ``sageattn`` runs FP16, and the plan says both."""
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))  # this test's own verify records
+    knobs.refresh()
+    gate.reset()
     plan = verify_plan(profiles.load_bundled("rdna4-rocm6"))
     assert [a["arch"] for a in plan["archs"]] == ["gfx1201", "gfx1200"]
     for a in plan["archs"]:
         row = archs.get(a["arch"])
-        assert a["default"] == {"variant": f"qk_int8_pv_{row.pv}", "pv_accum": None, "reason": row.note}
+        assert row.pv == "fp8" and a["default"]["variant"] == "qk_int8_pv_fp16", a
+        assert a["default"]["pv_accum"] is None
+        assert a["default"]["reason"] == (
+            f"{gate.why_not(row.name, 'qk_int8_pv_fp8')}; until then qk_int8_pv_fp16 ({row.note})"
+        )
         fp16, fp8 = a["variants"]
         assert fp16["variant"] == "qk_int8_pv_fp16" and fp16["verified"] and fp16["fp8_format"] is None
         assert fp8["variant"] == "qk_int8_pv_fp8" and fp8["fp8_format"] == "float8_e4m3fn"
         assert fp8["matrix"] == [row.int8_mma, row.fp8_mma] and fp8["config"] == fp16["config"] == "64,32,4,1"
     text = plan_text(plan)
     assert f"gfx1201 (RDNA4: {archs.get('gfx1201').products})" in text
-    assert f"sageattn picks qk_int8_pv_fp16 — {archs.get('gfx1201').note}" in text
+    assert "sageattn picks qk_int8_pv_fp16 — qk_int8_pv_fp8 on gfx1201 waits for an accuracy check" in text
+    gate.record("gfx1201", "qk_int8_pv_fp8", True, "cos 0.9994")  # as a passing verify on the card would
+    after = verify_plan(profiles.load_bundled("rdna4-rocm6"))["archs"]
+    assert after[0]["default"] == {"variant": "qk_int8_pv_fp8", "pv_accum": "fp32+fp32", "reason": row.note}
+    assert after[1]["default"]["variant"] == "qk_int8_pv_fp16"  # gfx1200 was not checked
     assert "v_wmma_f32_16x16x16_fp8_fp8" in text
 
 
@@ -48,7 +62,8 @@ def test_cli_dry_run_prints_the_plan_and_runs_nothing():
     res = runner.invoke(app, ["verify", "--profile", "rdna4-rocm6", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert "plan (dry run) for profile rdna4-rocm6" in res.output
-    assert "sageattn picks qk_int8_pv_fp16 — fp16 (ISA)" in res.output
+    waits = "sageattn picks qk_int8_pv_fp16 — qk_int8_pv_fp8 on gfx1201 waits for an accuracy check"
+    assert waits in res.output
     res = runner.invoke(app, ["verify", "--profile", "rdna4-rocm6", "--dry-run", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)

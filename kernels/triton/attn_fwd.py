@@ -14,7 +14,9 @@ One kernel serves every variant through constexpr switches:
 * ``RETURN_LSE``: log-sum-exp (natural log) of the *unsmoothed* scores sm_scale·q·kᵀ, i.e. the
   smoothed kernel's value plus sm_scale·q·mean(K)ᵀ.
 * FP8 V is read channel-major (``stride_vd``: ``layout.v_row_stride``): the K-major B operand
-  Hopper's FP8 wgmma wants.
+  Hopper's FP8 wgmma wants. ``V_CHANNEL_MAJOR``: a 16-bit V copied so too (``layout.channel_major``,
+  the ``vcm`` config), whose strides are not passed in ``ROW_UNIT``.
+* ``FP8_CVT_ASM``: P becomes FP8 through the arch's packed conversion in inline asm (``fp8.to_fp8``).
 * ``USE_TMA``: K and V tiles by tensor descriptors built on the host over every head's rows (the
   TMA engine on NVIDIA sm90+; one descriptor per channel piece of a split head dim) instead of
   per-thread copies, where the plan says so (``sagebuild.attention.plan``).
@@ -36,6 +38,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from . import configs, launcher, layout
+from .fp8 import to_fp8
 from .layout import SeqView, key_rows_of, wgmma_key_order
 from .quant import LOG2E, abs_bits, packed_v_base, packed_v_position, scale_and_inverse, seq_base, to_int8
 
@@ -61,10 +64,19 @@ def _load_rows(ptrs, col_ok, d_ok, other, MASKED: tl.constexpr, D_MASKED: tl.con
 
 
 @triton.jit
-def _accumulate_pv(acc, p, v, TWO_LEVEL: tl.constexpr, V_KEY_ORDER: tl.constexpr):
+def _accumulate_pv(
+    acc,
+    p,
+    v,
+    TWO_LEVEL: tl.constexpr,
+    V_KEY_ORDER: tl.constexpr,
+    CVT_ASM: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
     """acc + P·V: a fresh MMA accumulator added in FP32 (TWO_LEVEL), or the MMA accumulating onto acc.
-    V_KEY_ORDER: V's rows are in wgmma key order, so P's columns are put in it too."""
-    p = p.to(v.dtype)
+    V_KEY_ORDER: V's rows are in wgmma key order, so P's columns are put in it too. CVT_ASM: P
+    becomes FP8 through the arch's packed conversion (``fp8.to_fp8``), else Triton's cast."""
+    p = to_fp8(p, v.dtype, FP8_MAX, CVT_ASM, False)  # P ≤ FP8_MAX·(1 + exp2's error): no saturation
     if V_KEY_ORDER:
         p = wgmma_key_order(p)
     if TWO_LEVEL:
@@ -214,11 +226,13 @@ def _attn_fwd_kernel(
     MASK_ROWS: tl.constexpr,
     ROW_UNIT: tl.constexpr,
     HEADS_FIRST: tl.constexpr,
+    FP8_CVT_ASM: tl.constexpr,
+    V_CHANNEL_MAJOR: tl.constexpr,
 ):
     if ROW_UNIT != 1:  # the 16-bit tensors' strides came divided by it (``layout.row_unit``)
         stride_qb, stride_qh, stride_qn = stride_qb * ROW_UNIT, stride_qh * ROW_UNIT, stride_qn * ROW_UNIT
         stride_ob, stride_oh, stride_on = stride_ob * ROW_UNIT, stride_oh * ROW_UNIT, stride_on * ROW_UNIT
-        if not PV_FP8:
+        if not PV_FP8 and not V_CHANNEL_MAJOR:
             stride_vb, stride_vh, stride_vn = stride_vb * ROW_UNIT, stride_vh * ROW_UNIT, stride_vn * ROW_UNIT
     if HEADS_FIRST:  # grid (H, B, query blocks): every head's longest rows before any shorter ones
         h = tl.program_id(0)
@@ -429,7 +443,7 @@ def _attn_fwd_kernel(
                         masked == 1,
                         V_PADDED,
                     )
-                acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER)
+                acc = _accumulate_pv(acc * alpha[:, None], p, v, two_level, V_KEY_ORDER, FP8_CVT_ASM, FP8_MAX)
                 if SPLIT_D:
                     if USE_TMA:
                         v2 = tl.trans(VD2.load([v_row0 + BLOCK_D // 2, v_col0 + start_n]))
@@ -442,7 +456,9 @@ def _attn_fwd_kernel(
                             masked == 1,
                             V_PADDED,
                         )
-                    acc2 = _accumulate_pv(acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER)
+                    acc2 = _accumulate_pv(
+                        acc2 * alpha[:, None], p, v2, two_level, V_KEY_ORDER, FP8_CVT_ASM, FP8_MAX
+                    )
                 if WGMMA_WAIT:
                     _wgmma_wait(start_n)
                 m_i = m_new
@@ -578,8 +594,10 @@ def attention_forward(
 
     # The 16-bit tensors' strides go in the unit that proves their rows' alignment (``layout.row_unit``):
     # the launch key fixes the strides, so the unit is decided with the constexprs, once per key.
+    v_in_unit = not (plan.fp8 or plan.v_channel_major)  # V's keys contiguous: its strides stay as they are
+
     def build() -> dict[str, Any]:
-        wide = (q, out, *(() if plan.fp8 else (kv.v,)))
+        wide = (q, out, *((kv.v,) if v_in_unit else ()))
         return {**plan.constexprs(), "ROW_UNIT": layout.row_unit(wide), "HEADS_FIRST": heads_first}
 
     consts = launcher.constexprs(_attn_fwd_kernel, launch_key, build)
@@ -609,7 +627,7 @@ def attention_forward(
             *descs,
             *layout.in_unit(q, unit),
             *kv.k.strides(),
-            *layout.in_unit(kv.v, 1 if plan.fp8 else unit),
+            *layout.in_unit(kv.v, unit if v_in_unit else 1),
             kv.v.stride_d,
             *layout.in_unit(out, unit),
             *(mask.stride() if mask is not None else (0, 0, 0, 0)),

@@ -6,7 +6,7 @@ Rows are matched top to bottom and ``"*"`` matches anything, so the specific row
 
 For tuning runs a config can be forced without editing this file: the keyword ``config=`` of
 the attention functions, or the environment variable ``SAGEBUILD_ATTN_CONFIG="BLOCK_M,BLOCK_N,
-num_warps,num_stages[,maxnreg][,tma][,pipe][,waves_per_eu=N][,matrix_instr_nonkdim=N][,kpack=N]"``
+num_warps,num_stages[,maxnreg][,tma][,pipe][,vcm][,waves_per_eu=N][,matrix_instr_nonkdim=N][,kpack=N]"``
 (the keyword wins; ``LaunchConfig.spec`` writes a config in that form, so any table row can be
 forced as it is).
 """
@@ -61,6 +61,10 @@ class LaunchConfig:
     many waves per SIMD, so it budgets registers for them (CDNA's 512 unified registers per lane:
     at most 256 for 2 waves); ``matrix_instr_nonkdim`` picks the MFMA shape (16: 16x16, 32: 32x32);
     ``kpack`` packs that many K elements per MFMA operand load (CDNA3; ignored from gfx950).
+    ``vcm`` (FP16 P·V): V copied channel-major before the launch (keys contiguous, ``api``), so the
+    kernel reads V tiles as the P·V MMA's B operand wants them: on RDNA the token-major tile reaches
+    the WMMA through two-byte LDS reads, one per element. A choice for the tuner and the table, not
+    a default: the copy is one more pass over V per call. ``spec`` writes ``,vcm``.
     """
 
     block_m: int
@@ -73,6 +77,7 @@ class LaunchConfig:
     waves_per_eu: Optional[int] = None
     matrix_instr_nonkdim: Optional[int] = None
     kpack: Optional[int] = None
+    vcm: bool = False
 
     def q_blk(self, qk_quant_gran: str) -> int:
         """Rows of Q sharing one INT8 scale: the whole tile, or one warp's slice of it."""
@@ -113,7 +118,7 @@ class LaunchConfig:
 
 
 ConfigLike = Union[LaunchConfig, tuple, list, str]
-_CONFIG_FLAGS = ("tma", "pipe")  # a config string's trailing words (``LaunchConfig.spec``)
+_CONFIG_FLAGS = ("tma", "pipe", "vcm")  # a config string's trailing words (``LaunchConfig.spec``)
 # Triton's HIP launch options a config can carry, as ``name=value`` entries of a config string,
 # and the values each accepts (Triton 3.6's HIPOptions; waves per SIMD up to RDNA's 16).
 AMD_OPTIONS: dict[str, tuple[int, ...]] = {
@@ -255,16 +260,16 @@ def parse_config(value: ConfigLike) -> LaunchConfig:
         if len(parts) not in (4, 5):
             raise ValueError(
                 f"attention config {value!r} must have 4 or 5 integers: "
-                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma][,pipe][,waves_per_eu=N]..."
+                "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg][,tma][,pipe][,vcm][,waves_per_eu=N]..."
             )
         try:
             ints = [int(p) for p in parts]
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"attention config {value!r} must be integers (BLOCK_M,BLOCK_N,num_warps,num_stages"
-                "[,maxnreg]), optionally followed by tma, pipe and AMD options such as waves_per_eu=2"
+                "[,maxnreg]), optionally followed by tma, pipe, vcm and AMD options such as waves_per_eu=2"
             ) from exc
-        cfg = LaunchConfig(*ints, tma="tma" in flags, pipe="pipe" in flags, **options)
+        cfg = LaunchConfig(*ints, **{f: f in flags for f in _CONFIG_FLAGS}, **options)
     for name, v in (("BLOCK_M", cfg.block_m), ("BLOCK_N", cfg.block_n), ("num_warps", cfg.num_warps)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"attention config {value!r}: {name} must be a power of two, got {v}")

@@ -142,6 +142,22 @@ def key_order(n: int) -> torch.Tensor:
     return x.permute(0, 1, 3, 2, 4).reshape(n)
 
 
+def channel_major(view: SeqView) -> SeqView:
+    """A 16-bit V copied channel-major (the config's ``vcm``, FP16 P·V): each head's channels as
+    rows of its keys, rows ``v_row_stride`` apart (16-byte aligned), behind the same logical view,
+    so the kernel's V tiles have their keys contiguous, as the P·V MMA's B operand wants them."""
+    t = view.t
+    if view.is_varlen:  # [total, H, D] -> [H, D, total] (tokens keep their positions)
+        total, heads, d = t.shape
+        buf = torch.empty((heads, d, v_row_stride(total, False)), dtype=t.dtype, device=t.device)[..., :total]
+        buf.copy_(t.permute(1, 2, 0))
+        return packed(buf.permute(2, 0, 1), view.cu, view.max_len)
+    b, h, n, d = t.shape
+    buf = torch.empty((b, h, d, v_row_stride(n, False)), dtype=t.dtype, device=t.device)[..., :n]
+    buf.copy_(t.transpose(-1, -2))
+    return dense(buf.transpose(-1, -2))
+
+
 def empty_like_view(
     view: SeqView, head_dim: int, dtype: torch.dtype, channel_major: bool = False, key_order: bool = False
 ) -> SeqView:

@@ -103,9 +103,9 @@ def _source(
     else:  # the K/V pointers again, unused
         ptr |= {"KD": ptr["K"], "VD": ptr["V"], "KD2": ptr["K"], "VD2": ptr["V"]}
     constexprs = plan.constexprs()
-    # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1), FP8 V
-    # channel-major (token stride 1).
-    constexprs["stride_vn" if fp8 else "stride_vd"] = 1
+    # Unit strides are folded by Triton's JIT: FP16 V is token-major (channel stride 1) unless the
+    # config copies it channel-major (``vcm``), FP8 V channel-major (token stride 1).
+    constexprs["stride_vn" if fp8 or plan.v_channel_major else "stride_vd"] = 1
     aligned = {"H", "GROUP", "N_Q", "N_K", "KS_NBLK"}
     src = _ast_source(
         _attn_fwd_kernel, constexprs, ptr, ("q_scale_mul", "sm_scale"),

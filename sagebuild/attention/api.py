@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from sagebuild import knobs
-from sagebuild.attention import dispatch, reasons, replay, route
+from sagebuild.attention import dispatch, gate, reasons, replay, route
 from sagebuild.attention.plan import VARIANTS, LaunchPlan, make_plan
 from sagebuild.attention.validate import (
     AttentionInputError,
@@ -79,6 +79,7 @@ def clear_caches() -> None:
     _forget_plans()
     launcher.forget_constexprs()
     knobs.refresh()
+    gate.reset()
 
 
 def _forget_plans() -> None:
@@ -305,6 +306,8 @@ def quantize_kv(
     (``plan.quantization == "extension"``). Q is quantized in the attention kernel either way."""
     if plan.quantization != "extension":
         return _quantize_views(plan, layout.dense(k), layout.dense(v), key)
+    if plan.v_channel_major:
+        v = layout.channel_major(layout.dense(v)).t
     kp = _pad(k, plan.head_dim_pad)
     km = ops.k_mean(kp) if plan.smooth_k else None
     kq, ks = ops.quant_per_block_int8(kp, km, plan.k_blk, 1.0)
@@ -323,7 +326,10 @@ def quantize_kv(
 def _quantize_views(
     plan: LaunchPlan, k: layout.SeqView, v: layout.SeqView, key: Optional[tuple]
 ) -> QuantizedKV:
-    """Our Triton launch on K/V's ``layout`` views (dense or packed)."""
+    """Our Triton launch on K/V's ``layout`` views (dense or packed); FP16 V copied channel-major
+    where the plan says so."""
+    if plan.v_channel_major:
+        v = layout.channel_major(v)
     kq, ks, km, vq, vs = quant.quant_kv(
         k, v, plan.head_dim_pad, plan.smooth_k, _fp8_torch_dtype(plan), plan.k_blk, launch_key=key,
         pdl_trigger=plan.pdl, v_key_order=plan.v_key_order,

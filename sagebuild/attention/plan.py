@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Optional
 
 from sagebuild import archs, knobs
-from sagebuild.attention import features
+from sagebuild.attention import features, gate
 from sagebuild.errors import SagebuildError
 from sagebuild.kernels.triton import configs
 from sagebuild.kernels.triton.configs import LaunchConfig
@@ -66,6 +66,8 @@ class LaunchPlan:
     mask_rows: bool = False  # the mask varies along query rows (else one row serves all: key padding)
     tuned: str = ""  # the shape class that decided, "tuned 16x1024x64: sdpa" ("shipped ..."), or ""
     sdpa: bool = False  # ``sageattn`` runs PyTorch SDPA for this call (``route``), not the kernels
+    fp8_cvt_asm: bool = False  # FP8 P by inline v_cvt_pk_fp8_f32 (``archs.Arch.fp8_cvt_asm``)
+    v_channel_major: bool = False  # FP16 P·V reads a channel-major copy of V (the config's ``vcm``)
 
     @property
     def fp8(self) -> bool:
@@ -110,13 +112,16 @@ class LaunchPlan:
             "MASK_ROWS": self.mask_rows,
             "ROW_UNIT": 1,  # the launch's buffers decide it (``layout.row_unit``)
             "HEADS_FIRST": False,  # the launch's grid order decides it
+            "FP8_CVT_ASM": fp8 and self.fp8_cvt_asm,
+            "V_CHANNEL_MAJOR": self.v_channel_major,
         }
 
     def record(self) -> dict[str, Any]:
         """The plan as a report/bench record: every field; ``config`` as the string that forces
         this very launch through ``config=`` / ``SAGEBUILD_ATTN_CONFIG``."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["config"] = replace(self.config, tma=self.tma, pipe=self.wgmma_pipe).spec()
+        applied = replace(self.config, tma=self.tma, pipe=self.wgmma_pipe, vcm=self.v_channel_major)
+        out["config"] = applied.spec()
         return out
 
 
@@ -182,7 +187,8 @@ def fp8_dtype_name(arch: str) -> str:
 
 def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     """What ``sageattn`` runs on an arch: ("fp16" | "fp8", FP8 accumulation): the arch table's
-    P·V path, unless the config module records the other one as measurably faster here."""
+    P·V path, unless the config module records the other one as measurably faster here; FP16
+    while an FP8 path that waits for an accuracy check (``gate``) has no passing one here."""
     row = arch_row(arch)
     if row is None:
         return "fp16", "fp32+fp32"
@@ -191,7 +197,10 @@ def default_pv(arch: str, head_dim: int, n_k: int) -> tuple[str, str]:
     pv = "fp8" if pref == "fp8acc" else pref
     if pv == "fp8" and not row.fp8_dtype:
         pv = None
-    return pv or archs.pv_path(arch), accum
+    pv = pv or archs.pv_path(arch)
+    if pv == "fp8" and not gate.allowed(row.name, VARIANTS["fp8"]):
+        pv = "fp16"
+    return pv, accum
 
 
 def head_dim_ok(d: int) -> bool:
@@ -333,6 +342,8 @@ def make_plan(
         mask_rows=mask != "none" and bool(mask_rows),
         tuned=f"{found[0]} {found[1].shape.label()}: {found[1].winner.describe()}" if found else "",
         sdpa=auto and not forced and not return_lse and _sdpa_won(found),
+        fp8_cvt_asm=fp8 and row is not None and row.fp8_cvt_asm,
+        v_channel_major=not fp8 and cfg.vcm,
     )
 
 
@@ -416,9 +427,11 @@ def _ours(found: Optional[tuple[str, record.TunedClass]]) -> list[record.Choice]
 def _tuned_pv(
     found: Optional[tuple[str, record.TunedClass]], row: Optional[archs.Arch]
 ) -> Optional[tuple[str, str]]:
-    """``sageattn``'s P·V (and FP8 accumulation) from the class's best variant of ours, or None."""
+    """``sageattn``'s P·V (and FP8 accumulation) from the class's best variant of ours, or None; an
+    FP8 winner that waits for verify's accuracy check on this arch (``gate``) is passed over."""
+    fp8_ok = row is None or (bool(row.fp8_dtype) and gate.allowed(row.name, VARIANTS["fp8"]))
     for choice in _ours(found):
-        if choice.variant and (choice.variant == "fp16" or row is None or row.fp8_dtype):
+        if choice.variant and (choice.variant == "fp16" or fp8_ok):
             return (
                 ("fp16", "fp32+fp32")
                 if choice.variant == "fp16"

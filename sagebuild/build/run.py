@@ -290,13 +290,20 @@ for variant, arch in json.loads(sys.argv[1]):
 def run_aot(
     pairs: list[tuple[str, str]], log_path: Path, python: Optional[str] = None, timeout: float = 1800.0
 ) -> list[dict[str, Any]]:
-    """Compile each (variant, arch) with Triton for the target, in a subprocess: it isolates compiler
-    crashes and runs without ``TRITON_INTERPRET`` (the interpreter cannot compile ahead of time)."""
+    """Compile each (variant, arch) with Triton for the target, in subprocesses: they isolate compiler
+    crashes and run without ``TRITON_INTERPRET`` (the interpreter cannot compile ahead of time).
+    One process per target arch: Triton 3.6 carries state from one AMD target's compile into the
+    next in a process (gfx950 FP8 then gfx1201 FP8 aborts LLVM, and gfx950 after another target
+    loses its hardware FP8 conversion), so no target ever follows another in a process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     py = python or sys.executable
-    out, reports, ended = _run_script(py, _AOT_SCRIPT, [json.dumps(pairs)], "SAGEBUILD_AOT ", timeout, env)
-    note = f"[sagebuild] the compile process {ended}\n" if ended else ""  # a timeout says so nowhere else
-    _append_log(log_path, f"[sagebuild] triton ahead-of-time compile\n{out}{note}")
-    done = {(d["variant"], d["arch"]): d for d in reports}
-    lost = "the compile process ended before this kernel" + (f": it {ended}" if ended else "")
-    return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": lost}) for v, a in pairs]
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    lost: dict[str, str] = {}
+    for arch in dict.fromkeys(a for _, a in pairs):  # each target once, in the pairs' order
+        mine = [(v, a) for v, a in pairs if a == arch]
+        out, reports, ended = _run_script(py, _AOT_SCRIPT, [json.dumps(mine)], "SAGEBUILD_AOT ", timeout, env)
+        note = f"[sagebuild] the compile process {ended}\n" if ended else ""  # a timeout says so nowhere else
+        _append_log(log_path, f"[sagebuild] triton ahead-of-time compile for {arch}\n{out}{note}")
+        done |= {(d["variant"], d["arch"]): d for d in reports}
+        lost[arch] = "the compile process ended before this kernel" + (f": it {ended}" if ended else "")
+    return [done.get((v, a), {"variant": v, "arch": a, "ok": False, "error": lost[a]}) for v, a in pairs]
