@@ -1,6 +1,7 @@
 """Ahead-of-time compiles of the attention kernels for GPUs this machine does not have.
 
-Runs in a subprocess without TRITON_INTERPRET (the interpreter replaces the kernels with Python
+Runs in subprocesses, one per target arch (Triton 3.6 carries state from one AMD target's compile
+into the next), without TRITON_INTERPRET (the interpreter replaces the kernels with Python
 functions that ``triton.compile`` cannot lower). FP8 P·V is compiled wherever the arch table has
 an FP8 matrix path (sm89, sm90, gfx942, gfx950, gfx1201, gfx1200); never for gfx1100, which has no
 FP8 matrix units (an emulated FP8 dot there takes over a minute to compile). The AMD FP8 paths are
@@ -405,10 +406,13 @@ _ISA_SCRIPT = """
 import json, sys
 import isa_counts as isa
 import kernel_asm
+from sagebuild import archs
 out = {}
 for arch in json.loads(sys.argv[1]):
-    for variant in ("qk_int8_pv_fp16", "qk_int8_pv_fp8"):
+    for variant in archs.variants(arch):
         out[f"{arch}/{variant}"] = isa.attention_report(variant, arch)
+    if not archs.get(arch).fp8_mma:
+        continue
     if arch == "gfx1201":  # FP16 P·V with V copied channel-major (the config's vcm)
         out[f"{arch}/vcm"] = isa.attention_report("qk_int8_pv_fp16", arch, config="64,32,4,1,vcm")
     quant = kernel_asm.compile_preprocessing(arch)["quant_blocks"]
@@ -426,7 +430,18 @@ GFX1201_FP8_MAX_LINES, GFX1201_FP8_MAX_COMPARES = 2700, 60
 
 @pytest.fixture(scope="module")
 def amd_isa() -> dict:
-    return _compile_in_subprocess(_ISA_SCRIPT, AMD_FP8)
+    return _compile_in_subprocess(_ISA_SCRIPT, [*AMD_FP8, "gfx90a"])
+
+
+@pytest.mark.parametrize("case", ["gfx942/qk_int8_pv_fp8", "gfx950/qk_int8_pv_fp8", "gfx90a/qk_int8_pv_fp16"])
+def test_cdna_rows_run_two_waves_per_simd_without_scratch(amd_isa, case):
+    """The CDNA rows' ``waves_per_eu=2`` (the arch table's default variant at head dim 128):
+    LLVM fits the tile in its 256-register budget, so two waves share each SIMD, with no spill or
+    scratch (at one wave per SIMD they took 214-226 VGPRs and left half the SIMD idle)."""
+    rep = amd_isa[case]
+    assert "waves_per_eu=2" in rep["config"], rep["config"]
+    assert rep["kernel"]["occupancy"] >= 2 and rep["kernel"]["scratch_bytes"] == 0, rep["kernel"]
+    assert not rep["spills"], rep["kernel"]
 
 
 @pytest.mark.parametrize("arch", AMD_FP8)

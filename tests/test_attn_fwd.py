@@ -469,3 +469,28 @@ def test_heads_first_grid_gives_the_same_bits(packed, monkeypatch):
     again = call()
     assert grids[-1] == (blocks, heads, batch), grids
     assert all(torch.equal(a, b) for a, b in zip(as_tuple(again), as_tuple(ref)))
+
+
+@pytest.mark.parametrize(
+    ("d", "causal", "layout_"), [(64, False, "HND"), (40, True, "HND"), (128, False, "NHD")]
+)  # fmt: skip
+def test_channel_major_v_gives_the_same_attention(d, causal, layout_, monkeypatch):
+    """The ``vcm`` config (FP16 P·V from a channel-major copy of V): the same output bit for bit
+    as reading the caller's V, dense (GQA, a padded head dim, NHD strides) and packed; FP8 plans
+    ignore it (their V is channel-major already) and the plan records what ran."""
+    calls = []
+    copy = layout.channel_major
+    monkeypatch.setattr(layout, "channel_major", lambda view: calls.append(view) or copy(view))
+    q, k, v = qkv(hq=4, hk=2, nq=50, nk=70, d=d, seed=d, layout_=layout_)
+    kw = dict(is_causal=causal, tensor_layout=layout_)
+    ref = _run("qk_int8_pv_fp16", q, k, v, config="32,16,4,1", **kw)
+    out = _run("qk_int8_pv_fp16", q, k, v, config="32,16,4,1,vcm", **kw)
+    assert len(calls) == 1 and torch.equal(out, ref)
+    assert plan(d, 70, config="32,16,4,1,vcm").record()["config"] == "32,16,4,1,vcm"
+    fp8 = plan(d, 70, pv="fp8", config="32,16,4,1,vcm")
+    assert not fp8.v_channel_major and fp8.record()["config"] == "32,16,4,1"
+    cu = torch.tensor([0, 30, 77], dtype=torch.int32)
+    qp, kp, vp = (torch.randn(77, h, d, dtype=torch.float16) for h in (4, 2, 2))
+    args = (qp, kp, vp, cu, cu, 47, 47)
+    packed = sageattn_varlen(*args, config="32,16,4,1,vcm", pv="fp16")
+    assert len(calls) == 2 and torch.equal(packed, sageattn_varlen(*args, config="32,16,4,1", pv="fp16"))

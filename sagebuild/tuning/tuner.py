@@ -319,10 +319,13 @@ class Tuner:
 
     def _tune_class(self, cls: Workload, arch: str, family: str, timer: Timer, share: float) -> ClassResult:
         t0 = self.clock()
-        from sagebuild.attention import dispatch
+        from sagebuild.attention import dispatch, gate
         from sagebuild.attention.plan import VARIANTS
 
-        fp8_ok = VARIANTS["fp8"] in dispatch.available_variants(self.device)
+        # FP8 where the arch runs it and, where it waits for verify's accuracy check, passed it
+        fp8_ok = VARIANTS["fp8"] in dispatch.available_variants(self.device) and gate.allowed(
+            arch, VARIANTS["fp8"]
+        )
         variants = space.variants(family, fp8_ok)
         x = _inputs(cls, self.device, self.seed)
         try:
