@@ -342,9 +342,18 @@ def make_plan(
         mask_rows=mask != "none" and bool(mask_rows),
         tuned=f"{found[0]} {found[1].shape.label()}: {found[1].winner.describe()}" if found else "",
         sdpa=auto and not forced and not return_lse and _sdpa_won(found),
-        fp8_cvt_asm=fp8 and row is not None and row.fp8_cvt_asm,
-        v_channel_major=not fp8 and cfg.vcm,
+        **_operand_paths(fp8, row, cfg),
     )
+
+
+def _operand_paths(fp8: bool, row: Optional[archs.Arch], cfg: LaunchConfig) -> dict[str, bool]:
+    """How P and V reach the P·V MMA: FP8 P by the arch's packed conversion in inline asm where
+    its row says Triton would cast in software (``fp8_cvt_asm``); FP16 P·V's V copied channel-major
+    where the config asks (``v_channel_major``)."""
+    return {
+        "fp8_cvt_asm": fp8 and row is not None and row.fp8_cvt_asm,
+        "v_channel_major": not fp8 and cfg.vcm,
+    }
 
 
 def _check_call(qk_quant_gran: str, backend: str, pv: str, layout: str, mask: str, head_dim: int) -> None:
