@@ -239,11 +239,15 @@ def block_index(n: int, rows: int, device: torch.device) -> torch.Tensor:
 
 
 def dequantize_int8(
-    x_int8: torch.Tensor, scale: torch.Tensor, index: torch.Tensor, tensor_layout: str
+    x_int8: torch.Tensor,
+    scale: torch.Tensor,
+    index: torch.Tensor,
+    tensor_layout: str,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """float32 [B, H, N, D] of INT8 codes times their rows' scales (``index``: ``*_index``)."""
+    """[B, H, N, D] in ``dtype`` of INT8 codes times their rows' scales (``index``: ``*_index``)."""
     xh = hnd(x_int8, tensor_layout)
-    return xh.float() * row_scales(scale, xh.shape[2], index)[..., None]
+    return xh.to(dtype) * row_scales(scale, xh.shape[2], index)[..., None].to(dtype)
 
 
 def dequantize_fp8_v(
@@ -252,12 +256,13 @@ def dequantize_fp8_v(
     v_mean: Optional[torch.Tensor],
     n: int,
     tensor_layout: str,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """float32 [B, H, n, D] of ``per_channel_fp8``'s output (scale and mean applied when given)."""
-    t = v_fp8.float() if tensor_layout == "HND" else v_fp8.float().permute(0, 2, 1, 3)
+    """[B, H, n, D] in ``dtype`` of ``per_channel_fp8``'s output (scale and mean applied when given)."""
+    t = v_fp8.to(dtype) if tensor_layout == "HND" else v_fp8.to(dtype).permute(0, 2, 1, 3)
     b, h, d, pad = t.shape
     inverse = torch.argsort(torch.tensor(V_PERM, device=t.device))
     x = t.reshape(b, h, d, pad // 16, 16)[..., inverse].reshape(b, h, d, pad)[..., :n].transpose(-1, -2)
     if v_scale is not None:
-        x = x * v_scale[:, :, None].float()
-    return x if v_mean is None else x + v_mean[:, :, None].float()
+        x = x * v_scale[:, :, None].to(dtype)
+    return x if v_mean is None else x + v_mean[:, :, None].to(dtype)

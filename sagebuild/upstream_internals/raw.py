@@ -41,8 +41,10 @@ def _warp_rows(n: int, cta: int, entries: int, name: str) -> int:
     return blocks * cta // entries
 
 
-def _dequant_qk(arch: str, q: Any, k: Any, qs: Any, ks: Any, layout: str, gran: int) -> tuple[Any, Any]:
-    """float32 [B, H, N, D] Q and K from upstream's INT8 codes and per-warp or per-thread scales."""
+def _dequant_qk(
+    arch: str, q: Any, k: Any, qs: Any, ks: Any, layout: str, gran: int, dtype: torch.dtype
+) -> tuple[Any, Any]:
+    """[B, H, N, D] Q and K in ``dtype`` from upstream's INT8 codes and per-warp or per-thread scales."""
     cta_q, cta_k = CTA[arch]
     nq, nk = quant.hnd(q, layout).shape[2], quant.hnd(k, layout).shape[2]
     dev = q.device
@@ -57,7 +59,12 @@ def _dequant_qk(arch: str, q: Any, k: Any, qs: Any, ks: Any, layout: str, gran: 
         raise AttentionInputError(
             f"qk_quant_gran {gran} is not one of upstream's codes", "pass 2 (per warp) or 3 (per thread)"
         )
-    return quant.dequantize_int8(q, qs, qi, layout), quant.dequantize_int8(k, ks, ki, layout)
+    return quant.dequantize_int8(q, qs, qi, layout, dtype), quant.dequantize_int8(k, ks, ki, layout, dtype)
+
+
+def _compute_dtype(out: Any) -> torch.dtype:
+    """The 16-bit type our kernels run in for an output tensor (its own, else float16)."""
+    return out.dtype if out.dtype in (torch.float16, torch.bfloat16) else torch.float16
 
 
 def _layout_name(tensor_layout: Any) -> str:
@@ -70,11 +77,15 @@ def _layout_name(tensor_layout: Any) -> str:
     return names[tensor_layout]
 
 
-def _attend(q: Any, k: Any, v: Any, out: Any, layout: str, causal: Any, sm_scale: float, lse: Any) -> Any:
-    """Our attention on float32 HND q/k/v in ``out``'s dtype, written into ``out`` (in
-    ``layout``); the LSE in upstream's base-2 units when ``lse``, else an empty tensor."""
-    dtype = out.dtype if out.dtype in (torch.float16, torch.bfloat16) else torch.float16
-    res = sageattn(q.to(dtype), k.to(dtype), v.to(dtype), "HND", bool(causal), float(sm_scale), bool(lse))
+def _attend(
+    q: Any, k: Any, v: Any, out: Any, layout: str, causal: Any, sm_scale: float, lse: Any, mask: Any = None
+) -> Any:
+    """Our attention on HND q/k/v in ``out``'s 16-bit type, written into ``out`` (in ``layout``);
+    the LSE in upstream's base-2 units when ``lse``, else an empty tensor."""
+    dtype = _compute_dtype(out)
+    res = sageattn(
+        q.to(dtype), k.to(dtype), v.to(dtype), "HND", bool(causal), float(sm_scale), bool(lse), attn_mask=mask
+    )
     o, lse_nat = res if lse else (res, None)
     quant.hnd(out, layout).copy_(o)
     return lse_nat * LOG2E if lse_nat is not None else torch.empty(0, dtype=torch.float32, device=out.device)
@@ -100,12 +111,13 @@ def _kernel(arch: str, fp8: bool, scaled: bool, mean: bool) -> Callable[..., Any
         v_mean: Optional[Any] = rest[extra - 1] if mean else None
         layout_code, causal, gran, sm_scale, lse = rest[extra:]
         layout = _layout_name(layout_code)
-        q, k = _dequant_qk(arch, query, key, query_scale, key_scale, layout, int(gran))
+        dtype = _compute_dtype(output)
+        q, k = _dequant_qk(arch, query, key, query_scale, key_scale, layout, int(gran), dtype)
         if fp8:
-            v = quant.dequantize_fp8_v(value, v_scale, v_mean, k.shape[2], layout)
+            v = quant.dequantize_fp8_v(value, v_scale, v_mean, k.shape[2], layout, dtype)
         else:
-            v = quant.hnd(value, layout).float()
-            v = v if v_mean is None else v + v_mean[:, :, None].float()
+            v = quant.hnd(value, layout).to(dtype)
+            v = v if v_mean is None else v + v_mean[:, :, None].to(dtype)
         return _attend(q, k, v, output, layout, causal, sm_scale, lse)
 
     return run
@@ -148,7 +160,7 @@ def _module(arch: str) -> SimpleNamespace:
 sm80, sm89, sm90 = _module("sm80"), _module("sm89"), _module("sm90")
 
 
-def _per_block(q: Any, k: Any, qs: Any, ks: Any, layout: str) -> tuple[Any, Any]:
+def _per_block(q: Any, k: Any, qs: Any, ks: Any, layout: str, dtype: torch.dtype) -> tuple[Any, Any]:
     """Q (times sm_scale·log2 e, folded in its scales) and K from ``per_block_int8``'s output as
     upstream's ``attn_false`` reads it: one scale per 128 queries and per 64 keys."""
     nq, nk = quant.hnd(q, layout).shape[2], quant.hnd(k, layout).shape[2]
@@ -160,22 +172,17 @@ def _per_block(q: Any, k: Any, qs: Any, ks: Any, layout: str) -> tuple[Any, Any]
                 "quantize with per_block_int8 at its defaults (BLKQ=128, BLKK=64)",
             )
     qi, ki = quant.block_index(nq, 128, q.device), quant.block_index(nk, 64, k.device)
-    return quant.dequantize_int8(q, qs, qi, layout), quant.dequantize_int8(k, ks, ki, layout)
+    return quant.dequantize_int8(q, qs, qi, layout, dtype), quant.dequantize_int8(k, ks, ki, layout, dtype)
 
 
 def _triton_forward(
     q: Any, k: Any, v: Any, qs: Any, ks: Any, layout: str, mask: Any, dtype: Any, lse: bool, causal: bool
 ) -> tuple[Any, Any]:
-    qf, kf = _per_block(q, k, qs, ks, layout)
     out = torch.empty(q.shape, dtype=dtype, device=q.device)
-    vf = quant.hnd(v, layout).float()
-    cast = out.dtype if out.dtype in (torch.float16, torch.bfloat16) else torch.float16
+    qf, kf = _per_block(q, k, qs, ks, layout, _compute_dtype(out))
+    vf = quant.hnd(v, layout).to(qf.dtype)
     # Q's scales carry sm_scale·log2 e: an sm_scale of ln 2 makes the kernel's exponent exactly that
-    res = sageattn(qf.to(cast), kf.to(cast), vf.to(cast), "HND", causal, 1 / LOG2E, lse, attn_mask=mask)
-    o, lse_nat = res if lse else (res, None)
-    quant.hnd(out, layout).copy_(o)
-    empty = torch.empty(0, dtype=torch.float32, device="cpu")
-    return out, (lse_nat * LOG2E if lse_nat is not None else empty)
+    return out, _attend(qf, kf, vf, out, layout, causal, 1 / LOG2E, lse, mask)
 
 
 def attn_false(
