@@ -314,12 +314,11 @@ class _Steps:
         device = _tune_device()
         if device is None:
             return "; --tune skipped: no GPU"
-        profile = self.settings.profile
         workloads = list(
             dict.fromkeys(classes.from_bench(self.settings.bench_cfg) + classes.PRESETS["mission"])
         )
         budget = self.opts.tune_budget or session.default_budget("mission", len(workloads))
-        bounds = {k: {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} for k, b in profile.accuracy.items()}
+        bounds = session.bounds_of(self.settings.profile)
         outcome = session.tune(workloads, device=device, budget_s=budget, bounds=bounds, progress=self.say)
         self.docs["tune"] = session.comparison(outcome)
         if outcome.run.interrupted:

@@ -152,7 +152,6 @@ def tune(
         raise SagebuildError(f"--budget {budget:g}: must be positive seconds", fix="e.g. --budget 60")
     device = _device()
     prof = _profile(profile, device)
-    bounds = {name: {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} for name, b in prof.accuracy.items()}
     seconds = (
         budget
         if budget is not None
@@ -163,7 +162,7 @@ def tune(
             workloads,
             device=device,
             budget_s=seconds,
-            bounds=bounds,
+            bounds=session.bounds_of(prof),
             variants=only,
             progress=say,
             on_class=advance,

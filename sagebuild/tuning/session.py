@@ -34,6 +34,11 @@ def default_budget(preset: Optional[str], n_classes: int) -> float:
     return min(MAX_DEFAULT_BUDGET_S, BASE_BUDGET_S + PER_CLASS_BUDGET_S * n_classes)
 
 
+def bounds_of(profile: Any) -> dict[str, dict[str, float]]:
+    """A profile's accuracy bounds per kernel variant, as the tuner checks candidates against them."""
+    return {name: {"cos_min": b.cos_min, "rel_l1_max": b.rel_l1_max} for name, b in profile.accuracy.items()}
+
+
 def fingerprint(device: Any) -> record.Fingerprint:
     """The device's fingerprint; Triton's CPU interpreter gets one of its own (tests)."""
     if getattr(device, "type", None) == "cuda":

@@ -255,7 +255,7 @@ def _pick(
         return None, None
     ours = [p for p in timed if p.variant != SDPA]
     best = ours[0] if ours else None
-    if best is not None and shipped in ours and shipped.ms <= best.ms * (1 + TABLE_MARGIN):
+    if best is not None and any(p is shipped for p in ours) and shipped.ms <= best.ms * (1 + TABLE_MARGIN):
         best = shipped
     sdpa = next((p for p in timed if p.variant == SDPA), None)
     if best is None or (sdpa is not None and sdpa.ms < best.ms):
