@@ -40,8 +40,8 @@ _MFMA_I8 = r"v_mfma_i32_\w+i8"
 # RDNA4's P·V default and its basis (issues 38, 59; docs/kernels.md "FP8 P·V on RDNA4"), taken by
 # sageattn once sagebuild verify has passed it on the machine (``attention.gate``):
 _RDNA4_PV = (
-    "fp8 (ISA, hd128 key loop per wave, VALU + WMMA at AMD's rates): 451 issue cycles against FP16's 554 "
-    "(569 with channel-major V) since P converts by v_cvt_pk_fp8_f32; FP16 until verify passes here"
+    "fp8 (ISA, hd128 key loop per wave, VALU + WMMA at AMD's rates): 452 issue cycles against FP16's 556 "
+    "(564 with channel-major V) since P converts by v_cvt_pk_fp8_f32; FP16 until verify passes here"
 )
 _MMA_S8 = r"mma\.sync\.aligned\.m16n8k32\.row\.col(\.satfinite)?\.s32\.s8\.s8\.s32"
 _MMA_E4M3 = r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32"
