@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import struct
 
+import pytest
 import torch
 import triton
 import triton.language as tl
 
-from sagebuild.kernels.triton.fp8 import saturate_fp8
+from sagebuild.kernels.triton.fp8 import saturate_fp8, to_fp8
 
 NAN = float("nan")
 INF = float("inf")
@@ -104,12 +105,48 @@ def _saturate_kernel(X, Y, N: tl.constexpr):
     tl.store(Y + offs, saturate_fp8(tl.load(X + offs), 448.0))
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter without a GPU
+
+
 def _saturated(values: list[float]) -> list[float]:
     n = triton.next_power_of_2(len(values))
-    x = torch.tensor(values + [0.0] * (n - len(values)), dtype=torch.float32)
+    x = torch.tensor(values + [0.0] * (n - len(values)), dtype=torch.float32, device=DEVICE)
     y = torch.empty_like(x)
     _saturate_kernel[(1,)](x, y, n)
     return y[: len(values)].tolist()
+
+
+@triton.jit
+def _convert_kernel(X, Y, Z, BLOCK: tl.constexpr, SATURATE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs)
+    tl.store(Y + offs, to_fp8(x, tl.float8e4nv, 448.0, True, SATURATE))  # the inline conversion
+    tl.store(Z + offs, x.to(tl.float8e4nv))  # Triton's own cast on this GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("saturate", [True, False])
+def test_the_inline_conversion_on_an_rdna4_gpu(saturate):
+    """On a GPU whose P converts by inline ``v_cvt_pk_fp8_f32`` (gfx12): the table's codes (with
+    the clamp: all of them; without: those in P's range and NaN), and Triton's own cast's codes for
+    a million random values of P's range, bit for bit."""
+    from sagebuild import archs
+    from sagebuild.attention import dispatch
+
+    row = archs.ARCHS.get(dispatch.device_arch("cuda"))
+    if row is None or not row.fp8_cvt_asm:
+        pytest.skip("needs a GPU whose arch converts P by inline asm (gfx1200, gfx1201)")
+    n = 1 << 20
+    table = [v for v, _ in EDGE]
+    x = torch.rand(n, device="cuda") * 460.0 * torch.rand(n, device="cuda") ** 8  # dense near 0 too
+    x[: len(table)] = torch.tensor(table, device="cuda")
+    y, z = (torch.empty(n, dtype=torch.float8_e4m3fn, device="cuda") for _ in range(2))
+    _convert_kernel[(n // 1024,)](x, y, z, 1024, saturate)
+    codes, triton_codes = y.view(torch.uint8).tolist(), z.view(torch.uint8).tolist()
+    for i, (value, code) in enumerate(EDGE):
+        if saturate or math.isnan(value) or P_RANGE[0] <= value <= P_RANGE[1]:
+            assert codes[i] == code, (value, hex(codes[i]), hex(code))
+    assert codes[len(table) :] == triton_codes[len(table) :]
 
 
 def test_edge_table_is_the_software_cast_and_torchs():
