@@ -282,3 +282,20 @@ def test_the_dispatched_row_says_when_sageattn_routed_the_call_to_sdpa():
     )
     head, cells = bench_table({"rows": [r.to_dict() for r in rows]})
     assert cells[1][head.index("kernel")] == "PyTorch SDPA (routed: tuned 16x1024x64: sdpa)"
+
+
+def test_timing_is_usable_on_its_own_and_peers_count_in_the_memory_estimate():
+    """``bench.timing.time_named``: callables by name in, each one's medians out (the tuner's use);
+    a peer's copy of the inputs counts in the GPU memory estimate."""
+    from sagebuild.bench import memory, timing
+
+    calls = []
+    got = timing.time_named({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 1, 4, 2)
+    assert set(got) == {"a", "b"} and all(t.reps == 4 and t.median_ms >= 0 for t in got.values())
+    assert calls.count("a") == calls.count("b") == 5
+    cfg = bench.config_from_profile(CPU, seq=(4096,), heads=8)
+    alone = memory.bytes_needed(cfg, 4096, on_gpu=True)[0]
+    with_peers = memory.bytes_needed(
+        bench.config_from_profile(CPU, seq=(4096,), heads=8, against="ck,fa3"), 4096, True
+    )[0]
+    assert with_peers == alone + 2 * 3 * 8 * 4096 * cfg.head_dim * 2

@@ -103,6 +103,7 @@ def bytes_needed(cfg: BenchConfig, seq: int, on_gpu: bool) -> tuple[int, int]:
     exact = (eq + 2 * ekv) * 4 + 2 * eq * 4 + 3 * bh * rows * s_cols * 4  # copies, output + chunks, S/P/exp
     if on_gpu:
         providers = 6 * e * 4  # outputs (float32 for the accuracy diff), quantized K/V, scales
+        providers += len(cfg.against) * inputs  # a peer may hold its own layout's copy of the inputs
         return inputs + exact + providers + _GPU_FIXED, draw + _HOST_FIXED
     # the golden model: float64 Q/K codes, the full score matrix (float64 dots, float32 scores and
     # the causal mask), one key tile's P and the accumulator
