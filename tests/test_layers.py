@@ -54,6 +54,10 @@ LAYERS: dict[str, int] = {
     "sagebuild.attention": 2,
     "sagebuild.kernels": 2,
     "sagebuild.compat": 2,
+    "sagebuild.tuning.record": 2,  # the plan reads the tuning record
+    "sagebuild.tuning.defaults": 2,
+    "sagebuild.tuning.classes": 2,  # the runtime appends call signatures (SAGEBUILD_RECORD)
+    "sagebuild.tuning": 3,  # the tuner times through bench
     "sagebuild.upstream_internals": 2,
     "sagebuild.verify": 3,
     "sagebuild.bench": 3,
