@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sagebuild.attention import plan
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -35,9 +37,7 @@ class DeviceSupport:
 
 SupportFn = Callable[[Any], "DeviceSupport | str"]
 
-# Fewer queries than this go to SDPA: a decode step would re-quantize the whole KV cache to
-# fill 1 row of a 64-row tile (slower than SDPA: docs/performance.md).
-MIN_Q_LEN = 16
+MIN_Q_LEN = plan.MIN_Q_LEN  # fewer queries go to SDPA (plan.MIN_Q_LEN says why)
 
 
 def decide(

@@ -22,6 +22,9 @@ VARIANTS = {"fp16": "qk_int8_pv_fp16", "fp8": "qk_int8_pv_fp8"}
 GRANULARITIES = ("per_warp", "per_block")
 LAYOUTS = ("HND", "NHD", "varlen")
 MASKS = ("none", "bool", "additive")  # index: the kernel's MASK_MODE
+# Fewer queries than this go to SDPA: a decode step would re-quantize the whole KV cache to
+# fill 1 row of a 64-row tile (slower than SDPA: docs/performance.md).
+MIN_Q_LEN = 16
 
 
 class AttentionInputError(SagebuildError, ValueError):

@@ -17,7 +17,6 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from sagebuild import patch
 from sagebuild.attention import plan
 from sagebuild.attention.plan import AttentionInputError
 from sagebuild.kernels.triton import launcher
@@ -544,7 +543,7 @@ def _causal_square(c: Call) -> Optional[Reason]:
 
 @_rule("options", SDPA)
 def _decode(c: Call) -> Optional[Reason]:
-    nq, least = c.shapes[0][2], patch.MIN_Q_LEN
+    nq, least = c.shapes[0][2], plan.MIN_Q_LEN
     if nq >= least:
         return None
     label = f"q_len {nq} < {least} (decode: quantizing all keys for a few queries is slower than SDPA)"
