@@ -10,6 +10,7 @@ variant's golden model (CPU); the peers are in ``bench.peers``.
 
 from __future__ import annotations
 
+import abc
 import functools
 import itertools
 from dataclasses import asdict, dataclass, field
@@ -74,7 +75,7 @@ class Built:
     ran: Optional[str] = None
 
 
-class Provider:
+class Provider(abc.ABC):
     """One attention implementation the bench can time (the module docstring lists the parts)."""
 
     name = ""
@@ -92,8 +93,9 @@ class Provider:
         """None when it can run this call, else a one-line reason."""
         return None
 
+    @abc.abstractmethod
     def build(self, case: Case) -> Built:
-        raise NotImplementedError
+        """The timed callable on this case's inputs, with the plan it runs and what ran."""
 
     def accuracy(self, out: Any, ref: Any) -> dict[str, Any]:
         """Its output (per-sequence outputs for packed calls) against the float32 reference."""
