@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rerun to refresh docs/performance.md's table: issue 36's workload classes, ours against SDPA (GPU).
 
-    python scripts/bench_workloads.py [--only varlen,long] [--rounds 5] [--json FILE] [--list]
+    python scripts/bench_workloads.py [--only varlen,long] [--rounds 5] [--shipped] [--json FILE] [--list]
 
 One process, whole calls through the public API only (``sagebuild.sageattn``,
 ``sagebuild.sageattn_varlen``) against what the caller would otherwise run: PyTorch SDPA's
@@ -17,25 +17,29 @@ rel L1 compare our output with SDPA's on the same inputs. ``--against ck`` (any 
 non-causal ones); a peer that cannot run a row leaves it blank and the JSON says why. "ran" says
 whether ``sageattn`` ran the kernels or routed the class to SDPA (``sagebuild.attention.route``:
 this machine's tuning record and the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels
-alone). Exit 1 when a row failed to run.
+alone). ``--shipped`` also times each ``sageattn`` call with this machine's tuning record ignored
+(``SAGEBUILD_TUNING=0``) in the same rounds: "shipped / tuned" above 1 means tuning made the class
+faster. Exit 1 when a row failed to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import os
 import statistics
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
 import sagebuild
-from sagebuild import sageattn, sageattn_varlen
+from sagebuild import knobs, sageattn, sageattn_varlen
 from sagebuild.attention import route
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import providers
@@ -201,30 +205,66 @@ def peer_calls(case: Case, against: list[Peer]) -> tuple[dict[str, Fn], dict[str
     return calls, reasons
 
 
-def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int, against: list[Peer]) -> dict[str, Any]:
-    """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy."""
+@contextlib.contextmanager
+def shipped_table() -> Iterator[None]:
+    """``SAGEBUILD_TUNING=0`` for the calls inside: the shipped config table and classes decide
+    (plan knobs are part of each call's plan key, so the tuned and shipped plans coexist)."""
+    before = os.environ.get("SAGEBUILD_TUNING")
+    os.environ["SAGEBUILD_TUNING"] = "0"
+    knobs.refresh()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SAGEBUILD_TUNING", None)
+        else:
+            os.environ["SAGEBUILD_TUNING"] = before
+        knobs.refresh()
+
+
+def _ran(fn: Fn) -> str:
+    """What one call of ``fn`` ran: our kernels or SDPA (routed)."""
+    route.reset()
+    fn()
+    return "SDPA (routed)" if route.routed() else "kernels"
+
+
+def measure(
+    case: Case, rounds: int, warmup_ms: int, rep_ms: int, against: list[Peer], shipped: bool = False
+) -> dict[str, Any]:
+    """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy. ``shipped``
+    adds "shipped": the same ``sageattn`` call with this machine's tuning record ignored."""
     fns = {"ours": case.ours, "sdpa": case.sdpa}
+    if shipped:
+        fns["shipped"] = case.ours
     if case.dense is not None:
         fns["dense"] = case.dense
     theirs, reasons = peer_calls(case, against)
     fns.update(theirs)
-    for fn in fns.values():  # compile, record and replay before timing
-        for _ in range(3):
-            fn()
-    route.reset()
-    case.ours()
-    ran = "SDPA (routed)" if route.routed() else "kernels"
+
+    def scope(name: str) -> contextlib.AbstractContextManager[None]:
+        return shipped_table() if name == "shipped" else contextlib.nullcontext()
+
+    for name, fn in fns.items():  # compile, record and replay before timing
+        with scope(name):
+            for _ in range(3):
+                fn()
+    ran, ran_shipped = _ran(case.ours), ""
+    if shipped:
+        with shipped_table():
+            ran_shipped = _ran(case.ours)
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+            with scope(name):
+                times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     want = case.sdpa_out(case.sdpa())
     acc = accuracy(case.ours_out(case.ours()), want)
     ms = {name: statistics.median(t) for name, t in times.items()}
     peer_cos = {name: accuracy(_hnd(fn()), want)["cos"] for name, fn in theirs.items()}
-    return {
+    out = {
         "ms": ms,
         "ratio": ms["sdpa"] / ms["ours"],
         "cos": acc["cos"],
@@ -233,6 +273,9 @@ def measure(case: Case, rounds: int, warmup_ms: int, rep_ms: int, against: list[
         "peers": {n: {"ms": ms[n], "vs_ours": ms[n] / ms["ours"], "cos": peer_cos[n]} for n in theirs},
         "peers_not_run": reasons,
     }
+    if shipped:
+        out["shipped"] = {"ms": ms["shipped"], "vs_tuned": ms["shipped"] / ms["ours"], "ran": ran_shipped}
+    return out
 
 
 def peer_cells(res: dict[str, Any], against: list[Peer]) -> str:
@@ -242,6 +285,12 @@ def peer_cells(res: dict[str, Any], against: list[Peer]) -> str:
         p = res.get("peers", {}).get(peer.name)
         cells += [f"{p['ms']:.4f}", f"{p['vs_ours']:.2f}×", f"{p['cos']:.5f}"] if p else ["", "", ""]
     return "".join(f" {c} |" for c in cells)
+
+
+def shipped_cells(res: dict[str, Any]) -> str:
+    """The ``--shipped`` columns: its ms, its time over the tuned call's, what it ran."""
+    s = res.get("shipped")
+    return f" {s['ms']:.4f} | {s['vs_tuned']:.2f}× | {s['ran']} |" if s else ""
 
 
 def _probe() -> tuple[Any, ...]:
@@ -277,6 +326,12 @@ def main() -> int:
     ap.add_argument("--json", default="", help="also write the rows to this file")
     ap.add_argument("--list", action="store_true", help="print the workloads and exit")
     ap.add_argument("--against", default="", help="peers to time beside ours on dense rows, e.g. ck")
+    ap.add_argument(
+        "--shipped",
+        action="store_true",
+        help="also time each sageattn call with the tuning record ignored (SAGEBUILD_TUNING=0), "
+        "interleaved: 'shipped / tuned' above 1 means tuning made the class faster",
+    )
     args = ap.parse_args()
     try:
         against = peers(parse_against(args.against)) if args.against else []
@@ -302,14 +357,15 @@ def main() -> int:
     for p in against:
         print(f"{p.name}: {p.label}, {p.what() if p.load() else p.available(*_probe())}")
     extra = "".join(f" {p.name} ms | {p.name} / ours | {p.name} cos |" for p in against)
+    extra += " shipped ms | shipped / tuned | shipped ran |" if args.shipped else ""
     print(f"| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 | ran |{extra}")
-    print("|" + " --- |" * (10 + 3 * len(against)))
+    print("|" + " --- |" * (10 + 3 * len(against) + 3 * args.shipped))
 
     rows, failed = [], False
     for name, shape, dtype, build in chosen:
         dt = str(dtype).removeprefix("torch.")
         try:
-            res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms, against)
+            res = measure(build(), args.rounds, args.warmup_ms, args.rep_ms, against, args.shipped)
         except Exception as exc:  # one failing class must not hide the others' numbers
             failed = True
             print(f"| {name} | {shape} | {dt} | error: {type(exc).__name__}: {exc} | | | | | | |", flush=True)
@@ -323,7 +379,8 @@ def main() -> int:
         vd = f"{ms['ours'] / ms['dense']:.2f}" if "dense" in ms else ""
         print(
             f"| {name} | {shape} | {dt} | {ms['ours']:.4f} | {ms['sdpa']:.4f} | {res['ratio']:.2f}× | {vd} | "
-            f"{res['cos']:.5f} | {res['rel_l1']:.4f} | {res['ran']} |{peer_cells(res, against)}",
+            f"{res['cos']:.5f} | {res['rel_l1']:.4f} | {res['ran']} |"
+            f"{peer_cells(res, against)}{shipped_cells(res)}",
             flush=True,
         )
         rows.append({"workload": name, "shape": shape, "dtype": dt, **res})

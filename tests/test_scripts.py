@@ -121,3 +121,47 @@ def test_bench_workloads_times_a_peer_on_the_dense_rows_it_can_run(monkeypatch):
     assert bw.peer_cells({}, against) == "  |  |  |"
     monkeypatch.setattr(sys, "argv", ["bench_workloads.py", "--against", "ck,fa9"])
     assert bw.main() == 2
+
+
+def test_bench_workloads_shipped_column_ignores_the_tuning_record(monkeypatch, tmp_path):
+    """``--shipped``: inside ``shipped_table`` the same ``sageattn`` call plans without this
+    machine's record file (a class the record routes to SDPA runs our kernels), and the knob is
+    restored afterwards."""
+    import torch
+
+    from sagebuild import knobs
+    from sagebuild.attention import api, dispatch, functions
+    from sagebuild.tuning import record
+    from sagebuild.tuning.record import Choice, Fingerprint, ShapeClass, TunedClass, TuningRecord
+
+    bw = _load("bench_workloads")
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SAGEBUILD_ROUTE", "1")
+    monkeypatch.setenv("SAGEBUILD_TUNING", "1")
+    knobs.refresh()
+    arch = dispatch.device_arch("cpu")
+    here = Fingerprint("test", arch, "", "", "", "", "", "")
+    monkeypatch.setattr(record, "_machine_fingerprint", lambda a: here if a == arch else None)
+    routed = TunedClass(
+        ShapeClass(64, 40, 72, 8, False, False), Choice("sdpa", ms=1.0), 1.0, Choice("ours", ms=2.0)
+    )
+    record.save(TuningRecord(here, [routed]))
+    record.reload()
+    api.clear_caches()
+    try:
+        q, k, v = (torch.randn(2, 4, n, 64, dtype=torch.float16) for n in (40, 72, 72))
+        call = lambda: functions.sageattn(q, k, v)  # noqa: E731
+        assert bw._ran(call) == "SDPA (routed)"
+        with bw.shipped_table():
+            assert knobs.switch("SAGEBUILD_TUNING") is False
+            assert bw._ran(call) == "kernels"
+        assert knobs.switch("SAGEBUILD_TUNING") is True and bw._ran(call) == "SDPA (routed)"
+    finally:
+        monkeypatch.undo()
+        knobs.refresh()
+        record.reload()
+        api.clear_caches()
+    assert bw.shipped_cells({"shipped": {"ms": 0.25, "vs_tuned": 1.02, "ran": "kernels"}}) == (
+        " 0.2500 | 1.02× | kernels |"
+    )
+    assert bw.shipped_cells({}) == ""
