@@ -33,6 +33,7 @@ from sagebuild.attention import (
     sageattn_qk_int8_pv_fp16_triton,
 )
 from sagebuild.attention.metrics import accuracy
+from sagebuild.attention.plan import VARIANTS
 from sagebuild.bench import median_ms
 from sagebuild.kernels.triton import configs
 from sagebuild.profiles import parse_shape_key
@@ -73,8 +74,7 @@ def parse_shape(s: str) -> tuple[int, int, int, int, int, bool]:
 def _tunable(var: str) -> bool:
     """A variant the tuner may choose on this GPU: one that waits for ``sagebuild verify``'s
     accuracy check here (``attention.gate``) is left out, with the reason, until it passed."""
-    variant = "qk_int8_pv_fp16" if var == "fp16" else "qk_int8_pv_fp8"
-    held = gate.why_not(dispatch.device_arch("cuda"), variant)
+    held = gate.why_not(dispatch.device_arch("cuda"), VARIANTS[var])
     if held:
         print(f"  {var}: left out: {held} (run sagebuild verify first)", flush=True)
     return held is None
@@ -102,6 +102,9 @@ def main() -> None:
     if args.padded_head_dim:
         configs.split_head_dim = lambda head_dim, head_dim_pad: False
     grid = [configs.parse_config(g).spec() for g in args.grid.split(";")] if args.grid else GRID
+    unknown = [v for v in args.variants.split(",") if v not in FN]
+    if unknown:
+        ap.error(f"--variants: {', '.join(unknown)} not among {', '.join(FN)}")
     variants = [v for v in args.variants.split(",") if _tunable(v)]
     dtype = getattr(torch, args.dtype)
     rows = []

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -118,10 +117,7 @@ def _key() -> dict[str, str]:
             break
         except metadata.PackageNotFoundError:
             continue
+    from sagebuild.build import paths
     from sagebuild.kernels import triton as kernel_sources  # a package of sources: imports nothing
 
-    root = Path(kernel_sources.__file__).parent
-    digest = hashlib.sha256()
-    for src in sorted(root.glob("*.py")):
-        digest.update(src.name.encode() + b"\0" + src.read_bytes())
-    return {"triton": version, "kernels": digest.hexdigest()[:16]}
+    return {"triton": version, "kernels": paths.tree_hash(Path(kernel_sources.__file__).parent, "*.py")[:16]}

@@ -37,15 +37,20 @@ def csrc_dir() -> Path:
     return Path(csrc.__file__).resolve().parent
 
 
-@functools.lru_cache(maxsize=1)
-def sources_hash() -> str:
-    """sha256 over the bundled extension sources (names and bytes), computed once."""
-    root = csrc_dir()
+def tree_hash(root: Path, pattern: str = "*") -> str:
+    """sha256 over the files under ``root`` matching ``pattern`` (relative names and bytes;
+    ``__pycache__`` left out): what a build or a verify record was made from."""
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in sorted(p for p in root.rglob(pattern) if p.is_file() and "__pycache__" not in p.parts):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def sources_hash() -> str:
+    """sha256 over the bundled extension sources (names and bytes), computed once."""
+    return tree_hash(csrc_dir())
 
 
 def _knob(env: Optional[Mapping[str, str]], name: str) -> Optional[str]:
