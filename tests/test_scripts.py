@@ -165,3 +165,17 @@ def test_bench_workloads_shipped_column_ignores_the_tuning_record(monkeypatch, t
         " 0.2500 | 1.02× | kernels |"
     )
     assert bw.shipped_cells({}) == ""
+
+
+def test_tune_attention_holds_back_gated_variants_by_their_plan_name(monkeypatch, tmp_path):
+    """Each of tune_attention's variants maps to the plan's name: on RDNA4 without a verify record
+    both FP8 ones (fp8, fp8acc) wait for the accuracy check, FP16 does not; on Hopper none waits."""
+    from sagebuild.attention import dispatch, gate
+
+    monkeypatch.setenv("SAGEBUILD_CACHE_DIR", str(tmp_path))
+    gate.reset()
+    ta = _load("tune_attention")
+    for arch, held in (("gfx1201", {"fp8", "fp8acc"}), ("sm_90", set())):
+        monkeypatch.setattr(dispatch, "device_arch", lambda _dev, a=arch: a)
+        assert {v for v in ta.FN if not ta._tunable(v)} == held, arch
+    gate.reset()
