@@ -143,7 +143,8 @@ def compile_preprocessing(
         "quant_blocks": (
             quant._quant_blocks_kernel,
             dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, BLK=64, HAS_MEAN=True, V_FP8=fp8,
-                 FP8_MAX=240.0 if aot._fp8_type(row) == "fp8e4b8" else 448.0, IS_VARLEN=varlen,
+                 FP8_MAX=240.0 if aot._fp8_type(row) == "fp8e4b8" else 448.0,
+                 FP8_CVT_ASM=fp8 and row.fp8_cvt_asm, IS_VARLEN=varlen,
                  **stats, STATS_STAGES=1 if inline is None else quant.INLINE_STAGES,
                  PDL_TRIGGER=features.enabled("pdl", row.family), V_KEY_ORDER=False, ROW_UNIT=1,
                  stride_wn=1),  # FP8 V's tokens are contiguous: the JIT specialises that 1

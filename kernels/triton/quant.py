@@ -32,6 +32,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from . import launcher
+from .fp8 import to_fp8
 from .layout import KEY_GROUP, SeqView, empty_like_view, in_unit, key_rows_of, row_unit, wgmma_key_order
 
 # Up to this many keys (packed: of the longest sequence) × padded head dim, K's mean and V's amax
@@ -279,6 +280,7 @@ def _quant_blocks_kernel(
     HAS_MEAN: tl.constexpr,
     V_FP8: tl.constexpr,
     FP8_MAX: tl.constexpr,
+    FP8_CVT_ASM: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     INLINE_STATS: tl.constexpr,
     STATS_BLK: tl.constexpr,
@@ -290,6 +292,9 @@ def _quant_blocks_kernel(
     """One program per (BLK tokens, sequence·head): INT8 block of X (minus mean) and FP8 block of V.
 
     ROW_UNIT: X's and V's (the inputs') strides came divided by it (``layout.row_unit``).
+
+    FP8_CVT_ASM: V becomes FP8 through the arch's packed conversion (``fp8.to_fp8``) where Triton
+    would cast in software (RDNA4), after the same clamp, so the codes are Triton's.
 
     V_KEY_ORDER (dense): V's tokens stored in wgmma key order (``layout.wgmma_key_order`` on the
     block's rows: a register permutation, so the stores stay coalesced), the rows up to the next
@@ -365,7 +370,7 @@ def _quant_blocks_kernel(
             w_ok = rows < (n + 15) // 16 * 16
         tl.store(
             VQ + wbase + rows.to(tl.int64)[:, None] * stride_wn + offs_d.to(tl.int64)[None, :] * stride_wd,
-            vq.to(VQ.dtype.element_ty),
+            to_fp8(vq, VQ.dtype.element_ty, FP8_MAX, FP8_CVT_ASM, False),  # clamped above
             mask=w_ok[:, None],
         )
         if IS_VARLEN and pid_n == 0:
@@ -506,13 +511,15 @@ def quant_blocks(
     pdl_trigger: bool = False,
     v_key_order: bool = False,
     row_unit: int = 1,
+    fp8_cvt_asm: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[SeqView], Optional[torch.Tensor]]:
     """INT8 blocks of x (minus km when given) and, in the same launch, FP8 V when v_amax is given
     (``inline_stats``: the statistics computed in the launch instead, km, when given, filled with
     K's mean, and V quantized whenever v and fp8_dtype are given). ``row_unit``: x's and v's
     strides go divided by it (``layout.row_unit`` of both); ``pdl_trigger``: the next launch is a
     programmatic dependent (``LaunchPlan.pdl``); ``v_key_order`` (dense): FP8 V's tokens in wgmma
-    key order (``layout.KEY_GROUP``).
+    key order (``layout.KEY_GROUP``); ``fp8_cvt_asm``: V's FP8 codes by the arch's conversion
+    instruction (``LaunchPlan.fp8_cvt_asm``).
 
     Returns (x_int8 view, scales float32 [B, H, cdiv(N, blk)], v_fp8 view or None, v_scale
     float32 [B, H, Dp] or None): INT8 contiguous with the padded head dim, FP8 V channel-major
@@ -533,7 +540,7 @@ def quant_blocks(
     # the statistics' placement is decided by module knobs (quant_kv), not by the launch key
     consts = launcher.constexprs(
         _quant_blocks_kernel,
-        (launch_key, inline_stats, pdl_trigger, v_key_order) if launch_key is not None else None,
+        (launch_key, inline_stats, pdl_trigger, v_key_order, fp8_cvt_asm) if launch_key is not None else None,
         lambda: dict(
             HEAD_DIM=x.head_dim,
             BLOCK_D=head_dim_pad,
@@ -541,6 +548,7 @@ def quant_blocks(
             HAS_MEAN=km is not None,
             V_FP8=want_v,
             FP8_MAX=fp8_max(fp8_dtype) if want_v else 1.0,
+            FP8_CVT_ASM=want_v and fp8_cvt_asm,
             IS_VARLEN=x.is_varlen,
             INLINE_STATS=inline_stats,
             STATS_BLK=stats_rows,
@@ -591,11 +599,13 @@ def quant_kv(
     launch_key: Optional[tuple] = None,
     pdl_trigger: bool = False,
     v_key_order: bool = False,
+    fp8_cvt_asm: bool = False,
 ) -> tuple[SeqView, torch.Tensor, Optional[torch.Tensor], Optional[SeqView], Optional[torch.Tensor]]:
     """K to INT8 blocks (smoothed) and, for the FP8 path, V to FP8 per channel, by one Triton
     launch; K's mean and V's amax computed inside it up to INLINE_STATS_MAX_ELEMENTS keys (the
-    longest packed sequence) × head dim, else by ``kv_stats``. ``pdl_trigger``, ``v_key_order``:
-    as ``quant_blocks``. Returns (k_int8, k_scale, km or None, v_fp8 or None, v_scale or None)."""
+    longest packed sequence) × head dim, else by ``kv_stats``. ``pdl_trigger``, ``v_key_order``,
+    ``fp8_cvt_asm``: as ``quant_blocks``. Returns (k_int8, k_scale, km or None, v_fp8 or None,
+    v_scale or None)."""
     inline = k.max_len * head_dim_pad <= INLINE_STATS_MAX_ELEMENTS
     # the launch key fixes the strides, hence the unit: decided once per key
     unit = launcher.constexprs(quant_kv, launch_key, lambda: {"ROW_UNIT": row_unit((k, v))})["ROW_UNIT"]
@@ -619,5 +629,6 @@ def quant_kv(
         pdl_trigger=pdl_trigger,
         v_key_order=v_key_order,
         row_unit=unit,
+        fp8_cvt_asm=fp8_cvt_asm,
     )
     return kq, ks, km, vq, vs

@@ -332,7 +332,7 @@ def _quantize_views(
         v = layout.channel_major(v)
     kq, ks, km, vq, vs = quant.quant_kv(
         k, v, plan.head_dim_pad, plan.smooth_k, _fp8_torch_dtype(plan), plan.k_blk, launch_key=key,
-        pdl_trigger=plan.pdl, v_key_order=plan.v_key_order,
+        pdl_trigger=plan.pdl, v_key_order=plan.v_key_order, fp8_cvt_asm=plan.fp8_cvt_asm,
     )  # fmt: skip
     return QuantizedKV(kq, ks, plan.k_blk, km, vq if vq is not None else v, vs, v_key_order=plan.v_key_order)
 
