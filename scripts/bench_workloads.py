@@ -5,13 +5,15 @@
 
 One process, whole calls through the public API only (``sagebuild.sageattn``,
 ``sagebuild.sageattn_varlen``) against what the caller would otherwise run: PyTorch SDPA's
-default backend (per segment for packed sequences, with a key mask for padded text). Each
-round times every provider with ``triton.testing.do_bench`` medians (its warm-up, L2 flushed
-before every call); rounds alternate the providers' order and the table gives the median over
-rounds. "ratio" is SDPA's time over ours (above 1: faster). Varlen rows also time the dense
-``sageattn`` call on the same packed tokens ("/ dense": issue 36 asks ≤ 1.1), masked rows the
-unmasked call on the same padded batch (issue 35 asks ≤ 1.1). cos and
-rel L1 compare our output with SDPA's on the same inputs. ``--against ck`` (any of
+default backend (per segment for packed sequences, with a key mask for padded text). Timing is
+``sagebuild.bench.timing``'s, as ``sagebuild bench`` and ``sagebuild tune`` time: warm-up, then
+rounds that time every provider in another order each (a Williams design), each call's device
+time with the L2 flushed before it and the GPU held busy while the host issues it (small calls
+measure their kernels, not the host); about --rep-ms of calls per provider and round, and the table
+gives the median of all of a provider's calls. "ratio" is SDPA's time over ours (above 1:
+faster). Varlen rows also time the dense ``sageattn`` call on the same packed tokens ("/ dense":
+issue 36 asks ≤ 1.1), masked rows the unmasked call on the same padded batch (issue 35 asks
+≤ 1.1). cos and rel L1 compare our output with SDPA's on the same inputs. ``--against ck`` (any of
 ``sagebuild bench --against``'s peers) adds the peer's time, its time over ours ("ck / ours": above
 1, ours is faster) and its cos against SDPA for the dense rows it can run (Comfy Kitchen: the
 non-causal ones); a peer that cannot run a row leaves it blank and the JSON says why. "ran" says
@@ -29,20 +31,19 @@ import contextlib
 import datetime
 import json
 import os
-import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 import sagebuild
 from sagebuild import knobs, sageattn, sageattn_varlen
 from sagebuild.attention import route
 from sagebuild.attention.metrics import accuracy
-from sagebuild.bench import providers
+from sagebuild.bench import providers, timing
 from sagebuild.bench.config import parse_against
 from sagebuild.bench.peers import Peer, peers
 from sagebuild.errors import SagebuildError
@@ -229,11 +230,43 @@ def _ran(fn: Fn) -> str:
     return "SDPA (routed)" if route.routed() else "kernels"
 
 
+# do_bench-like budgets per provider and round: --rep-ms of timed calls, --warmup-ms of warm-up,
+# each between 3 (1 for warm-up) and this many calls
+MAX_CALLS_PER_ROUND = 100
+
+
+def _scope(name: str) -> contextlib.AbstractContextManager[None]:
+    """The "shipped" provider's calls ignore this machine's tuning record (``shipped_table``)."""
+    return shipped_table() if name == "shipped" else contextlib.nullcontext()
+
+
+def _scoped(name: str, fn: Fn) -> Fn:
+    if name != "shipped":
+        return fn
+
+    def call() -> Any:
+        with shipped_table():
+            return fn()
+
+    return call
+
+
+def _estimate_ms(fns: list[Fn]) -> float:
+    """One call of each provider, timed together on the host (ms per call): sizes the rounds."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    return max((time.perf_counter() - t0) * 1e3 / len(fns), 1e-3)
+
+
 def measure(
     case: Case, rounds: int, warmup_ms: int, rep_ms: int, against: list[Peer], shipped: bool = False
 ) -> dict[str, Any]:
-    """Interleaved rounds of do_bench medians (ms) for each provider, then the accuracy. ``shipped``
-    adds "shipped": the same ``sageattn`` call with this machine's tuning record ignored."""
+    """Each provider's cold device time (ms) in interleaved rounds (``bench.timing``), then the
+    accuracy. ``shipped`` adds "shipped": the same ``sageattn`` call with this machine's tuning
+    record ignored."""
     fns = {"ours": case.ours, "sdpa": case.sdpa}
     if shipped:
         fns["shipped"] = case.ours
@@ -242,27 +275,25 @@ def measure(
     theirs, reasons = peer_calls(case, against)
     fns.update(theirs)
 
-    def scope(name: str) -> contextlib.AbstractContextManager[None]:
-        return shipped_table() if name == "shipped" else contextlib.nullcontext()
-
     for name, fn in fns.items():  # compile, record and replay before timing
-        with scope(name):
+        with _scope(name):
             for _ in range(3):
                 fn()
     ran, ran_shipped = _ran(case.ours), ""
     if shipped:
         with shipped_table():
             ran_shipped = _ran(case.ours)
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            with scope(name):
-                times[name].append(do_bench(fns[name], warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    fns = {name: _scoped(name, fn) for name, fn in fns.items()}
+    per_call = _estimate_ms(list(fns.values()))
+    per_round = max(3, min(MAX_CALLS_PER_ROUND, int(rep_ms / per_call)))
+    warmup = max(1, min(MAX_CALLS_PER_ROUND, int(warmup_ms / per_call)))
+    timed = timing.time_named(fns, warmup, per_round * rounds, rounds, torch.device("cuda"))
+    for t in timed.values():
+        if isinstance(t, Exception):
+            raise t
+    ms = {name: t.median_ms for name, t in timed.items()}
     want = case.sdpa_out(case.sdpa())
     acc = accuracy(case.ours_out(case.ours()), want)
-    ms = {name: statistics.median(t) for name, t in times.items()}
     peer_cos = {name: accuracy(_hnd(fn()), want)["cos"] for name, fn in theirs.items()}
     out = {
         "ms": ms,
@@ -312,7 +343,8 @@ def header() -> str:
         tuned = "ignored (SAGEBUILD_TUNING=0: the shipped table and classes)"
     return (
         f"{datetime.date.today()}, {props.name}, torch {torch.__version__}, Triton {triton.__version__}, "
-        f"sagebuild {sagebuild.__version__}: whole calls, do_bench medians (L2 flushed), interleaved rounds; "
+        f"sagebuild {sagebuild.__version__}: whole calls, cold device-time medians (L2 flushed, host lead), "
+        "interleaved rounds; "
         f"routing {'on' if plan.routing() else 'off'}, tuning record: {tuned}"
     )
 

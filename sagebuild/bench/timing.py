@@ -6,7 +6,8 @@ API (every function takes zero-argument callables; nothing here knows about atte
   the exception that stopped it) per callable. ``reps`` timed calls are split into ``rounds``;
   every round times every callable, each round in another order (``round_order``: a Williams
   design), so a drifting machine hits all alike. On a CUDA/HIP ``device`` each call is timed
-  cold by device events with the L2 flushed before it (``Timing.median_ms``, p20, p80), then per
+  cold by device events with the L2 flushed before it and the GPU held busy while the host issues
+  it (``lead_ms``: device time, not the host's; ``Timing.median_ms``, p20, p80), then per
   round a warm back-to-back burst (``back_to_back_ms``) and, with ``sustain_s`` > 0, the second
   half of ``sustain_s`` seconds of back-to-back calls, the GPU at its power limit
   (``sustained_ms``); back-to-back and sustained are medians over rounds. Elsewhere (``device``
@@ -58,19 +59,61 @@ def _cpu_samples(fn: Callable[[], Any], n: int) -> list[float]:
     return samples
 
 
-def _gpu_cold_samples(fn: Callable[[], Any], n: int, flush: Any, device: Any) -> list[float]:
-    """Device-event time of each of n calls, the L2 cache flushed before each (cold, like do_bench)."""
+# A cold call's device time is clean only if the host had issued it before the GPU reached it: a
+# spin kernel (``torch.cuda._sleep``) after the L2 flush holds the GPU for a lead of at least twice
+# the host's time for the previous call (and LEAD_MIN_MS), at most LEAD_MAX_MS. Without it a call
+# whose host part outlasts the flush (SDPA's Python and cuDNN path on a busy host) measured its host
+# time: the tuner once timed SDPA at 2x10x4096:77x64 at 0.121 ms, bench 0.019 ms (H100).
+LEAD_MIN_MS, LEAD_MAX_MS = 0.1, 5.0
+_spin_cycles_per_ms: dict[Any, float] = {}
+
+
+def _spin_rate(device: Any) -> float:
+    """``torch.cuda._sleep`` cycles per millisecond on ``device``, measured once."""
     import torch
 
+    key = str(device)
+    if key not in _spin_cycles_per_ms:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)  # the spin kernel's first launch loads its module
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize(device)
+        _spin_cycles_per_ms[key] = cycles / max(start.elapsed_time(end), 1e-3)
+    return _spin_cycles_per_ms[key]
+
+
+def lead_ms(host_ms: float) -> float:
+    """The GPU's head start before a timed call whose host part took ``host_ms`` last time."""
+    return min(LEAD_MAX_MS, max(LEAD_MIN_MS, 2.0 * host_ms))
+
+
+def _gpu_cold_samples(fn: Callable[[], Any], n: int, flush: Any, device: Any) -> list[float]:
+    """Device-event time of each of n calls, the L2 cache flushed before each (cold, like do_bench)
+    and the GPU held busy while the host issues the call (``lead_ms``). A sample whose host part
+    outlasted its lead may hold host time: it is kept only when no sample is clean (a call that
+    waits for the GPU itself is never clean)."""
+    import torch
+
+    rate = _spin_rate(device)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    clean, host = [False] * n, 0.0
     for i in range(n):
+        lead = lead_ms(host)
         flush.zero_()
+        torch.cuda._sleep(int(lead * rate))
+        t0 = time.perf_counter()
         starts[i].record()
         fn()
+        host = (time.perf_counter() - t0) * 1e3
         ends[i].record()
+        clean[i] = host < lead
     torch.cuda.synchronize(device)
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return [m for m, ok in zip(ms, clean) if ok] or ms
 
 
 def _gpu_back_to_back(fn: Callable[[], Any], n: int, device: Any, lead: int = 0) -> float:
