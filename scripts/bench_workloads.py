@@ -21,7 +21,8 @@ whether ``sageattn`` ran the kernels or routed the class to SDPA (``sagebuild.at
 this machine's tuning record and the shipped classes; ``SAGEBUILD_ROUTE=0`` measures the kernels
 alone). ``--shipped`` also times each ``sageattn`` call with this machine's tuning record ignored
 (``SAGEBUILD_TUNING=0``) in the same rounds: "shipped / tuned" above 1 means tuning made the class
-faster. Exit 1 when a row failed to run.
+faster; "plan" says whether the record changed the dense call's launch plan at all ("same": the
+two columns time one launch, and their ratio is the timing's noise). Exit 1 when a row failed to run.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch.nn.functional as F
 
 import sagebuild
 from sagebuild import knobs, sageattn, sageattn_varlen
-from sagebuild.attention import route
+from sagebuild.attention import api, route
 from sagebuild.attention.metrics import accuracy
 from sagebuild.bench import providers, timing
 from sagebuild.bench.config import parse_against
@@ -223,6 +224,24 @@ def shipped_table() -> Iterator[None]:
         knobs.refresh()
 
 
+def tuned_plan(case: Case) -> str:
+    """Whether this machine's tuning record changes a dense call's plan: "tuned" where it does,
+    "same" where the shipped table plans the very same launch (a "shipped / tuned" away from 1 is
+    then the timing's noise, not tuning's effect); "" for packed and masked rows."""
+    x = case.inputs
+    if x is None:
+        return ""
+
+    def plan() -> dict[str, Any]:
+        rec = api.launch_plan(x.q, x.k, x.v, x.layout, x.causal)
+        rec.pop("tuned")  # which class decided: named differently even when the launch is the same
+        return rec
+
+    mine = plan()
+    with shipped_table():
+        return "same" if plan() == mine else "tuned"
+
+
 def _ran(fn: Fn) -> str:
     """What one call of ``fn`` ran: our kernels or SDPA (routed)."""
     route.reset()
@@ -305,7 +324,12 @@ def measure(
         "peers_not_run": reasons,
     }
     if shipped:
-        out["shipped"] = {"ms": ms["shipped"], "vs_tuned": ms["shipped"] / ms["ours"], "ran": ran_shipped}
+        out["shipped"] = {
+            "ms": ms["shipped"],
+            "vs_tuned": ms["shipped"] / ms["ours"],
+            "ran": ran_shipped,
+            "plan": tuned_plan(case),
+        }
     return out
 
 
@@ -319,9 +343,10 @@ def peer_cells(res: dict[str, Any], against: list[Peer]) -> str:
 
 
 def shipped_cells(res: dict[str, Any]) -> str:
-    """The ``--shipped`` columns: its ms, its time over the tuned call's, what it ran."""
+    """The ``--shipped`` columns: its ms, its time over the tuned call's, what it ran, and whether
+    the record changed the plan (``tuned_plan``)."""
     s = res.get("shipped")
-    return f" {s['ms']:.4f} | {s['vs_tuned']:.2f}× | {s['ran']} |" if s else ""
+    return f" {s['ms']:.4f} | {s['vs_tuned']:.2f}× | {s['ran']} | {s['plan']} |" if s else ""
 
 
 def _probe() -> tuple[Any, ...]:
@@ -389,9 +414,9 @@ def main() -> int:
     for p in against:
         print(f"{p.name}: {p.label}, {p.what() if p.load() else p.available(*_probe())}")
     extra = "".join(f" {p.name} ms | {p.name} / ours | {p.name} cos |" for p in against)
-    extra += " shipped ms | shipped / tuned | shipped ran |" if args.shipped else ""
+    extra += " shipped ms | shipped / tuned | shipped ran | plan |" if args.shipped else ""
     print(f"| workload | shape | dtype | ours ms | SDPA ms | ratio | / dense | cos | rel L1 | ran |{extra}")
-    print("|" + " --- |" * (10 + 3 * len(against) + 3 * args.shipped))
+    print("|" + " --- |" * (10 + 3 * len(against) + 4 * args.shipped))
 
     rows, failed = [], False
     for name, shape, dtype, build in chosen:

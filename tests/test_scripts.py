@@ -131,6 +131,7 @@ def test_bench_workloads_shipped_column_ignores_the_tuning_record(monkeypatch, t
 
     from sagebuild import knobs
     from sagebuild.attention import api, dispatch, functions
+    from sagebuild.bench import providers
     from sagebuild.tuning import record
     from sagebuild.tuning.record import Choice, Fingerprint, ShapeClass, TunedClass, TuningRecord
 
@@ -156,14 +157,22 @@ def test_bench_workloads_shipped_column_ignores_the_tuning_record(monkeypatch, t
             assert knobs.switch("SAGEBUILD_TUNING") is False
             assert bw._ran(call) == "kernels"
         assert knobs.switch("SAGEBUILD_TUNING") is True and bw._ran(call) == "SDPA (routed)"
+        # the record changes this call's plan (it routes), not a head dim it has no class for; packed: ""
+        case = lambda q, k, v: bw.Case(  # noqa: E731
+            ours=call, sdpa=call, dense=None, ours_out=bw._hnd, sdpa_out=bw._hnd,
+            inputs=providers.Case(q.shape[2], q, k, v, "HND", False),
+        )  # fmt: skip
+        assert bw.tuned_plan(case(q, k, v)) == "tuned"
+        other = [torch.randn(1, 2, 256, 128, dtype=torch.float16) for _ in range(3)]  # no class
+        assert bw.tuned_plan(case(*other)) == "same"
+        assert bw.tuned_plan(bw.Case(call, call, None, bw._hnd, bw._hnd)) == ""
     finally:
         monkeypatch.undo()
         knobs.refresh()
         record.reload()
         api.clear_caches()
-    assert bw.shipped_cells({"shipped": {"ms": 0.25, "vs_tuned": 1.02, "ran": "kernels"}}) == (
-        " 0.2500 | 1.02× | kernels |"
-    )
+    cells = {"shipped": {"ms": 0.25, "vs_tuned": 1.02, "ran": "kernels", "plan": "same"}}
+    assert bw.shipped_cells(cells) == " 0.2500 | 1.02× | kernels | same |"
     assert bw.shipped_cells({}) == ""
 
 
