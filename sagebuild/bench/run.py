@@ -111,7 +111,8 @@ def setting(cfg: BenchConfig, dev: Any) -> Setting:
 
     arch, auto_variant = dispatch.device_arch(dev), dispatch.variant_for_device(dev)
     method = (
-        f"CUDA/HIP events per call, L2 flushed before each; {rounds} and p20/p80; back-to-back: "
+        "CUDA/HIP events per call, L2 flushed before each and the GPU held busy while the host "
+        f"issues it (device time); {rounds} and p20/p80; back-to-back: "
         "each round's calls in a row, warm, per call (includes the host's time where it exceeds "
         "the device's), median over rounds"
     )

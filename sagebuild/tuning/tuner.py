@@ -119,9 +119,9 @@ class TuneRun:
 
 def default_timer(device: Any, warmup: int = 3) -> Timer:
     """``bench.timing.time_interleaved`` on ``device``, as ``sagebuild bench`` times: on a GPU cold
-    device times (L2 flushed before each call), elsewhere the host's wall clock; warm-up, rounds
-    that time every path in turn, each in another order; reps sized so that one class's timing
-    takes about ``seconds``."""
+    device times (L2 flushed before each call, the GPU held busy while the host issues it),
+    elsewhere the host's wall clock; warm-up, rounds that time every path in turn, each in another
+    order; reps sized so that one class's timing takes about ``seconds``."""
     from sagebuild.bench import timing
 
     gpu = getattr(device, "type", None) == "cuda"
