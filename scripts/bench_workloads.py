@@ -33,7 +33,6 @@ import datetime
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -254,30 +253,14 @@ def _ran(fn: Fn) -> str:
 MAX_CALLS_PER_ROUND = 100
 
 
-def _scope(name: str) -> contextlib.AbstractContextManager[None]:
-    """The "shipped" provider's calls ignore this machine's tuning record (``shipped_table``)."""
-    return shipped_table() if name == "shipped" else contextlib.nullcontext()
-
-
-def _scoped(name: str, fn: Fn) -> Fn:
-    if name != "shipped":
-        return fn
+def _shipped(fn: Fn) -> Fn:
+    """``fn`` called with this machine's tuning record ignored (``shipped_table``)."""
 
     def call() -> Any:
         with shipped_table():
             return fn()
 
     return call
-
-
-def _estimate_ms(fns: list[Fn]) -> float:
-    """One call of each provider, timed together on the host (ms per call): sizes the rounds."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    return max((time.perf_counter() - t0) * 1e3 / len(fns), 1e-3)
 
 
 def measure(
@@ -288,22 +271,17 @@ def measure(
     record ignored."""
     fns = {"ours": case.ours, "sdpa": case.sdpa}
     if shipped:
-        fns["shipped"] = case.ours
+        fns["shipped"] = _shipped(case.ours)
     if case.dense is not None:
         fns["dense"] = case.dense
     theirs, reasons = peer_calls(case, against)
     fns.update(theirs)
 
-    for name, fn in fns.items():  # compile, record and replay before timing
-        with _scope(name):
-            for _ in range(3):
-                fn()
-    ran, ran_shipped = _ran(case.ours), ""
-    if shipped:
-        with shipped_table():
-            ran_shipped = _ran(case.ours)
-    fns = {name: _scoped(name, fn) for name, fn in fns.items()}
-    per_call = _estimate_ms(list(fns.values()))
+    for fn in fns.values():  # compile, record and replay before timing
+        for _ in range(3):
+            fn()
+    ran, ran_shipped = _ran(case.ours), _ran(fns["shipped"]) if shipped else ""
+    per_call = timing.one_of_each_ms(list(fns.values()), torch.device("cuda")) / len(fns)
     per_round = max(3, min(MAX_CALLS_PER_ROUND, int(rep_ms / per_call)))
     warmup = max(1, min(MAX_CALLS_PER_ROUND, int(warmup_ms / per_call)))
     timed = timing.time_named(fns, warmup, per_round * rounds, rounds, torch.device("cuda"))

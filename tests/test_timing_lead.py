@@ -85,3 +85,16 @@ def test_a_call_that_waits_for_the_gpu_keeps_its_samples(stream):
     samples = timing._gpu_cold_samples(call, 4, _flush(stream), "cuda:0")
     assert len(samples) == 4 and all(s > 0.02 for s in samples)
     assert timing.lead_ms(1e3) == timing.LEAD_MAX_MS and timing.lead_ms(0.0) == timing.LEAD_MIN_MS
+
+
+def test_one_of_each_calls_every_callable_once_and_skips_a_failing_one():
+    """What sizes the tuner's and bench_workloads' rounds: one call of each (a raising one is left
+    to the timing to report), never less than a microsecond."""
+    calls: list[str] = []
+
+    def boom() -> None:
+        calls.append("boom")
+        raise RuntimeError("broke")
+
+    ms = timing.one_of_each_ms([lambda: calls.append("a"), boom, lambda: calls.append("b")])
+    assert calls == ["a", "boom", "b"] and ms >= 1e-3

@@ -15,12 +15,15 @@ API (every function takes zero-argument callables; nothing here knows about atte
 - ``time_named({"a": fn_a, ...}, ...)``: the same keyed by name, with ``graph=True`` timing each
   callable's CUDA-graph replay (device time only: what small calls need to tell configs apart).
 - ``graph_replay(fn, device)``: the replay of ``fn`` captured once in a CUDA graph.
+- ``one_of_each_ms(fns, device=None)``: one call of each callable (ms), what a round costs: how
+  callers size their reps.
 - ``median_ms(fn, graph=False, rep_ms=200)``: Triton's ``do_bench`` median of one callable on the
   current GPU (its CUDA-graph replay with ``graph``), the tuning scripts' quick timing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -83,6 +86,24 @@ def _spin_rate(device: Any) -> float:
         torch.cuda.synchronize(device)
         _spin_cycles_per_ms[key] = cycles / max(start.elapsed_time(end), 1e-3)
     return _spin_cycles_per_ms[key]
+
+
+def one_of_each_ms(fns: list[Callable[[], Any]], device: Any = None) -> float:
+    """One call of every callable, timed together by the host clock (ms, at least 0.001), the
+    GPU drained before and after: what a round's calls cost, to size rounds and reps. A callable
+    that raises is skipped here (the timing itself reports it)."""
+    gpu = getattr(device, "type", None) == "cuda"
+    if gpu:
+        import torch
+
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for fn in fns:
+        with contextlib.suppress(Exception):
+            fn()
+    if gpu:
+        torch.cuda.synchronize(device)
+    return max((time.perf_counter() - t0) * 1e3, 1e-3)
 
 
 def lead_ms(host_ms: float) -> float:

@@ -13,7 +13,6 @@ interrupted run (Ctrl-C) keeps them.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
@@ -126,18 +125,9 @@ def default_timer(device: Any, warmup: int = 3) -> Timer:
 
     gpu = getattr(device, "type", None) == "cuda"
 
-    def one_of_each(fns: list[Callable[[], Any]]) -> float:
-        """One call of every path (ms): what a round's cold calls cost."""
-        t0 = time.perf_counter()
-        for fn in fns:
-            with contextlib.suppress(Exception):  # a path that fails is reported by the timing itself
-                fn()
-        _sync(device)
-        return (time.perf_counter() - t0) * 1e3
-
     def timer(calls: list[tuple[str, Callable[[], Any]]], seconds: float) -> list[Any]:
         fns = [fn for _, fn in calls]
-        per_round_ms = max(one_of_each(fns), 1e-3)
+        per_round_ms = timing.one_of_each_ms(fns, device)
         bursts = timing.B2B_MIN_CALLS if gpu else 0  # each GPU round adds a back-to-back burst per path
         rounds = ROUNDS if per_round_ms * (bursts + 4) * ROUNDS < seconds * 1e3 else 2
         reps = int(seconds * 1e3 / per_round_ms) - rounds * bursts - warmup
